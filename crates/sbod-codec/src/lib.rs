@@ -1,0 +1,314 @@
+//! sbod's parity codec.
+//!
+//! Three schemes, all systematic (data shards are stored as they are) over GF(2^8) with the
+//! polynomial 0x11d and generator 2:
+//!
+//! * [`Scheme::Xor`]: one parity shard, `P = D0 ^ D1 ^ ...` (raid5).
+//! * [`Scheme::PQ`]: two parity shards exactly as Linux md raid6 computes them:
+//!   `P = sum D_i`, `Q = sum g^i * D_i` with `g = 2`, `i` the data index in the stripe.
+//! * [`Scheme::Cauchy`]: `m` parity shards from the Cauchy matrix ISA-L's
+//!   `gf_gen_cauchy1_matrix` builds: parity row `r`, data column `j` has coefficient
+//!   `1 / ((k + r) ^ j)`. Every square submatrix is invertible, so any `m` lost shards of
+//!   `k + m <= 256` can be rebuilt, and the output is byte-identical to ISA-L's
+//!   `ec_encode_data` with that matrix.
+//!
+//! Shards are byte slices of equal length. Shard indices run `0..k` for data and
+//! `k..k+m` for parity.
+//!
+//! This is the product's own core, written by hand: no crate offers md-compatible P+Q and
+//! ISA-L-compatible Cauchy coding with the partial-stripe update and syndrome-based
+//! corruption location sbod needs (see ../shared/notes/crates-survey.md).
+
+pub mod gf;
+mod kernels;
+
+use std::fmt;
+
+/// Which parity code a group uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// k data shards, one XOR parity shard (raid5).
+    Xor { k: usize },
+    /// k data shards, md raid6 P and Q.
+    PQ { k: usize },
+    /// k data shards, m Cauchy Reed-Solomon parity shards (`ec:K+M`).
+    Cauchy { k: usize, m: usize },
+}
+
+impl Scheme {
+    pub fn k(&self) -> usize {
+        match *self {
+            Scheme::Xor { k } | Scheme::PQ { k } | Scheme::Cauchy { k, .. } => k,
+        }
+    }
+    pub fn m(&self) -> usize {
+        match *self {
+            Scheme::Xor { .. } => 1,
+            Scheme::PQ { .. } => 2,
+            Scheme::Cauchy { m, .. } => m,
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Scheme::Xor { k } => write!(f, "xor {k}+1"),
+            Scheme::PQ { k } => write!(f, "p+q {k}+2"),
+            Scheme::Cauchy { k, m } => write!(f, "cauchy {k}+{m}"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CodecError {
+    #[error("invalid geometry: {0}")]
+    Geometry(String),
+    #[error("{lost} shards lost but the code only rebuilds {m}")]
+    TooManyErasures { lost: usize, m: usize },
+    #[error("shard lengths differ or do not match the code's shard count")]
+    Shape,
+}
+
+/// What [`Codec::locate`] found in a stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Parity agrees with data.
+    Clean,
+    /// Exactly one shard (this index) is wrong; the others are consistent.
+    Corrupt(usize),
+    /// Parity disagrees, but no single shard explains it (or the code has one parity).
+    Unlocatable,
+}
+
+/// An encoder/decoder for one geometry. Cheap to share between threads.
+#[derive(Clone)]
+pub struct Codec {
+    scheme: Scheme,
+    k: usize,
+    m: usize,
+    /// m rows of k coefficients.
+    coef: Vec<u8>,
+}
+
+impl fmt::Debug for Codec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Codec").field("scheme", &self.scheme).finish()
+    }
+}
+
+impl Codec {
+    pub fn new(scheme: Scheme) -> Result<Codec, CodecError> {
+        let (k, m) = (scheme.k(), scheme.m());
+        if k == 0 {
+            return Err(CodecError::Geometry("at least one data shard is needed".into()));
+        }
+        let coef = match scheme {
+            Scheme::Xor { .. } => vec![1u8; k],
+            Scheme::PQ { .. } => {
+                if k > 255 {
+                    return Err(CodecError::Geometry("P+Q supports at most 255 data shards".into()));
+                }
+                let mut c = vec![1u8; k];
+                c.extend((0..k).map(gf::exp));
+                c
+            }
+            Scheme::Cauchy { .. } => {
+                if m == 0 {
+                    return Err(CodecError::Geometry("at least one parity shard is needed".into()));
+                }
+                if k + m > 256 {
+                    return Err(CodecError::Geometry(format!(
+                        "k+m = {} exceeds 256 shards",
+                        k + m
+                    )));
+                }
+                let mut c = Vec::with_capacity(k * m);
+                for r in 0..m {
+                    for j in 0..k {
+                        c.push(gf::inv(((k + r) ^ j) as u8));
+                    }
+                }
+                c
+            }
+        };
+        Ok(Codec { scheme, k, m, coef })
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// The coefficient of data shard `data_index` in parity shard `parity_row`.
+    pub fn coefficient(&self, parity_row: usize, data_index: usize) -> u8 {
+        self.coef[parity_row * self.k + data_index]
+    }
+
+    /// The full (k+m) x k generator matrix, row-major: identity rows then parity rows.
+    pub fn generator_matrix(&self) -> Vec<u8> {
+        let mut g = vec![0u8; (self.k + self.m) * self.k];
+        for i in 0..self.k {
+            g[i * self.k + i] = 1;
+        }
+        g[self.k * self.k..].copy_from_slice(&self.coef);
+        g
+    }
+
+    /// Compute every parity shard from the data shards.
+    pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError> {
+        if data.len() != self.k || parity.len() != self.m {
+            return Err(CodecError::Shape);
+        }
+        let len = data[0].len();
+        if data.iter().any(|d| d.len() != len) || parity.iter().any(|p| p.len() != len) {
+            return Err(CodecError::Shape);
+        }
+        for (r, p) in parity.iter_mut().enumerate() {
+            let row = &self.coef[r * self.k..(r + 1) * self.k];
+            kernels::dot(row, data, p);
+        }
+        Ok(())
+    }
+
+    /// Read-modify-write update: `parity[r] ^= coef(r, data_index) * (old ^ new)`.
+    pub fn update(
+        &self,
+        data_index: usize,
+        old: &[u8],
+        new: &[u8],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), CodecError> {
+        if data_index >= self.k || parity.len() != self.m || old.len() != new.len() {
+            return Err(CodecError::Shape);
+        }
+        if parity.iter().any(|p| p.len() != old.len()) {
+            return Err(CodecError::Shape);
+        }
+        let mut delta = old.to_vec();
+        kernels::xor_into(&mut delta, new);
+        for (r, p) in parity.iter_mut().enumerate() {
+            kernels::mul_add(p, &delta, self.coefficient(r, data_index));
+        }
+        Ok(())
+    }
+
+    /// Rebuild every shard whose `present` flag is false from the others.
+    pub fn reconstruct(&self, shards: &mut [&mut [u8]], present: &[bool]) -> Result<(), CodecError> {
+        let want: Vec<bool> = present.iter().map(|p| !p).collect();
+        self.reconstruct_some(shards, present, &want)
+    }
+
+    /// Rebuild only the shards flagged in `want` (each must be absent), from present ones.
+    pub fn reconstruct_some(
+        &self,
+        shards: &mut [&mut [u8]],
+        present: &[bool],
+        want: &[bool],
+    ) -> Result<(), CodecError> {
+        let n = self.k + self.m;
+        if shards.len() != n || present.len() != n || want.len() != n {
+            return Err(CodecError::Shape);
+        }
+        let len = shards[0].len();
+        if shards.iter().any(|s| s.len() != len) {
+            return Err(CodecError::Shape);
+        }
+        let lost = present.iter().filter(|p| !**p).count();
+        if lost > self.m {
+            return Err(CodecError::TooManyErasures { lost, m: self.m });
+        }
+        if want.iter().zip(present).any(|(w, p)| *w && *p) {
+            return Err(CodecError::Shape);
+        }
+        let lost_data: Vec<usize> = (0..self.k).filter(|&i| !present[i]).collect();
+        let want_data: Vec<usize> = lost_data.iter().copied().filter(|&i| want[i]).collect();
+        let want_parity: Vec<usize> = (self.k..n).filter(|&i| want[i]).collect();
+        // Lost data that a wanted parity depends on must be rebuilt too.
+        let need_data: Vec<usize> = if want_parity.is_empty() { want_data.clone() } else { lost_data.clone() };
+        if !need_data.is_empty() {
+            // Choose k survivors (data first, then parity) and invert their rows.
+            let survivors: Vec<usize> = (0..n).filter(|&i| present[i]).take(self.k).collect();
+            let g = self.generator_matrix();
+            let mut sub = Vec::with_capacity(self.k * self.k);
+            for &s in &survivors {
+                sub.extend_from_slice(&g[s * self.k..(s + 1) * self.k]);
+            }
+            let inv = gf::invert_matrix(&sub, self.k)
+                .ok_or_else(|| CodecError::Geometry("decode matrix is singular".into()))?;
+            let mut outs: Vec<Vec<u8>> = Vec::with_capacity(need_data.len());
+            {
+                let srcs: Vec<&[u8]> = survivors.iter().map(|&s| &*shards[s]).collect();
+                for &d in &need_data {
+                    let mut out = vec![0u8; len];
+                    kernels::dot(&inv[d * self.k..(d + 1) * self.k], &srcs, &mut out);
+                    outs.push(out);
+                }
+            }
+            for (&d, out) in need_data.iter().zip(outs) {
+                shards[d].copy_from_slice(&out);
+            }
+        }
+        for &p in &want_parity {
+            let r = p - self.k;
+            let mut out = vec![0u8; len];
+            {
+                let data: Vec<&[u8]> = (0..self.k).map(|i| &*shards[i]).collect();
+                kernels::dot(&self.coef[r * self.k..(r + 1) * self.k], &data, &mut out);
+            }
+            shards[p].copy_from_slice(&out);
+        }
+        Ok(())
+    }
+
+    /// Check a full stripe and, with two or more parity shards, locate a single corrupt
+    /// shard from the syndromes (what md needs the separate raid6check tool for).
+    pub fn locate(&self, shards: &[&[u8]]) -> Result<Verdict, CodecError> {
+        let n = self.k + self.m;
+        if shards.len() != n {
+            return Err(CodecError::Shape);
+        }
+        let len = shards[0].len();
+        if shards.iter().any(|s| s.len() != len) {
+            return Err(CodecError::Shape);
+        }
+        // Syndromes: stored parity minus recomputed parity.
+        let mut syn: Vec<Vec<u8>> = Vec::with_capacity(self.m);
+        for r in 0..self.m {
+            let mut s = shards[self.k + r].to_vec();
+            kernels::dot_acc(&self.coef[r * self.k..(r + 1) * self.k], &shards[..self.k], &mut s);
+            syn.push(s);
+        }
+        let bad_rows: Vec<usize> = (0..self.m).filter(|&r| syn[r].iter().any(|&b| b != 0)).collect();
+        if bad_rows.is_empty() {
+            return Ok(Verdict::Clean);
+        }
+        if self.m < 2 {
+            return Ok(Verdict::Unlocatable);
+        }
+        if bad_rows.len() == 1 {
+            // Only one parity disagrees: that parity shard is the corrupt one.
+            return Ok(Verdict::Corrupt(self.k + bad_rows[0]));
+        }
+        let mut found = None;
+        for i in 0..self.k {
+            let c0 = self.coefficient(0, i);
+            let explains = (0..len).all(|b| {
+                let e = gf::div(syn[0][b], c0);
+                (1..self.m).all(|r| syn[r][b] == gf::mul(self.coefficient(r, i), e))
+            });
+            if explains {
+                if found.is_some() {
+                    return Ok(Verdict::Unlocatable);
+                }
+                found = Some(i);
+            }
+        }
+        Ok(found.map_or(Verdict::Unlocatable, Verdict::Corrupt))
+    }
+}

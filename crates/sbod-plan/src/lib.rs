@@ -1,0 +1,1 @@
+//! sbod-plan

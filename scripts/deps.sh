@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install what sbod's build, tests, demo and benchmarks need on a fresh Debian machine:
+# a Rust toolchain (rustup, if cargo is missing) and the real NBD clients the tests drive.
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+
+need_pkgs=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have fio || need_pkgs+=(fio)
+have nbdinfo || need_pkgs+=(libnbd-bin)
+have qemu-img || need_pkgs+=(qemu-utils)
+have nbdkit || need_pkgs+=(nbdkit)
+[ -e /usr/include/isa-l.h ] || need_pkgs+=(libisal-dev)
+python3 -c 'import nbd' 2>/dev/null || /usr/bin/python3 -c 'import nbd' 2>/dev/null || need_pkgs+=(python3-libnbd)
+have cc || need_pkgs+=(build-essential)
+have curl || need_pkgs+=(curl)
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  echo "deps: installing ${need_pkgs[*]}" >&2
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >&2
+fi
+
+if ! have cargo; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "deps: installing Rust with rustup" >&2
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt,clippy >&2
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
