@@ -1,0 +1,1402 @@
+//! The array: members, their state, assembly, persistence and management.
+
+use crate::bitmap::Bitmap;
+use crate::buf::AlignedBuf;
+use crate::dev::{self, BlockDev, IoClass};
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, Level, Scheme};
+use crate::locks::StripeLocks;
+use crate::process::ProcessHandle;
+use crate::superblock::{self, MemberEntry, Role, Slot, SlotState, Superblock};
+use arc_swap::ArcSwap;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// Per-member counters (the pool view's read/write/checksum columns).
+#[derive(Default, Debug)]
+pub struct MemberStats {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub read_errors: AtomicU64,
+    pub write_errors: AtomicU64,
+    pub checksum_errors: AtomicU64,
+    /// Sectors rewritten after a read error or a scrub found them bad.
+    pub repaired: AtomicU64,
+    /// Foreground requests submitted (background processes watch this to yield).
+    pub fg_ops: AtomicU64,
+}
+
+/// An open member.
+pub struct Member {
+    pub dev: Arc<dyn BlockDev>,
+    pub uuid: Uuid,
+    pub path: String,
+    pub domain: String,
+    /// Data bytes this member holds (concat members may differ).
+    pub size: u64,
+    pub is_file: bool,
+    pub stats: MemberStats,
+}
+
+impl Member {
+    pub(crate) fn entry(&self) -> MemberEntry {
+        MemberEntry {
+            uuid: self.uuid,
+            domain: self.domain.clone(),
+            size: self.size,
+        }
+    }
+}
+
+/// One slot of the running array.
+#[derive(Clone)]
+pub struct SlotRt {
+    /// Who the array records in this slot (also when the device is gone).
+    pub entry: Option<MemberEntry>,
+    /// The open device, if any.
+    pub member: Option<Arc<Member>>,
+    pub state: SlotState,
+    /// Rebuilding: valid below this member offset. Shared across snapshots so the rebuild
+    /// advances it without swapping state.
+    pub recovery: Arc<AtomicU64>,
+    /// A member being rebuilt to take this slot over (replace), with its progress.
+    pub replacement: Option<(Arc<Member>, Arc<AtomicU64>)>,
+}
+
+impl SlotRt {
+    /// Can data at member offsets below `end` be read from this slot?
+    pub fn readable(&self, end: u64) -> Option<&Arc<Member>> {
+        match self.state {
+            SlotState::Active => self.member.as_ref(),
+            SlotState::Rebuilding if self.recovery.load(Ordering::Acquire) >= end => {
+                self.member.as_ref()
+            }
+            _ => None,
+        }
+    }
+
+    /// The devices a write to this slot must reach.
+    pub fn write_targets(&self) -> impl Iterator<Item = &Arc<Member>> {
+        let main = match self.state {
+            SlotState::Active | SlotState::Rebuilding => self.member.as_ref(),
+            _ => None,
+        };
+        main.into_iter()
+            .chain(self.replacement.as_ref().map(|(m, _)| m))
+    }
+}
+
+/// An immutable snapshot of the array's membership.
+#[derive(Clone)]
+pub struct State {
+    pub slots: Vec<SlotRt>,
+    pub spares: Vec<Arc<Member>>,
+    /// Why the array has failed, if it has.
+    pub failed: Option<String>,
+}
+
+impl State {
+    /// Every open member the array still relies on (gets superblocks and flushes).
+    pub fn live_members(&self) -> Vec<Arc<Member>> {
+        let mut v: Vec<Arc<Member>> = Vec::new();
+        for s in &self.slots {
+            if matches!(s.state, SlotState::Active | SlotState::Rebuilding) {
+                if let Some(m) = &s.member {
+                    v.push(m.clone());
+                }
+            }
+            if let Some((m, _)) = &s.replacement {
+                v.push(m.clone());
+            }
+        }
+        v.extend(self.spares.iter().cloned());
+        v
+    }
+
+    pub fn find(&self, who: &str) -> Option<(Role, Arc<Member>)> {
+        let hit = |m: &Arc<Member>| m.path == who || m.uuid.to_string() == who;
+        for (i, s) in self.slots.iter().enumerate() {
+            if let Some(m) = s.member.as_ref().filter(|m| hit(m)) {
+                return Some((Role::Slot(i), m.clone()));
+            }
+            if let Some((m, _)) = s.replacement.as_ref().filter(|(m, _)| hit(m)) {
+                return Some((Role::Replacement(i), m.clone()));
+            }
+        }
+        self.spares
+            .iter()
+            .find(|m| hit(m))
+            .map(|m| (Role::Spare, m.clone()))
+    }
+}
+
+/// A device offered to the engine.
+pub struct MemberSpec {
+    pub dev: Arc<dyn BlockDev>,
+    pub path: String,
+    pub is_file: bool,
+    /// Failure domain label (create/add only; assembly reads it from the superblock).
+    pub domain: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct CreateSpec {
+    pub name: String,
+    pub level: Level,
+    pub chunk: u32,
+    /// Redundancy groups (RAID50/60); raid10 derives its groups from `copies`.
+    pub groups: u32,
+    /// How many of the given members are hot spares (the last ones).
+    pub spares: usize,
+    /// Mirror copies for raid10 (default 2).
+    pub copies: u32,
+    pub bitmap_region: Option<u64>,
+    /// Members are known to be zero (freshly created files) or the user says parity is in
+    /// sync: skip the initial resync.
+    pub assume_clean: bool,
+    pub force: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct AssembleOptions {
+    pub force: bool,
+    /// Start rebuild/resync processes (off for tools that only look).
+    pub no_processes: bool,
+}
+
+/// Tunables a user can change on a running array.
+#[derive(Clone, Debug, Serialize)]
+pub struct Settings {
+    /// Background bytes/s when foreground I/O is active (0 = no floor).
+    pub rebuild_min_rate: u64,
+    /// Background bytes/s ceiling (0 = unlimited).
+    pub rebuild_max_rate: u64,
+    /// Read errors a member may have before it is failed.
+    pub max_read_errors: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            rebuild_min_rate: 50 << 20,
+            rebuild_max_rate: 0,
+            max_read_errors: 20,
+        }
+    }
+}
+
+/// What assembly had to do.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AssemblyReport {
+    /// The array was not shut down cleanly.
+    pub unclean: bool,
+    /// Bytes of member space resynced from the write-intent bitmap.
+    pub resynced_bytes: u64,
+    pub resynced_regions: u64,
+    /// Members that were stale or re-added and are rebuilt.
+    pub rebuilding: Vec<String>,
+    /// Members given but not used, with the reason.
+    pub ignored: Vec<(String, String)>,
+    /// Slots with no member.
+    pub missing: Vec<usize>,
+}
+
+pub struct Array {
+    pub name: String,
+    pub uuid: Uuid,
+    pub created: u64,
+    pub geometry: Geometry,
+    pub(crate) codec: Option<Arc<sbod_codec::Codec>>,
+    pub(crate) state: ArcSwap<State>,
+    /// Serialises state changes and superblock writes (never taken by plain I/O).
+    pub(crate) mgmt: tokio::sync::Mutex<()>,
+    pub(crate) event: AtomicU64,
+    pub(crate) locks: StripeLocks,
+    pub(crate) bitmap: Option<Bitmap>,
+    pub(crate) bitmap_bytes: u32,
+    /// Parity known good below this member offset (initial sync in progress otherwise).
+    pub(crate) resync_offset: AtomicU64,
+    pub(crate) size: u64,
+    /// Concat: logical start of each slot.
+    pub(crate) concat_starts: Vec<u64>,
+    pub(crate) process: parking_lot::Mutex<Option<Arc<ProcessHandle>>>,
+    pub(crate) wake: tokio::sync::Notify,
+    pub(crate) closing: AtomicBool,
+    pub(crate) closed: AtomicBool,
+    pub settings: parking_lot::Mutex<Settings>,
+    pub(crate) report: parking_lot::Mutex<AssemblyReport>,
+    pub(crate) tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Read the metadata area of a device and decode its superblock.
+pub async fn read_superblock(dev: &Arc<dyn BlockDev>) -> Result<Superblock> {
+    let want = 2 * superblock::COPY_SIZE;
+    if dev.size() < want as u64 {
+        return Err(Error::Invalid(format!(
+            "{} is too small to be an sbod member",
+            dev.name()
+        )));
+    }
+    let buf = AlignedBuf::zeroed(want).into_shared();
+    dev::read_at(dev, 0, buf.clone(), IoClass::Foreground)
+        .await
+        .map_err(|e| Error::io(format!("reading the superblock of {}", dev.name()), e))?;
+    let buf = buf.try_unwrap().expect("sole owner");
+    Superblock::decode_area(&buf).map_err(|e| Error::Invalid(format!("{}: {e}", dev.name())))
+}
+
+/// Refuse a device that holds anything recognisable, unless forced.
+pub async fn check_blank(dev: &Arc<dyn BlockDev>, force: bool) -> Result<()> {
+    let n = (crate::signature::PROBE_BYTES as u64).min(dev.size() / 4096 * 4096) as usize;
+    if n == 0 {
+        return Ok(());
+    }
+    let buf = AlignedBuf::zeroed(n).into_shared();
+    dev::read_at(dev, 0, buf.clone(), IoClass::Foreground)
+        .await
+        .map_err(|e| Error::io(format!("reading {}", dev.name()), e))?;
+    let buf = buf.try_unwrap().expect("sole owner");
+    if force {
+        return Ok(());
+    }
+    if let Ok(sb) = Superblock::decode_area(&buf) {
+        return Err(Error::Refused(format!(
+            "{} is a member of sbod array '{}' ({}); stop that array and wipe the member, or use --force to overwrite it",
+            dev.name(),
+            sb.name,
+            sb.array_uuid
+        )));
+    }
+    if let Some(what) = crate::signature::probe(&buf) {
+        return Err(Error::Refused(format!(
+            "{} holds {what}; sbod will not overwrite it without --force",
+            dev.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Default bitmap region: about 1024 regions per member, 1 MiB to 128 MiB, a multiple of
+/// the chunk.
+fn default_region(member_size: u64, chunk: u32) -> u64 {
+    let r = (member_size / 1024)
+        .next_power_of_two()
+        .clamp(1 << 20, 128 << 20);
+    r.max(chunk as u64)
+}
+
+impl Array {
+    /// Create a new array on `members` (spares last).
+    pub async fn create(spec: CreateSpec, members: Vec<MemberSpec>) -> Result<Arc<Array>> {
+        if spec.name.is_empty() || spec.name.len() > superblock::MAX_NAME {
+            return Err(Error::Invalid(format!(
+                "array names are 1 to {} bytes",
+                superblock::MAX_NAME
+            )));
+        }
+        if !spec
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(Error::Invalid(format!(
+                "array name '{}' may only contain letters, digits, '-', '_' and '.'",
+                spec.name
+            )));
+        }
+        let total = members.len();
+        if spec.spares >= total {
+            return Err(Error::Invalid(format!(
+                "{total} members with {} spares leaves none for data",
+                spec.spares
+            )));
+        }
+        let data_members = total - spec.spares;
+        let groups = match spec.level {
+            Level::Raid10 => {
+                if spec.groups > 1 {
+                    return Err(Error::Invalid(
+                        "raid10 forms its groups from --copies (mirror sets); drop --groups".into(),
+                    ));
+                }
+                let c = spec.copies.max(2) as usize;
+                if !data_members.is_multiple_of(c) {
+                    return Err(Error::Invalid(format!(
+                        "raid10 with {c} copies needs a multiple of {c} members, not {data_members}"
+                    )));
+                }
+                (data_members / c) as u32
+            }
+            Level::Concat | Level::Raid0 if spec.groups > 1 => {
+                return Err(Error::Invalid(format!(
+                    "{} does not take --groups",
+                    spec.level
+                )));
+            }
+            _ => spec.groups.max(1),
+        };
+        if !data_members.is_multiple_of(groups as usize) {
+            let ok: Vec<String> = (1..=data_members)
+                .filter(|g| data_members.is_multiple_of(*g))
+                .map(|g| g.to_string())
+                .collect();
+            return Err(Error::Invalid(format!(
+                "{data_members} members don't split into {groups} equal groups; {} groups would",
+                ok.join(", ")
+            )));
+        }
+        let width = (data_members / groups as usize) as u32;
+        let min_size = members.iter().map(|m| m.dev.size()).min().unwrap_or(0);
+        // Metadata: 2 superblock copies, then the bitmap, data 1 MiB aligned.
+        let provisional = min_size.saturating_sub(2 << 20) / spec.chunk as u64 * spec.chunk as u64;
+        let region = match spec.bitmap_region {
+            Some(r) => {
+                if r == 0 || r % spec.chunk as u64 != 0 {
+                    return Err(Error::Invalid(
+                        "the bitmap region must be a multiple of the chunk".into(),
+                    ));
+                }
+                r
+            }
+            None => default_region(provisional, spec.chunk),
+        };
+        let bitmap_bytes = Bitmap::bytes_for(provisional.div_ceil(region).max(1));
+        let data_offset = (superblock::BITMAP_OFFSET + bitmap_bytes).div_ceil(1 << 20) * (1 << 20);
+        let per_member =
+            |size: u64| size.saturating_sub(data_offset) / spec.chunk as u64 * spec.chunk as u64;
+        let member_size = if spec.level == Level::Concat {
+            members
+                .iter()
+                .map(|m| per_member(m.dev.size()))
+                .max()
+                .unwrap_or(0)
+        } else {
+            per_member(min_size)
+        };
+        let geometry = Geometry {
+            level: spec.level,
+            groups,
+            width,
+            chunk: spec.chunk,
+            member_size,
+            data_offset,
+        };
+        geometry.validate().map_err(|e| {
+            if member_size == 0 {
+                Error::Invalid(format!(
+                    "members are too small: the smallest has {} and sbod needs more than {} of metadata",
+                    crate::layout::human(min_size),
+                    crate::layout::human(data_offset)
+                ))
+            } else {
+                Error::Invalid(e)
+            }
+        })?;
+        for m in &members {
+            if per_member(m.dev.size()) == 0 {
+                return Err(Error::Invalid(format!(
+                    "{} is too small to hold data",
+                    m.path
+                )));
+            }
+        }
+        // Failure domains: no domain may take out more members of a group than it survives.
+        let redundancy = geometry.redundancy();
+        if !spec.force {
+            for g in 0..groups as usize {
+                let mut count: HashMap<&str, Vec<&str>> = HashMap::new();
+                for m in &members[g * width as usize..(g + 1) * width as usize] {
+                    if !m.domain.is_empty() {
+                        count.entry(&m.domain).or_default().push(&m.path);
+                    }
+                }
+                for (dom, who) in count {
+                    if who.len() > redundancy {
+                        return Err(Error::Refused(format!(
+                            "failure domain '{dom}' holds {} members of group {g} ({}) but the group survives only {redundancy} failure{}: order the members so each group spans more domains, or use --force",
+                            who.len(),
+                            who.join(", "),
+                            if redundancy == 1 { "" } else { "s" }
+                        )));
+                    }
+                }
+            }
+        }
+        // Refuse devices in use by something else, and duplicates.
+        let mut seen = std::collections::HashSet::new();
+        for m in &members {
+            if !seen.insert(m.path.clone()) {
+                return Err(Error::Invalid(format!("{} is given twice", m.path)));
+            }
+        }
+        for m in &members {
+            check_blank(&m.dev, spec.force).await?;
+        }
+        let uuid = Uuid::new_v4();
+        let opened: Vec<Arc<Member>> = members
+            .into_iter()
+            .map(|m| {
+                let size = if geometry.level == Level::Concat {
+                    per_member(m.dev.size())
+                } else {
+                    member_size
+                };
+                Arc::new(Member {
+                    dev: m.dev,
+                    uuid: Uuid::new_v4(),
+                    path: m.path,
+                    domain: m.domain,
+                    size,
+                    is_file: m.is_file,
+                    stats: MemberStats::default(),
+                })
+            })
+            .collect();
+        let (slot_members, spare_members) = opened.split_at(data_members);
+        let state = State {
+            slots: slot_members
+                .iter()
+                .map(|m| SlotRt {
+                    entry: Some(m.entry()),
+                    member: Some(m.clone()),
+                    state: SlotState::Active,
+                    recovery: Arc::new(AtomicU64::new(0)),
+                    replacement: None,
+                })
+                .collect(),
+            spares: spare_members.to_vec(),
+            failed: None,
+        };
+        let resync = if spec.assume_clean || geometry.redundancy() == 0 {
+            u64::MAX
+        } else {
+            0
+        };
+        let array = Array::build(
+            spec.name.clone(),
+            uuid,
+            now_secs(),
+            geometry,
+            state,
+            0,
+            region,
+            bitmap_bytes as u32,
+            resync,
+            &[],
+        )?;
+        // Zero the bitmaps, then write the superblocks.
+        let zero = AlignedBuf::zeroed(bitmap_bytes as usize).into_shared();
+        let futs = opened.iter().map(|m| {
+            let z = zero.clone();
+            async move {
+                dev::write_at(
+                    &m.dev,
+                    superblock::BITMAP_OFFSET,
+                    z,
+                    true,
+                    IoClass::Foreground,
+                )
+                .await
+                .map_err(|e| Error::io(format!("writing {}", m.path), e))
+            }
+        });
+        futures::future::try_join_all(futs).await?;
+        let st = array.state.load_full();
+        let failed = array.persist(&st, false).await;
+        if !failed.is_empty() {
+            return Err(Error::Invalid(format!(
+                "could not write the superblock to {}",
+                failed
+                    .iter()
+                    .map(|m| m.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        array.start_processes();
+        Ok(array)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        name: String,
+        uuid: Uuid,
+        created: u64,
+        geometry: Geometry,
+        state: State,
+        event: u64,
+        region: u64,
+        bitmap_bytes: u32,
+        resync_offset: u64,
+        dirty: &[u64],
+    ) -> Result<Arc<Array>> {
+        let codec = match geometry.codec_scheme() {
+            Some(s) => Some(Arc::new(
+                sbod_codec::Codec::new(s).map_err(|e| Error::Invalid(e.to_string()))?,
+            )),
+            None => None,
+        };
+        let bitmap = if geometry.redundancy() > 0 {
+            Some(Bitmap::new(region, geometry.member_size, dirty))
+        } else {
+            None
+        };
+        let (size, concat_starts) = if geometry.level == Level::Concat {
+            let mut starts = Vec::new();
+            let mut pos = 0;
+            for s in &state.slots {
+                starts.push(pos);
+                pos += s.entry.as_ref().map(|e| e.size).unwrap_or(0);
+            }
+            (pos, starts)
+        } else {
+            (geometry.capacity(), Vec::new())
+        };
+        Ok(Arc::new(Array {
+            name,
+            uuid,
+            created,
+            geometry,
+            codec,
+            state: ArcSwap::from_pointee(state),
+            mgmt: tokio::sync::Mutex::new(()),
+            event: AtomicU64::new(event),
+            locks: StripeLocks::default(),
+            bitmap,
+            bitmap_bytes,
+            resync_offset: AtomicU64::new(resync_offset),
+            size,
+            concat_starts,
+            process: parking_lot::Mutex::new(None),
+            wake: tokio::sync::Notify::new(),
+            closing: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            settings: parking_lot::Mutex::new(Settings::default()),
+            report: parking_lot::Mutex::new(AssemblyReport::default()),
+            tasks: parking_lot::Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// Assemble an array from its members' superblocks.
+    pub async fn assemble(members: Vec<MemberSpec>, opts: AssembleOptions) -> Result<Arc<Array>> {
+        if members.is_empty() {
+            return Err(Error::Invalid("no members given".into()));
+        }
+        let mut found: Vec<(MemberSpec, Superblock)> = Vec::new();
+        let mut report = AssemblyReport::default();
+        for m in members {
+            match read_superblock(&m.dev).await {
+                Ok(sb) => found.push((m, sb)),
+                Err(e) => {
+                    return Err(Error::Refused(format!(
+                        "{e}; if {} is not an sbod member, leave it out",
+                        m.path
+                    )))
+                }
+            }
+        }
+        // All members must belong to one array.
+        let mut arrays: HashMap<Uuid, (String, Vec<String>)> = HashMap::new();
+        for (m, sb) in &found {
+            arrays
+                .entry(sb.array_uuid)
+                .or_insert_with(|| (sb.name.clone(), Vec::new()))
+                .1
+                .push(m.path.clone());
+        }
+        if arrays.len() > 1 {
+            let desc: Vec<String> = arrays
+                .iter()
+                .map(|(u, (n, p))| format!("'{n}' ({u}): {}", p.join(", ")))
+                .collect();
+            return Err(Error::Refused(format!(
+                "these members belong to different arrays: {}; assemble each array with its own members",
+                desc.join("; ")
+            )));
+        }
+        // The newest superblock is the truth.
+        let newest = found
+            .iter()
+            .max_by_key(|(_, sb)| sb.event)
+            .map(|(_, sb)| sb.clone())
+            .expect("non-empty");
+        let g = newest.geometry.clone();
+        let mut slots: Vec<SlotRt> = newest
+            .slots
+            .iter()
+            .map(|s| SlotRt {
+                entry: s.member.clone(),
+                member: None,
+                state: s.state,
+                recovery: Arc::new(AtomicU64::new(s.recovery_offset)),
+                replacement: None,
+            })
+            .collect();
+        let mut spares = Vec::new();
+        let mut dirty_images: Vec<Arc<Member>> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (m, sb) in found {
+            if !seen.insert(sb.this_member) {
+                report
+                    .ignored
+                    .push((m.path.clone(), "the same member was given twice".into()));
+                continue;
+            }
+            let role = newest.role_of(&sb.this_member);
+            let entry = match role {
+                Role::Slot(i) => newest.slots[i].member.clone(),
+                Role::Replacement(i) => {
+                    newest.slots[i].replacement.as_ref().map(|(e, _)| e.clone())
+                }
+                Role::Spare => newest
+                    .spares
+                    .iter()
+                    .find(|e| e.uuid == sb.this_member)
+                    .cloned(),
+                Role::None => None,
+            };
+            let Some(entry) = entry else {
+                report.ignored.push((
+                    m.path.clone(),
+                    format!(
+                        "no longer a member of '{}' (its superblock is from event {}, the array is at {}): it was replaced; use `sbod add` to reuse it as a spare",
+                        newest.name, sb.event, newest.event
+                    ),
+                ));
+                continue;
+            };
+            if m.dev.size() < g.data_offset + entry.size {
+                return Err(Error::Refused(format!(
+                    "{} is smaller than the array expects ({} of data at offset {})",
+                    m.path,
+                    crate::layout::human(entry.size),
+                    crate::layout::human(g.data_offset)
+                )));
+            }
+            let member = Arc::new(Member {
+                dev: m.dev,
+                uuid: entry.uuid,
+                path: m.path.clone(),
+                domain: entry.domain.clone(),
+                size: entry.size,
+                is_file: m.is_file,
+                stats: MemberStats::default(),
+            });
+            match role {
+                Role::Slot(i) => {
+                    let s = &mut slots[i];
+                    s.member = Some(member.clone());
+                    match s.state {
+                        SlotState::Active => dirty_images.push(member),
+                        SlotState::Rebuilding => {
+                            report.rebuilding.push(m.path.clone());
+                        }
+                        SlotState::Failed | SlotState::Empty => {
+                            // Stale: it missed writes while failed. Never trust its data.
+                            s.state = SlotState::Rebuilding;
+                            s.recovery.store(0, Ordering::Release);
+                            report.rebuilding.push(m.path.clone());
+                        }
+                    }
+                }
+                Role::Replacement(i) => {
+                    let off = newest.slots[i]
+                        .replacement
+                        .as_ref()
+                        .map(|r| r.1)
+                        .unwrap_or(0);
+                    slots[i].replacement = Some((member, Arc::new(AtomicU64::new(off))));
+                    report.rebuilding.push(m.path.clone());
+                }
+                Role::Spare => spares.push(member),
+                Role::None => unreachable!(),
+            }
+        }
+        for (i, s) in slots.iter_mut().enumerate() {
+            if s.member.is_none() && matches!(s.state, SlotState::Active | SlotState::Rebuilding) {
+                s.state = SlotState::Failed;
+                report.missing.push(i);
+            }
+        }
+        let state = State {
+            slots,
+            spares,
+            failed: None,
+        };
+        // Dirty regions: the union of the bitmaps of members that were in sync.
+        let mut dirty = Vec::new();
+        let regions = g.member_size.div_ceil(newest.bitmap_region).max(1);
+        if !newest.clean && g.redundancy() > 0 {
+            report.unclean = true;
+            let mut union = vec![0u8; newest.bitmap_bytes as usize];
+            for m in &dirty_images {
+                let buf = AlignedBuf::zeroed(newest.bitmap_bytes as usize).into_shared();
+                if dev::read_at(
+                    &m.dev,
+                    superblock::BITMAP_OFFSET,
+                    buf.clone(),
+                    IoClass::Foreground,
+                )
+                .await
+                .is_ok()
+                {
+                    let b = buf.try_unwrap().expect("sole owner");
+                    for (u, x) in union.iter_mut().zip(b.iter()) {
+                        *u |= *x;
+                    }
+                }
+            }
+            dirty = Bitmap::set_bits(&union, regions);
+        }
+        let array = Array::build(
+            newest.name.clone(),
+            newest.array_uuid,
+            newest.created,
+            g,
+            state,
+            newest.event,
+            newest.bitmap_region,
+            newest.bitmap_bytes,
+            newest.resync_offset,
+            &dirty,
+        )?;
+        let mut st = (*array.state.load_full()).clone();
+        array.take_spares(&mut st);
+        array.judge(&mut st);
+        if let Some(why) = &st.failed {
+            if !opts.force {
+                return Err(Error::Failed(format!(
+                    "'{}' cannot start: {why}. Find the missing members and assemble again with them",
+                    array.name
+                )));
+            }
+        }
+        array.state.store(Arc::new(st));
+        {
+            let _g = array.mgmt.lock().await;
+            let st = array.state.load_full();
+            let lost = array.persist(&st, false).await;
+            if !lost.is_empty() {
+                drop(_g);
+                for m in lost {
+                    array.fail_member(&m, "superblock write failed").await;
+                }
+            }
+        }
+        *array.report.lock() = report;
+        if !dirty.is_empty() {
+            let (bytes, n) = array.resync_regions(&dirty).await?;
+            let mut r = array.report.lock();
+            r.resynced_bytes = bytes;
+            r.resynced_regions = n;
+        }
+        if !opts.no_processes {
+            array.start_processes();
+        }
+        Ok(array)
+    }
+
+    pub fn report(&self) -> AssemblyReport {
+        self.report.lock().clone()
+    }
+
+    /// Volume size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn state(&self) -> Arc<State> {
+        self.state.load_full()
+    }
+
+    /// The superblock a member gets for the given state.
+    pub(crate) fn superblock(&self, st: &State, event: u64, clean: bool, this: Uuid) -> Superblock {
+        Superblock {
+            array_uuid: self.uuid,
+            name: self.name.clone(),
+            created: self.created,
+            event,
+            this_member: this,
+            geometry: self.geometry.clone(),
+            bitmap_region: self
+                .bitmap
+                .as_ref()
+                .map(|b| b.region)
+                .unwrap_or_else(|| default_region(self.geometry.member_size, self.geometry.chunk)),
+            bitmap_bytes: self.bitmap_bytes,
+            clean,
+            resync_offset: self.resync_offset.load(Ordering::Acquire),
+            slots: st
+                .slots
+                .iter()
+                .map(|s| Slot {
+                    member: s.entry.clone(),
+                    state: s.state,
+                    recovery_offset: s.recovery.load(Ordering::Acquire),
+                    replacement: s
+                        .replacement
+                        .as_ref()
+                        .map(|(m, r)| (m.entry(), r.load(Ordering::Acquire))),
+                })
+                .collect(),
+            spares: st.spares.iter().map(|m| m.entry()).collect(),
+        }
+    }
+
+    /// Write the superblock for `st` to every live member (event + 1). Returns the
+    /// members whose write failed; the caller fails them. Call with `mgmt` held.
+    pub(crate) async fn persist(&self, st: &State, clean: bool) -> Vec<Arc<Member>> {
+        let event = self.event.fetch_add(1, Ordering::AcqRel) + 1;
+        let members = st.live_members();
+        let futs = members.iter().map(|m| {
+            let sb = self.superblock(st, event, clean, m.uuid);
+            let bytes = sb.encode();
+            let mut buf = AlignedBuf::zeroed(bytes.len().div_ceil(4096) * 4096);
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            let off = sb.copy_offset();
+            let m = m.clone();
+            async move {
+                let r =
+                    dev::write_at(&m.dev, off, buf.into_shared(), true, IoClass::Foreground).await;
+                (m, r)
+            }
+        });
+        let mut failed = Vec::new();
+        for (m, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                tracing::error!(member = %m.path, error = %e, "superblock write failed");
+                m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                failed.push(m);
+            }
+        }
+        failed
+    }
+
+    /// Decide whether the state still holds all data.
+    pub(crate) fn judge(&self, st: &mut State) {
+        let w = self.geometry.width as usize;
+        let red = self.geometry.redundancy();
+        st.failed = None;
+        for g in 0..self.geometry.groups as usize {
+            let slots = &st.slots[g * w..(g + 1) * w];
+            let out: Vec<usize> = (0..w)
+                .filter(|&i| slots[i].state != SlotState::Active)
+                .collect();
+            if out.len() > red {
+                let names: Vec<String> = out
+                    .iter()
+                    .map(|&i| {
+                        let s = &slots[i];
+                        let who = s
+                            .member
+                            .as_ref()
+                            .map(|m| m.path.clone())
+                            .unwrap_or_else(|| format!("slot {}", g * w + i));
+                        format!("{who} ({:?})", s.state).to_lowercase()
+                    })
+                    .collect();
+                st.failed = Some(format!(
+                    "group {g} has lost {} of {w} members ({}) and survives only {red}",
+                    out.len(),
+                    names.join(", ")
+                ));
+                return;
+            }
+        }
+    }
+
+    /// Hand spares to failed or empty slots, choosing one whose failure domain the
+    /// group can absorb when there is a choice.
+    pub(crate) fn take_spares(&self, st: &mut State) -> bool {
+        let w = self.geometry.width as usize;
+        let red = self.geometry.redundancy();
+        let mut changed = false;
+        for i in 0..st.slots.len() {
+            if !matches!(st.slots[i].state, SlotState::Failed | SlotState::Empty)
+                || st.spares.is_empty()
+            {
+                continue;
+            }
+            let g = i / w;
+            let domain_count = |d: &str, st: &State| {
+                st.slots[g * w..(g + 1) * w]
+                    .iter()
+                    .filter(|s| {
+                        s.state != SlotState::Failed
+                            && s.member.as_ref().is_some_and(|m| m.domain == d)
+                    })
+                    .count()
+            };
+            let pick = st
+                .spares
+                .iter()
+                .position(|m| m.domain.is_empty() || domain_count(&m.domain, st) < red)
+                .unwrap_or(0);
+            let spare = st.spares.remove(pick);
+            tracing::warn!(slot = i, spare = %spare.path, "hot spare takes over");
+            let s = &mut st.slots[i];
+            s.entry = Some(spare.entry());
+            s.member = Some(spare);
+            s.state = SlotState::Rebuilding;
+            s.recovery = Arc::new(AtomicU64::new(0));
+            changed = true;
+        }
+        changed
+    }
+
+    /// Fail a member because of an I/O error (or the user's command). Records the
+    /// failure on the other members before returning, so no write that skipped this member
+    /// is acknowledged before the array knows.
+    pub async fn fail_member(&self, member: &Arc<Member>, why: &str) {
+        let _g = self.mgmt.lock().await;
+        let mut pending = vec![member.clone()];
+        while let Some(m) = pending.pop() {
+            let st = self.state.load_full();
+            let mut new = (*st).clone();
+            if !Self::mark_failed(&mut new, &m) {
+                continue;
+            }
+            tracing::error!(member = %m.path, reason = why, array = %self.name, "member failed");
+            self.take_spares(&mut new);
+            self.judge(&mut new);
+            if let Some(f) = &new.failed {
+                tracing::error!(array = %self.name, "array failed: {f}");
+            }
+            let new = Arc::new(new);
+            self.state.store(new.clone());
+            pending.extend(self.persist(&new, false).await);
+            self.cancel_process_on_failure();
+        }
+        self.wake.notify_one();
+    }
+
+    fn mark_failed(st: &mut State, m: &Arc<Member>) -> bool {
+        for s in st.slots.iter_mut() {
+            if s.member.as_ref().is_some_and(|x| Arc::ptr_eq(x, m)) && s.state != SlotState::Failed
+            {
+                if let Some((r, off)) = s.replacement.take() {
+                    // The replacement carries on as the slot's member, rebuilding.
+                    s.entry = Some(r.entry());
+                    s.member = Some(r);
+                    s.state = SlotState::Rebuilding;
+                    s.recovery = off;
+                } else {
+                    s.state = SlotState::Failed;
+                }
+                return true;
+            }
+            if s.replacement
+                .as_ref()
+                .is_some_and(|(x, _)| Arc::ptr_eq(x, m))
+            {
+                s.replacement = None;
+                return true;
+            }
+        }
+        let before = st.spares.len();
+        st.spares.retain(|x| !Arc::ptr_eq(x, m));
+        st.spares.len() != before
+    }
+
+    fn find_member(&self, who: &str) -> Result<(Role, Arc<Member>)> {
+        let st = self.state.load_full();
+        st.find(who).ok_or_else(|| {
+            let known: Vec<String> = st.live_members().iter().map(|m| m.path.clone()).collect();
+            Error::Invalid(format!(
+                "{who} is not a member of '{}' (members: {})",
+                self.name,
+                known.join(", ")
+            ))
+        })
+    }
+
+    /// `sbod fail`: take a member out of service.
+    pub async fn fail(&self, who: &str) -> Result<()> {
+        let (role, m) = self.find_member(who)?;
+        if let Role::Slot(i) = role {
+            let st = self.state.load_full();
+            if st.slots[i].state == SlotState::Failed {
+                return Err(Error::Invalid(format!("{who} has already failed")));
+            }
+        }
+        self.fail_member(&m, "failed by the administrator").await;
+        Ok(())
+    }
+
+    /// `sbod remove`: forget a failed member or a spare.
+    pub async fn remove(&self, who: &str) -> Result<()> {
+        let _g = self.mgmt.lock().await;
+        let st = self.state.load_full();
+        let mut new = (*st).clone();
+        let found = st.slots.iter().position(|s| {
+            s.member
+                .as_ref()
+                .is_some_and(|m| m.path == who || m.uuid.to_string() == who)
+                || s.entry.as_ref().is_some_and(|e| e.uuid.to_string() == who)
+        });
+        let removed: Option<Arc<Member>>;
+        if let Some(i) = found {
+            let s = &mut new.slots[i];
+            if s.state != SlotState::Failed {
+                return Err(Error::Refused(format!(
+                    "{who} is {} in '{}': fail it first (sbod fail {} {who}) or use sbod replace",
+                    format!("{:?}", s.state).to_lowercase(),
+                    self.name,
+                    self.name
+                )));
+            }
+            removed = s.member.take();
+            s.entry = None;
+            s.state = SlotState::Empty;
+        } else if let Some(p) = st
+            .spares
+            .iter()
+            .position(|m| m.path == who || m.uuid.to_string() == who)
+        {
+            removed = Some(new.spares.remove(p));
+        } else {
+            return Err(Error::Invalid(format!(
+                "{who} is not a failed member or spare of '{}'",
+                self.name
+            )));
+        }
+        let new = Arc::new(new);
+        self.state.store(new.clone());
+        let _ = self.persist(&new, false).await;
+        if let Some(m) = removed {
+            // Wipe its claim so it is not mistaken for a member later.
+            Self::wipe(&m).await;
+            m.dev.close();
+        }
+        Ok(())
+    }
+
+    async fn wipe(m: &Arc<Member>) {
+        let z = AlignedBuf::zeroed(2 * superblock::COPY_SIZE).into_shared();
+        let _ = dev::write_at(&m.dev, 0, z, true, IoClass::Foreground).await;
+    }
+
+    fn check_new_member(&self, spec: &MemberSpec) -> Result<u64> {
+        let st = self.state.load_full();
+        if st.live_members().iter().any(|m| m.path == spec.path) {
+            return Err(Error::Invalid(format!(
+                "{} is already a member of '{}'",
+                spec.path, self.name
+            )));
+        }
+        let need = self.geometry.data_offset + self.geometry.member_size;
+        if self.geometry.level != Level::Concat && spec.dev.size() < need {
+            return Err(Error::Invalid(format!(
+                "{} has {} but members of '{}' need {}",
+                spec.path,
+                crate::layout::human(spec.dev.size()),
+                self.name,
+                crate::layout::human(need)
+            )));
+        }
+        Ok(if self.geometry.level == Level::Concat {
+            spec.dev.size().saturating_sub(self.geometry.data_offset) / self.geometry.chunk as u64
+                * self.geometry.chunk as u64
+        } else {
+            self.geometry.member_size
+        })
+    }
+
+    fn new_member(spec: MemberSpec, size: u64) -> Arc<Member> {
+        Arc::new(Member {
+            dev: spec.dev,
+            uuid: Uuid::new_v4(),
+            path: spec.path,
+            domain: spec.domain,
+            size,
+            is_file: spec.is_file,
+            stats: MemberStats::default(),
+        })
+    }
+
+    /// `sbod add`: a hot spare. A degraded array takes it at once and rebuilds.
+    pub async fn add(&self, spec: MemberSpec, force: bool) -> Result<()> {
+        let size = self.check_new_member(&spec)?;
+        check_blank(&spec.dev, force).await?;
+        let m = Self::new_member(spec, size);
+        let _g = self.mgmt.lock().await;
+        let mut new = (*self.state.load_full()).clone();
+        new.spares.push(m);
+        self.take_spares(&mut new);
+        self.judge(&mut new);
+        let new = Arc::new(new);
+        self.state.store(new.clone());
+        let lost = self.persist(&new, false).await;
+        drop(_g);
+        for m in lost {
+            self.fail_member(&m, "superblock write failed").await;
+        }
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// `sbod replace`: rebuild `new` to take `old`'s place. While `old` still works it keeps
+    /// serving (redundancy is never reduced); if it has failed, `new` simply rebuilds.
+    pub async fn replace(&self, old: &str, spec: MemberSpec, force: bool) -> Result<()> {
+        let st = self.state.load_full();
+        let slot = st
+            .slots
+            .iter()
+            .position(|s| {
+                s.member
+                    .as_ref()
+                    .is_some_and(|m| m.path == old || m.uuid.to_string() == old)
+                    || s.entry.as_ref().is_some_and(|e| e.uuid.to_string() == old)
+            })
+            .ok_or_else(|| Error::Invalid(format!("{old} is not in a slot of '{}'", self.name)))?;
+        if st.slots[slot].replacement.is_some() {
+            return Err(Error::Busy(format!("{old} is already being replaced")));
+        }
+        let size = self.check_new_member(&spec)?;
+        check_blank(&spec.dev, force).await?;
+        let m = Self::new_member(spec, size);
+        let _g = self.mgmt.lock().await;
+        let mut new = (*self.state.load_full()).clone();
+        let s = &mut new.slots[slot];
+        let mut retired = None;
+        match s.state {
+            SlotState::Active => s.replacement = Some((m, Arc::new(AtomicU64::new(0)))),
+            _ => {
+                retired = s.member.take();
+                s.entry = Some(m.entry());
+                s.member = Some(m);
+                s.state = SlotState::Rebuilding;
+                s.recovery = Arc::new(AtomicU64::new(0));
+            }
+        }
+        self.judge(&mut new);
+        let new = Arc::new(new);
+        self.state.store(new.clone());
+        let lost = self.persist(&new, false).await;
+        drop(_g);
+        if let Some(r) = retired {
+            r.dev.close();
+        }
+        for m in lost {
+            self.fail_member(&m, "superblock write failed").await;
+        }
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Stop background work, flush, mark clean and close the members.
+    pub async fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.closing.store(true, Ordering::Release);
+        if let Some(p) = self.process.lock().clone() {
+            p.cancel();
+        }
+        self.wake.notify_waiters();
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        for t in tasks {
+            let _ = t.await;
+        }
+        let flushed = self.flush().await;
+        let _g = self.mgmt.lock().await;
+        let st = self.state.load_full();
+        let clean = flushed.is_ok() && st.failed.is_none();
+        if clean {
+            if let Some(bm) = &self.bitmap {
+                // Everything is durable: clear the whole bitmap.
+                let zero = AlignedBuf::zeroed(self.bitmap_bytes as usize).into_shared();
+                for m in st.live_members() {
+                    let _ = dev::write_at(
+                        &m.dev,
+                        superblock::BITMAP_OFFSET,
+                        zero.clone(),
+                        true,
+                        IoClass::Foreground,
+                    )
+                    .await;
+                }
+                for r in 0..bm.regions {
+                    bm.finish_clear(r);
+                }
+            }
+        }
+        let _ = self.persist(&st, clean).await;
+        for m in st.live_members() {
+            m.dev.close();
+        }
+        for s in &st.slots {
+            if let Some(m) = &s.member {
+                m.dev.close();
+            }
+        }
+        flushed
+    }
+}
+
+/// What `sbod status --json` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub name: String,
+    pub uuid: String,
+    pub level: String,
+    /// optimal / degraded / rebuilding / resyncing / failed
+    pub state: String,
+    pub failed_reason: Option<String>,
+    pub size: u64,
+    pub chunk: u32,
+    pub groups: u32,
+    pub width: u32,
+    pub redundancy: usize,
+    pub event: u64,
+    pub members: Vec<MemberStatus>,
+    pub process: Option<crate::process::ProcessStatus>,
+    pub last_process: Option<crate::process::ProcessStatus>,
+    pub bitmap_region: Option<u64>,
+    pub dirty_regions: u64,
+    pub resync_offset: Option<u64>,
+    pub assembly: AssemblyReport,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemberStatus {
+    pub slot: Option<usize>,
+    pub group: Option<usize>,
+    pub path: Option<String>,
+    pub uuid: Option<String>,
+    /// active / failed / spare / rebuilding / missing / replacing
+    pub state: String,
+    pub domain: String,
+    pub size: u64,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub checksum_errors: u64,
+    pub repaired: u64,
+    pub reads: u64,
+    pub writes: u64,
+    /// Rebuilding/replacing: bytes of member data valid so far.
+    pub recovered: Option<u64>,
+}
+
+impl Array {
+    pub fn status(&self) -> Status {
+        let st = self.state.load_full();
+        let w = self.geometry.width as usize;
+        let mut members = Vec::new();
+        let ms =
+            |m: &Arc<Member>, slot: Option<usize>, state: &str, rec: Option<u64>| MemberStatus {
+                slot,
+                group: slot.map(|s| s / w),
+                path: Some(m.path.clone()),
+                uuid: Some(m.uuid.to_string()),
+                state: state.into(),
+                domain: m.domain.clone(),
+                size: m.size,
+                read_errors: m.stats.read_errors.load(Ordering::Relaxed),
+                write_errors: m.stats.write_errors.load(Ordering::Relaxed),
+                checksum_errors: m.stats.checksum_errors.load(Ordering::Relaxed),
+                repaired: m.stats.repaired.load(Ordering::Relaxed),
+                reads: m.stats.reads.load(Ordering::Relaxed),
+                writes: m.stats.writes.load(Ordering::Relaxed),
+                recovered: rec,
+            };
+        let mut rebuilding = false;
+        for (i, s) in st.slots.iter().enumerate() {
+            match (&s.member, s.state) {
+                (Some(m), SlotState::Active) => members.push(ms(m, Some(i), "active", None)),
+                (Some(m), SlotState::Rebuilding) => {
+                    rebuilding = true;
+                    members.push(ms(
+                        m,
+                        Some(i),
+                        "rebuilding",
+                        Some(s.recovery.load(Ordering::Relaxed)),
+                    ))
+                }
+                (Some(m), SlotState::Failed) => members.push(ms(m, Some(i), "failed", None)),
+                (None, state) => members.push(MemberStatus {
+                    slot: Some(i),
+                    group: Some(i / w),
+                    path: None,
+                    uuid: s.entry.as_ref().map(|e| e.uuid.to_string()),
+                    state: if state == SlotState::Empty {
+                        "empty".into()
+                    } else {
+                        "missing".into()
+                    },
+                    domain: s
+                        .entry
+                        .as_ref()
+                        .map(|e| e.domain.clone())
+                        .unwrap_or_default(),
+                    size: 0,
+                    read_errors: 0,
+                    write_errors: 0,
+                    checksum_errors: 0,
+                    repaired: 0,
+                    reads: 0,
+                    writes: 0,
+                    recovered: None,
+                }),
+                (Some(m), SlotState::Empty) => members.push(ms(m, Some(i), "missing", None)),
+            }
+            if let Some((m, r)) = &s.replacement {
+                rebuilding = true;
+                members.push(ms(m, Some(i), "replacing", Some(r.load(Ordering::Relaxed))));
+            }
+        }
+        for m in &st.spares {
+            members.push(ms(m, None, "spare", None));
+        }
+        let degraded = st.slots.iter().any(|s| s.state != SlotState::Active);
+        let resync = self.resync_offset.load(Ordering::Relaxed);
+        let process = self.process.lock().as_ref().map(|p| p.status());
+        let state = if st.failed.is_some() {
+            "failed"
+        } else if rebuilding {
+            "rebuilding"
+        } else if degraded {
+            "degraded"
+        } else if resync != u64::MAX {
+            "resyncing"
+        } else {
+            "optimal"
+        };
+        Status {
+            name: self.name.clone(),
+            uuid: self.uuid.to_string(),
+            level: self.geometry.level.to_string(),
+            state: state.into(),
+            failed_reason: st.failed.clone(),
+            size: self.size,
+            chunk: self.geometry.chunk,
+            groups: self.geometry.groups,
+            width: self.geometry.width,
+            redundancy: self.geometry.redundancy(),
+            event: self.event.load(Ordering::Relaxed),
+            members,
+            process: process.filter(|p| !p.finished),
+            last_process: self.last_process(),
+            bitmap_region: self.bitmap.as_ref().map(|b| b.region),
+            dirty_regions: self.bitmap.as_ref().map(|b| b.dirty_count()).unwrap_or(0),
+            resync_offset: (resync != u64::MAX).then_some(resync),
+            assembly: self.report(),
+        }
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        self.geometry.scheme()
+    }
+}

@@ -1,0 +1,186 @@
+//! The write-intent bitmap's in-memory side.
+//!
+//! One bit per region of member space (the same offsets on every member). Before any
+//! write touches a region its bit is made durable on every member; regions idle for a
+//! sweep interval are flushed and cleared lazily. After a crash only regions whose bit is
+//! set need their parity (or mirror copies) made consistent again.
+//!
+//! Fast path: a writer increments the region's in-flight count and sees the region DIRTY:
+//! two atomics, no lock. The clearer marks a region CLEARING before it looks at the
+//! in-flight count; a writer that sees CLEARING (or CLEAN) takes the slow path, which
+//! serialises with the clearer on the bitmap block's mutex. Both sides use SeqCst, so
+//! either the writer sees CLEARING or the clearer sees the writer (Dekker).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering::SeqCst};
+
+pub const CLEAN: u8 = 0;
+pub const DIRTY: u8 = 1;
+pub const CLEARING: u8 = 2;
+
+/// Bytes of bitmap per on-disk block (the unit written).
+pub const BLOCK: usize = 4096;
+pub const BITS_PER_BLOCK: u64 = (BLOCK * 8) as u64;
+
+pub struct Bitmap {
+    pub region: u64,
+    pub regions: u64,
+    state: Vec<AtomicU8>,
+    inflight: Vec<AtomicU32>,
+    touched: Vec<AtomicBool>,
+    /// On-disk image of each block, guarded by its mutex (the slow path's lock).
+    pub blocks: Vec<tokio::sync::Mutex<Vec<u8>>>,
+}
+
+impl Bitmap {
+    pub fn new(region: u64, member_size: u64, dirty: &[u64]) -> Bitmap {
+        let regions = member_size.div_ceil(region).max(1);
+        let nblocks = regions.div_ceil(BITS_PER_BLOCK) as usize;
+        let b = Bitmap {
+            region,
+            regions,
+            state: (0..regions).map(|_| AtomicU8::new(CLEAN)).collect(),
+            inflight: (0..regions).map(|_| AtomicU32::new(0)).collect(),
+            touched: (0..regions).map(|_| AtomicBool::new(false)).collect(),
+            blocks: (0..nblocks)
+                .map(|_| tokio::sync::Mutex::new(vec![0u8; BLOCK]))
+                .collect(),
+        };
+        for &r in dirty {
+            if r < regions {
+                b.state[r as usize].store(DIRTY, SeqCst);
+                let mut blk = b.blocks[(r / BITS_PER_BLOCK) as usize]
+                    .try_lock()
+                    .expect("new bitmap");
+                let bit = r % BITS_PER_BLOCK;
+                blk[(bit / 8) as usize] |= 1 << (bit % 8);
+            }
+        }
+        b
+    }
+
+    /// Bytes the bitmap takes on disk.
+    pub fn bytes_for(regions: u64) -> u64 {
+        regions.div_ceil(BITS_PER_BLOCK).max(1) * BLOCK as u64
+    }
+
+    pub fn region_of(&self, member_offset: u64) -> u64 {
+        member_offset / self.region
+    }
+
+    /// Fast path: returns true if the region is already durable-dirty and the caller now
+    /// counts as in flight. On false the caller is NOT counted and must use the slow path.
+    pub fn try_enter(&self, r: u64) -> bool {
+        let i = r as usize;
+        self.inflight[i].fetch_add(1, SeqCst);
+        self.touched[i].store(true, std::sync::atomic::Ordering::Relaxed);
+        if self.state[i].load(SeqCst) == DIRTY {
+            return true;
+        }
+        self.inflight[i].fetch_sub(1, SeqCst);
+        false
+    }
+
+    /// Slow path, with the block's mutex held by the caller: count in, and say whether the
+    /// bit must be written before the write may proceed.
+    pub fn enter_locked(&self, r: u64, image: &mut [u8]) -> bool {
+        let i = r as usize;
+        self.inflight[i].fetch_add(1, SeqCst);
+        self.touched[i].store(true, std::sync::atomic::Ordering::Relaxed);
+        if self.state[i].load(SeqCst) == DIRTY {
+            return false;
+        }
+        let bit = r % BITS_PER_BLOCK;
+        image[(bit / 8) as usize] |= 1 << (bit % 8);
+        true
+    }
+
+    /// After the block holding `r` is durable: mark it dirty in memory.
+    pub fn set_dirty(&self, r: u64) {
+        self.state[r as usize].store(DIRTY, SeqCst);
+    }
+
+    pub fn leave(&self, r: u64) {
+        self.inflight[r as usize].fetch_sub(1, SeqCst);
+    }
+
+    /// Regions that have been dirty and idle since the previous sweep.
+    pub fn idle_candidates(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for i in 0..self.regions as usize {
+            if self.state[i].load(SeqCst) == DIRTY {
+                let touched = self.touched[i].swap(false, SeqCst);
+                if !touched && self.inflight[i].load(SeqCst) == 0 {
+                    out.push(i as u64);
+                }
+            }
+        }
+        out
+    }
+
+    /// With the block's mutex held: try to start clearing `r`. False if a writer came in.
+    pub fn begin_clear(&self, r: u64, image: &mut [u8]) -> bool {
+        let i = r as usize;
+        if self.state[i].load(SeqCst) != DIRTY {
+            return false;
+        }
+        self.state[i].store(CLEARING, SeqCst);
+        if self.inflight[i].load(SeqCst) != 0 {
+            self.state[i].store(DIRTY, SeqCst);
+            return false;
+        }
+        let bit = r % BITS_PER_BLOCK;
+        image[(bit / 8) as usize] &= !(1 << (bit % 8));
+        true
+    }
+
+    /// The cleared bit is durable.
+    pub fn finish_clear(&self, r: u64) {
+        self.state[r as usize].store(CLEAN, SeqCst);
+    }
+
+    pub fn dirty_count(&self) -> u64 {
+        self.state
+            .iter()
+            .filter(|s| s.load(SeqCst) != CLEAN)
+            .count() as u64
+    }
+
+    /// Regions whose bit is set in an on-disk image.
+    pub fn set_bits(image: &[u8], regions: u64) -> Vec<u64> {
+        (0..regions.min(image.len() as u64 * 8))
+            .filter(|&r| image[(r / 8) as usize] & (1 << (r % 8)) != 0)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enter_clear_protocol() {
+        let b = Bitmap::new(1 << 20, 10 << 20, &[]);
+        assert!(!b.try_enter(3), "clean region needs the slow path");
+        let mut img = vec![0u8; BLOCK];
+        assert!(
+            b.enter_locked(3, &mut img),
+            "first writer must persist the bit"
+        );
+        assert_eq!(img[0], 1 << 3);
+        b.set_dirty(3);
+        assert!(b.try_enter(3));
+        // Two writers in flight: cannot clear.
+        assert!(!b.begin_clear(3, &mut img));
+        b.leave(3);
+        b.leave(3);
+        // Touched since the last sweep: not a candidate yet; next sweep it is.
+        assert!(b.idle_candidates().is_empty());
+        assert_eq!(b.idle_candidates(), vec![3]);
+        assert!(b.begin_clear(3, &mut img));
+        assert_eq!(img[0], 0);
+        // A writer arriving mid-clear goes to the slow path.
+        assert!(!b.try_enter(3));
+        b.finish_clear(3);
+        assert_eq!(b.dirty_count(), 0);
+    }
+}

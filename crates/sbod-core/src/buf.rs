@@ -1,0 +1,186 @@
+//! Page-aligned I/O buffers.
+//!
+//! O_DIRECT needs buffers aligned to the device's logical block (4096 covers every device
+//! sbod accepts). [`AlignedBuf`] owns such memory. [`SharedBuf`] lets several member I/Os
+//! fill or drain disjoint parts of one buffer at once (a stripe read lands straight in the
+//! client's buffer, no copy); each in-flight I/O holds a reference, so the memory outlives
+//! the kernel's use of it even if the request that started it is dropped.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut, Range};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// The alignment of every buffer (and the engine's logical block size).
+pub const ALIGN: usize = 4096;
+
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    cap: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zero-filled buffer of `len` bytes (capacity rounded up to ALIGN).
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        let cap = len.div_ceil(ALIGN).max(1) * ALIGN;
+        let layout = Layout::from_size_align(cap, ALIGN).expect("buffer layout");
+        // SAFETY: layout has non-zero size.
+        let p = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len, cap }
+    }
+
+    pub fn from_slice(data: &[u8]) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(data.len());
+        b.copy_from_slice(data);
+        b
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Shrink the visible length (capacity stays).
+    pub fn truncate(&mut self, len: usize) {
+        assert!(len <= self.cap);
+        self.len = len.min(self.len);
+    }
+
+    pub fn into_shared(self) -> SharedBuf {
+        let len = self.len;
+        SharedBuf {
+            inner: Arc::new(SharedInner(UnsafeCell::new(self))),
+            range: 0..len,
+        }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.cap, ALIGN).expect("buffer layout");
+        // SAFETY: allocated in `zeroed` with this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for cap >= len bytes, initialised (zeroed at allocation).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and we hold &mut self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl AsMut<[u8]> for AlignedBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
+struct SharedInner(UnsafeCell<AlignedBuf>);
+// SAFETY: access discipline is documented on SharedBuf: concurrent users touch disjoint
+// ranges, and reads of a range only happen after writes to it have completed.
+unsafe impl Send for SharedInner {}
+unsafe impl Sync for SharedInner {}
+
+/// A view of part of a shared aligned buffer.
+///
+/// Contract: the engine hands out views of disjoint ranges to concurrent I/Os, and only
+/// reads a range after the I/O writing it has completed. That is the one invariant the
+/// `unsafe` here relies on; it is kept by the stripe planner, which never issues two member
+/// I/Os over the same bytes of one buffer.
+#[derive(Clone)]
+pub struct SharedBuf {
+    inner: Arc<SharedInner>,
+    range: Range<usize>,
+}
+
+impl SharedBuf {
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+
+    /// A sub-view, `r` relative to this view.
+    pub fn slice(&self, r: Range<usize>) -> SharedBuf {
+        assert!(
+            r.start <= r.end && r.end <= self.range.len(),
+            "slice out of range"
+        );
+        SharedBuf {
+            inner: self.inner.clone(),
+            range: self.range.start + r.start..self.range.start + r.end,
+        }
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        // SAFETY: the range lies inside the buffer.
+        unsafe { (*self.inner.0.get()).ptr.as_ptr().add(self.range.start) }
+    }
+
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        // SAFETY: as above; writes follow the disjointness contract.
+        unsafe { (*self.inner.0.get()).ptr.as_ptr().add(self.range.start) }
+    }
+
+    /// # Safety
+    /// No I/O may be writing this range concurrently.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        std::slice::from_raw_parts(self.as_ptr(), self.len())
+    }
+
+    /// # Safety
+    /// No other view of this range may be in use concurrently.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
+        std::slice::from_raw_parts_mut(self.as_mut_ptr(), self.len())
+    }
+
+    /// Take the buffer back once every other view is gone. Returns the view unchanged
+    /// if views are still alive.
+    pub fn try_unwrap(self) -> Result<AlignedBuf, SharedBuf> {
+        let range = self.range.clone();
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => Ok(inner.0.into_inner()),
+            Err(inner) => Err(SharedBuf { inner, range }),
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedBuf({:?})", self.range)
+    }
+}

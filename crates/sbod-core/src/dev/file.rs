@@ -1,0 +1,393 @@
+//! Members that are regular files or block devices, driven by blocking syscalls on a small
+//! pool of threads owned by each member (the portable path; see `uring` for io_uring).
+
+use super::{BlockDev, Done, IoKind, IoReq};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+const BLKSSZGET: libc::c_ulong = 0x1268;
+const BLKZEROOUT: libc::c_ulong = 0x127f;
+
+/// How to open a member.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    /// Use O_DIRECT where the file system supports it.
+    pub direct: bool,
+    /// Refuse a member another process holds (flock on files, O_EXCL on block devices).
+    pub exclusive: bool,
+    /// Worker threads for the blocking path.
+    pub threads: usize,
+    /// Use io_uring when the kernel allows it.
+    pub uring: bool,
+    /// Read-only (examine).
+    pub read_only: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            direct: true,
+            exclusive: true,
+            threads: 4,
+            uring: true,
+            read_only: false,
+        }
+    }
+}
+
+/// An opened member file or device, before a queue is attached.
+pub struct Opened {
+    pub file: File,
+    pub size: u64,
+    pub block_device: bool,
+    pub direct: bool,
+}
+
+fn os_err(what: &str, path: &Path) -> io::Error {
+    let e = io::Error::last_os_error();
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+/// Open a member: O_DIRECT if possible, exclusively, and learn its size.
+pub fn open(path: &Path, opts: &OpenOptions) -> io::Result<Opened> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let block_device = meta.file_type().is_block_device();
+    if !block_device && !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is neither a block device nor a regular file",
+                path.display()
+            ),
+        ));
+    }
+    let open_with = |direct: bool| -> io::Result<File> {
+        let mut flags = 0;
+        if direct {
+            flags |= libc::O_DIRECT;
+        }
+        if block_device && opts.exclusive {
+            flags |= libc::O_EXCL;
+        }
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .custom_flags(flags)
+            .open(path)
+    };
+    let mut direct = opts.direct;
+    let file = match open_with(direct) {
+        Ok(f) => f,
+        Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
+            direct = false;
+            open_with(false)?
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "{} is in use (mounted, or held by another program)",
+                    path.display()
+                ),
+            ))
+        }
+        Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+    };
+    let fd = file.as_raw_fd();
+    if !block_device && opts.exclusive {
+        let lock = if opts.read_only {
+            libc::LOCK_SH
+        } else {
+            libc::LOCK_EX
+        };
+        // SAFETY: fd is open.
+        if unsafe { libc::flock(fd, lock | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!("{} is in use by another sbod process", path.display()),
+                ));
+            }
+            return Err(os_err("lock", path));
+        }
+    }
+    let size = if block_device {
+        let mut size: u64 = 0;
+        // SAFETY: BLKGETSIZE64 writes a u64.
+        if unsafe { libc::ioctl(fd, BLKGETSIZE64 as _, &mut size) } != 0 {
+            return Err(os_err("size of", path));
+        }
+        let mut lbs: libc::c_int = 0;
+        // SAFETY: BLKSSZGET writes an int.
+        if unsafe { libc::ioctl(fd, BLKSSZGET as _, &mut lbs) } == 0 && lbs > 4096 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} has {lbs}-byte logical blocks; sbod needs 4096 or less",
+                    path.display()
+                ),
+            ));
+        }
+        size
+    } else {
+        meta.len()
+    };
+    // Some file systems accept O_DIRECT at open and refuse it at I/O: probe one block.
+    if direct && size >= 4096 {
+        let buf = crate::buf::AlignedBuf::zeroed(4096);
+        // SAFETY: buf is 4096 bytes, aligned.
+        let r = unsafe { libc::pread(fd, buf.as_ptr() as *mut libc::c_void, 4096, 0) };
+        if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            drop(file);
+            direct = false;
+            let file = open_with(false)?;
+            return Ok(Opened {
+                file,
+                size,
+                block_device,
+                direct,
+            });
+        }
+    }
+    Ok(Opened {
+        file,
+        size,
+        block_device,
+        direct,
+    })
+}
+
+/// Execute one request with blocking syscalls. Shared by the thread pool and by the
+/// io_uring path for the operations it does not queue (zeroing).
+pub fn execute(file: &File, block_device: bool, req: &IoReq) -> io::Result<()> {
+    let fd = file.as_raw_fd();
+    match &req.kind {
+        IoKind::Read { buf } => {
+            let mut done = 0usize;
+            while done < buf.len() {
+                // SAFETY: the engine owns this range of the buffer for this I/O.
+                let r = unsafe {
+                    libc::pread(
+                        fd,
+                        buf.as_mut_ptr().add(done) as *mut libc::c_void,
+                        buf.len() - done,
+                        (req.offset + done as u64) as libc::off_t,
+                    )
+                };
+                if r < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                if r == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "read past the end of the member",
+                    ));
+                }
+                done += r as usize;
+            }
+            Ok(())
+        }
+        IoKind::Write { buf, fua } => {
+            let mut done = 0usize;
+            while done < buf.len() {
+                let iov = libc::iovec {
+                    // SAFETY: pointer into the buffer range owned by this I/O.
+                    iov_base: unsafe { buf.as_mut_ptr().add(done) } as *mut libc::c_void,
+                    iov_len: buf.len() - done,
+                };
+                let flags = if *fua { libc::RWF_DSYNC } else { 0 };
+                // SAFETY: one valid iovec.
+                let r = unsafe {
+                    libc::pwritev2(
+                        fd,
+                        &iov,
+                        1,
+                        (req.offset + done as u64) as libc::off_t,
+                        flags,
+                    )
+                };
+                if r < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                if r == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "member accepted no bytes",
+                    ));
+                }
+                done += r as usize;
+            }
+            Ok(())
+        }
+        IoKind::Flush => {
+            // SAFETY: fd is open.
+            if unsafe { libc::fdatasync(fd) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        }
+        IoKind::Zero { len, punch } => zero_range(fd, block_device, req.offset, *len, *punch),
+    }
+}
+
+fn zero_range(fd: i32, block_device: bool, offset: u64, len: u64, punch: bool) -> io::Result<()> {
+    if block_device {
+        // BLKZEROOUT lets the device unmap where it guarantees zeros; BLKDISCARD does not
+        // promise zeros, so it is never used for data a parity stripe depends on.
+        let range: [u64; 2] = [offset, len];
+        // SAFETY: the ioctl reads two u64.
+        if unsafe { libc::ioctl(fd, BLKZEROOUT as _, range.as_ptr()) } == 0 {
+            return Ok(());
+        }
+    } else {
+        let mode = if punch {
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+        } else {
+            libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
+        };
+        // SAFETY: plain syscall.
+        if unsafe { libc::fallocate(fd, mode, offset as libc::off_t, len as libc::off_t) } == 0 {
+            return Ok(());
+        }
+        let punch_mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: plain syscall. A punched hole reads back as zeros too.
+        if !punch
+            && unsafe { libc::fallocate(fd, punch_mode, offset as libc::off_t, len as libc::off_t) }
+                == 0
+        {
+            return Ok(());
+        }
+    }
+    // Last resort: write zeros.
+    let zeros = crate::buf::AlignedBuf::zeroed(1 << 20);
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(zeros.len() as u64) as usize;
+        // SAFETY: zeros is valid for n bytes.
+        let r = unsafe {
+            libc::pwrite(
+                fd,
+                zeros.as_ptr() as *const libc::c_void,
+                n,
+                (offset + done) as libc::off_t,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "member accepted no bytes",
+            ));
+        }
+        done += r as u64;
+    }
+    Ok(())
+}
+
+type Job = Option<(IoReq, Done)>;
+
+/// A member driven by its own pool of blocking worker threads.
+pub struct FileDev {
+    name: String,
+    size: u64,
+    direct: bool,
+    tx: crossbeam_channel::Sender<Job>,
+    closed: std::sync::atomic::AtomicBool,
+    workers: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl FileDev {
+    pub fn new(name: String, opened: Opened, threads: usize) -> FileDev {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let file = Arc::new(opened.file);
+        let block_device = opened.block_device;
+        let workers = (0..threads.max(1))
+            .map(|i| {
+                let rx = rx.clone();
+                let file = file.clone();
+                std::thread::Builder::new()
+                    .name(format!("sbod-io-{i}"))
+                    .spawn(move || {
+                        while let Ok(Some((req, done))) = rx.recv() {
+                            let r = execute(&file, block_device, &req);
+                            drop(req);
+                            done(r);
+                        }
+                    })
+                    .expect("spawn member I/O thread")
+            })
+            .collect();
+        FileDev {
+            name,
+            size: opened.size,
+            direct: opened.direct,
+            tx,
+            closed: std::sync::atomic::AtomicBool::new(false),
+            workers: parking_lot::Mutex::new(workers),
+        }
+    }
+
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+}
+
+impl BlockDev for FileDev {
+    fn submit(&self, req: IoReq, done: Done) {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return done(Err(io::Error::other("member is closed")));
+        }
+        if let Err(crossbeam_channel::SendError(Some((_, done)))) = self.tx.send(Some((req, done)))
+        {
+            done(Err(io::Error::other("member is closed")));
+        }
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        let workers = std::mem::take(&mut *self.workers.lock());
+        for _ in &workers {
+            let _ = self.tx.send(None);
+        }
+        for w in workers {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for FileDev {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,1104 @@
+//! The data path: reads, writes, flush, zeroing.
+//!
+//! Plans per stripe: a full-stripe write computes parity from the new data alone; a
+//! partial one reads whichever is less, old data plus old parity (read-modify-write) or
+//! the untouched data (reconstruct-write); a stripe with a missing member falls back to
+//! reading what survives, reconstructing, and re-encoding. Reads of a missing chunk
+//! reconstruct it under the stripe lock, and a read error that redundancy can fix is
+//! repaired by rewriting the range on the member that failed to read it.
+
+use crate::array::{Array, Member, State};
+use crate::buf::{AlignedBuf, SharedBuf};
+use crate::dev::{self, IoClass, IoKind, IoReq};
+use crate::error::{Error, Result};
+use crate::layout::{ChunkPiece, Scheme};
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Counts a write in flight in a bitmap region; leaves it on drop.
+pub(crate) struct RegionGuard<'a> {
+    array: &'a Array,
+    region: Option<u64>,
+}
+
+impl Drop for RegionGuard<'_> {
+    fn drop(&mut self) {
+        if let (Some(r), Some(bm)) = (self.region, self.array.bitmap.as_ref()) {
+            bm.leave(r);
+        }
+    }
+}
+
+/// A piece of new data destined for one data chunk of a stripe.
+#[derive(Clone)]
+pub(crate) struct NewData {
+    pub index: usize,
+    pub chunk_off: u64,
+    pub src: SharedBuf,
+}
+
+/// One member write of a plan.
+struct Target {
+    member: Arc<Member>,
+    offset: u64,
+    buf: SharedBuf,
+}
+
+fn slice_of(b: &SharedBuf) -> &[u8] {
+    // SAFETY: plan buffers are only read after the I/O that filled them completed, and no
+    // I/O writes them while the codec runs.
+    unsafe { b.as_slice() }
+}
+
+#[allow(clippy::mut_from_ref)]
+fn slice_mut(b: &SharedBuf) -> &mut [u8] {
+    // SAFETY: as above; each plan buffer has one user at a time.
+    unsafe { b.as_mut_slice() }
+}
+
+impl Array {
+    pub(crate) fn check_io(&self, offset: u64, len: u64) -> Result<Arc<State>> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Error::ShutDown);
+        }
+        if !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) {
+            return Err(Error::Invalid(format!(
+                "offset {offset} and length {len} must be multiples of 4096"
+            )));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > self.size) {
+            return Err(Error::Invalid(format!(
+                "range {offset}+{len} is beyond the end of the volume ({} bytes)",
+                self.size
+            )));
+        }
+        let st = self.state.load_full();
+        if let Some(why) = &st.failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        Ok(st)
+    }
+
+    fn member_off(&self, off: u64) -> u64 {
+        self.geometry.data_offset + off
+    }
+
+    pub(crate) async fn mread(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        class: IoClass,
+    ) -> io::Result<()> {
+        m.stats.reads.fetch_add(1, Ordering::Relaxed);
+        m.stats
+            .read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        if class == IoClass::Foreground {
+            m.stats.fg_ops.fetch_add(1, Ordering::Relaxed);
+        }
+        dev::read_at(&m.dev, self.member_off(off), buf, class).await
+    }
+
+    pub(crate) async fn mwrite(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        fua: bool,
+        class: IoClass,
+    ) -> io::Result<()> {
+        m.stats.writes.fetch_add(1, Ordering::Relaxed);
+        m.stats
+            .write_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        if class == IoClass::Foreground {
+            m.stats.fg_ops.fetch_add(1, Ordering::Relaxed);
+        }
+        dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await
+    }
+
+    /// A member failed to read: count it, and fail it once errors persist.
+    pub(crate) async fn note_read_error(&self, m: &Arc<Member>, e: &io::Error) {
+        let n = m.stats.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::warn!(member = %m.path, error = %e, count = n, "read error");
+        let max = self.settings.lock().max_read_errors;
+        if n > max {
+            self.fail_member(m, "too many read errors").await;
+        }
+    }
+
+    /// Write to every target concurrently; fail the members that refuse. Errors only if
+    /// the array can no longer hold the data.
+    async fn write_targets(&self, targets: Vec<Target>, fua: bool, class: IoClass) -> Result<()> {
+        let futs = targets.into_iter().map(|t| async move {
+            let r = self.mwrite(&t.member, t.offset, t.buf, fua, class).await;
+            (t.member, r)
+        });
+        let mut failed: Vec<(Arc<Member>, io::Error)> = Vec::new();
+        for (m, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                failed.push((m, e));
+            }
+        }
+        for (m, e) in &failed {
+            m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(member = %m.path, error = %e, "write error");
+            self.fail_member(m, "write error").await;
+        }
+        if !failed.is_empty() {
+            if let Some(why) = &self.state.load().failed {
+                return Err(Error::Failed(why.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Mark the bitmap region of member offset `off` dirty (durably) before writing it.
+    pub(crate) async fn enter_region(&self, off: u64) -> Result<RegionGuard<'_>> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok(RegionGuard {
+                array: self,
+                region: None,
+            });
+        };
+        let r = bm.region_of(off);
+        if bm.try_enter(r) {
+            return Ok(RegionGuard {
+                array: self,
+                region: Some(r),
+            });
+        }
+        let blk = (r / crate::bitmap::BITS_PER_BLOCK) as usize;
+        let mut img = bm.blocks[blk].lock().await;
+        let guard = RegionGuard {
+            array: self,
+            region: Some(r),
+        };
+        if bm.enter_locked(r, &mut img) {
+            self.write_bitmap_block(blk, &img).await?;
+            bm.set_dirty(r);
+        }
+        Ok(guard)
+    }
+
+    /// Write one bitmap block to every live member, durably.
+    pub(crate) async fn write_bitmap_block(&self, blk: usize, img: &[u8]) -> Result<()> {
+        let st = self.state.load_full();
+        let buf = AlignedBuf::from_slice(img).into_shared();
+        let off = crate::superblock::BITMAP_OFFSET + (blk * crate::bitmap::BLOCK) as u64;
+        let members = st.live_members();
+        let futs = members.iter().map(|m| {
+            let b = buf.clone();
+            async move {
+                (
+                    m.clone(),
+                    dev::write_at(&m.dev, off, b, true, IoClass::Foreground).await,
+                )
+            }
+        });
+        for (m, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(member = %m.path, error = %e, "bitmap write failed");
+                self.fail_member(&m, "bitmap write error").await;
+            }
+        }
+        if let Some(why) = &self.state.load().failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    /// Read `len` bytes at `offset`.
+    pub async fn read(&self, offset: u64, len: usize) -> Result<AlignedBuf> {
+        self.check_io(offset, len as u64)?;
+        let out = AlignedBuf::zeroed(len).into_shared();
+        match self.geometry.scheme() {
+            Scheme::Concat => {
+                let pieces = self.concat_pieces(offset, len as u64);
+                let futs = pieces.into_iter().map(|(slot, moff, boff, n)| {
+                    let dst = out.slice(boff as usize..(boff + n) as usize);
+                    self.read_direct(slot, moff, dst)
+                });
+                futures::future::try_join_all(futs).await?;
+            }
+            _ => {
+                let pieces = self.geometry.pieces(offset, len as u64);
+                let futs = pieces.into_iter().map(|p| {
+                    let dst = out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
+                    self.read_piece(p, dst)
+                });
+                futures::future::try_join_all(futs).await?;
+            }
+        }
+        Ok(out.try_unwrap().expect("read views released"))
+    }
+
+    /// Concat: (slot, member offset, offset in buffer, length) pieces, split at chunk
+    /// boundaries (the unit a replacement copies under lock).
+    fn concat_pieces(&self, offset: u64, len: u64) -> Vec<(usize, u64, u64, u64)> {
+        let st = self.state.load();
+        let chunk = self.geometry.chunk as u64;
+        let mut out = Vec::new();
+        let mut pos = offset;
+        while pos < offset + len {
+            let slot = self.concat_starts.partition_point(|&s| s <= pos) - 1;
+            let size = st.slots[slot].entry.as_ref().map(|e| e.size).unwrap_or(0);
+            let within = pos - self.concat_starts[slot];
+            let n = (size - within)
+                .min(offset + len - pos)
+                .min(chunk - within % chunk);
+            out.push((slot, within, pos - offset, n));
+            pos += n;
+        }
+        out
+    }
+
+    /// Read from the one member that holds this data (no redundancy).
+    async fn read_direct(&self, slot: usize, moff: u64, dst: SharedBuf) -> Result<()> {
+        let st = self.state.load_full();
+        let s = &st.slots[slot];
+        let m = s
+            .readable(moff + dst.len() as u64)
+            .ok_or_else(|| Error::Failed(format!("slot {slot} has no working member")))?
+            .clone();
+        if let Err(e) = self.mread(&m, moff, dst, IoClass::Foreground).await {
+            self.note_read_error(&m, &e).await;
+            return Err(Error::io(format!("reading {}", m.path), e));
+        }
+        Ok(())
+    }
+
+    async fn read_piece(&self, p: ChunkPiece, dst: SharedBuf) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let moff = p.stripe * chunk + p.chunk_off;
+        let w = self.geometry.width as usize;
+        match self.geometry.scheme() {
+            Scheme::Mirror { .. } => self.read_mirror(p.group, p.stripe, moff, dst).await,
+            Scheme::Parity { m: 0, .. } => {
+                let slot = p.group * w + self.geometry.data_member(p.stripe, p.index);
+                self.read_direct(slot, moff, dst).await
+            }
+            Scheme::Parity { .. } => {
+                let slot = p.group * w + self.geometry.data_member(p.stripe, p.index);
+                let st = self.state.load_full();
+                let mut bad = None;
+                if let Some(m) = st.slots[slot].readable(moff + p.len) {
+                    match self.mread(m, moff, dst.clone(), IoClass::Foreground).await {
+                        Ok(()) => return Ok(()),
+                        Err(e) => {
+                            self.note_read_error(m, &e).await;
+                            bad = Some(m.clone());
+                        }
+                    }
+                }
+                self.degraded_read(p, dst, bad).await
+            }
+            Scheme::Concat => unreachable!("concat is read by read_direct"),
+        }
+    }
+
+    /// Reconstruct one piece of a data chunk from the rest of its stripe. With `repair`,
+    /// write the result back to the member that failed to read it.
+    async fn degraded_read(
+        &self,
+        p: ChunkPiece,
+        dst: SharedBuf,
+        repair: Option<Arc<Member>>,
+    ) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let _lock = self.locks.lock(p.group, p.stripe).await;
+        let st = self.state.load_full();
+        if let Some(why) = &st.failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        let base = p.stripe * chunk;
+        if base + chunk > self.resync_offset.load(Ordering::Acquire) {
+            return Err(Error::Failed(
+                "a member is missing in a region whose parity is not yet synced: data there cannot be rebuilt".into(),
+            ));
+        }
+        let shards = self
+            .gather(
+                &st,
+                p.group,
+                p.stripe,
+                p.chunk_off,
+                p.len,
+                &[p.index],
+                IoClass::Foreground,
+            )
+            .await?;
+        let out = shards.bufs[p.index].as_ref().expect("reconstructed");
+        slice_mut(&dst).copy_from_slice(slice_of(out));
+        if let Some(m) = repair {
+            let fix = AlignedBuf::from_slice(slice_of(out)).into_shared();
+            match self
+                .mwrite(&m, base + p.chunk_off, fix, false, IoClass::Foreground)
+                .await
+            {
+                Ok(()) => {
+                    m.stats.repaired.fetch_add(p.len / 4096, Ordering::Relaxed);
+                    tracing::info!(member = %m.path, offset = base + p.chunk_off, "rewrote unreadable range");
+                }
+                Err(e) => {
+                    m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(member = %m.path, error = %e, "repair write failed");
+                    self.fail_member(&m, "could not rewrite an unreadable range")
+                        .await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn read_mirror(
+        &self,
+        group: usize,
+        stripe: u64,
+        moff: u64,
+        dst: SharedBuf,
+    ) -> Result<()> {
+        let w = self.geometry.width as usize;
+        let st = self.state.load_full();
+        let len = dst.len() as u64;
+        // Spread reads over the copies: start at a copy chosen by the stripe.
+        let mut order: Vec<Arc<Member>> = Vec::new();
+        for i in 0..w {
+            let slot = group * w + (i + stripe as usize) % w;
+            if let Some(m) = st.slots[slot].readable(moff + len) {
+                order.push(m.clone());
+            }
+        }
+        if order.is_empty() {
+            return Err(Error::Failed(format!("group {group} has no readable copy")));
+        }
+        let mut bad = Vec::new();
+        for m in &order {
+            match self.mread(m, moff, dst.clone(), IoClass::Foreground).await {
+                Ok(()) => {
+                    if !bad.is_empty() {
+                        self.repair_mirror(group, stripe, moff, &dst, bad).await;
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.note_read_error(m, &e).await;
+                    bad.push(m.clone());
+                }
+            }
+        }
+        Err(Error::Failed(format!(
+            "no copy of group {group} could be read at member offset {moff}"
+        )))
+    }
+
+    /// Rewrite copies that failed to read, from a good copy read again under the lock.
+    async fn repair_mirror(
+        &self,
+        group: usize,
+        stripe: u64,
+        moff: u64,
+        good: &SharedBuf,
+        bad: Vec<Arc<Member>>,
+    ) {
+        let _lock = self.locks.lock(group, stripe).await;
+        let st = self.state.load_full();
+        let w = self.geometry.width as usize;
+        let len = good.len() as u64;
+        let Some(src) = (0..w)
+            .filter_map(|i| st.slots[group * w + i].readable(moff + len))
+            .find(|m| !bad.iter().any(|b| Arc::ptr_eq(b, m)))
+            .cloned()
+        else {
+            return;
+        };
+        let fresh = AlignedBuf::zeroed(len as usize).into_shared();
+        if self
+            .mread(&src, moff, fresh.clone(), IoClass::Foreground)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        for m in bad {
+            match self
+                .mwrite(&m, moff, fresh.clone(), false, IoClass::Foreground)
+                .await
+            {
+                Ok(()) => {
+                    m.stats.repaired.fetch_add(len / 4096, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                    self.fail_member(&m, "could not rewrite an unreadable range")
+                        .await;
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- writes
+
+    /// Write `data` at `offset`; with `fua`, durable on every member before returning.
+    pub async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
+        self.check_io(offset, data.len() as u64)?;
+        let len = data.len() as u64;
+        let data = data.into_shared();
+        self.write_shared(offset, len, &data, fua).await
+    }
+
+    pub(crate) async fn write_shared(
+        &self,
+        offset: u64,
+        len: u64,
+        data: &SharedBuf,
+        fua: bool,
+    ) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        match self.geometry.scheme() {
+            Scheme::Concat => {
+                let futs =
+                    self.concat_pieces(offset, len)
+                        .into_iter()
+                        .map(|(slot, moff, boff, n)| {
+                            let src = data.slice(boff as usize..(boff + n) as usize);
+                            self.write_plain(slot, slot, moff, src, fua)
+                        });
+                futures::future::try_join_all(futs).await?;
+            }
+            Scheme::Parity { m: 0, .. } => {
+                let w = self.geometry.width as usize;
+                let futs = self.geometry.pieces(offset, len).into_iter().map(|p| {
+                    let src = data.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
+                    let slot = p.group * w + self.geometry.data_member(p.stripe, p.index);
+                    self.write_plain(slot, p.group, p.stripe * chunk + p.chunk_off, src, fua)
+                });
+                futures::future::try_join_all(futs).await?;
+            }
+            Scheme::Mirror { .. } => {
+                let futs = self.geometry.pieces(offset, len).into_iter().map(|p| {
+                    let src = data.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
+                    self.write_mirror(p.group, p.stripe, p.chunk_off, src, fua)
+                });
+                futures::future::try_join_all(futs).await?;
+            }
+            Scheme::Parity { .. } => {
+                // Group pieces by stripe; each stripe is planned on its own.
+                let mut stripes: Vec<(usize, u64, Vec<NewData>)> = Vec::new();
+                for p in self.geometry.pieces(offset, len) {
+                    let nd = NewData {
+                        index: p.index,
+                        chunk_off: p.chunk_off,
+                        src: data.slice(p.buf_off as usize..(p.buf_off + p.len) as usize),
+                    };
+                    match stripes.last_mut() {
+                        Some((g, t, v)) if *g == p.group && *t == p.stripe => v.push(nd),
+                        _ => stripes.push((p.group, p.stripe, vec![nd])),
+                    }
+                }
+                let futs = stripes
+                    .into_iter()
+                    .map(|(g, t, v)| self.write_stripe(g, t, v, fua));
+                futures::future::try_join_all(futs).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A write with no redundancy: one member (and its replacement, if one is being
+    /// copied: hence the lock, which orders this write with the copy of its chunk).
+    async fn write_plain(
+        &self,
+        slot: usize,
+        lock_key: usize,
+        moff: u64,
+        src: SharedBuf,
+        fua: bool,
+    ) -> Result<()> {
+        let _lock = self
+            .locks
+            .lock(lock_key, moff / self.geometry.chunk as u64)
+            .await;
+        let st = self.state.load_full();
+        let targets: Vec<Target> = st.slots[slot]
+            .write_targets()
+            .map(|m| Target {
+                member: m.clone(),
+                offset: moff,
+                buf: src.clone(),
+            })
+            .collect();
+        if targets.is_empty() {
+            return Err(Error::Failed(format!("slot {slot} has no working member")));
+        }
+        self.write_targets(targets, fua, IoClass::Foreground).await
+    }
+
+    async fn write_mirror(
+        &self,
+        group: usize,
+        stripe: u64,
+        chunk_off: u64,
+        src: SharedBuf,
+        fua: bool,
+    ) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let moff = stripe * chunk + chunk_off;
+        let _region = self.enter_region(moff).await?;
+        let _lock = self.locks.lock(group, stripe).await;
+        let st = self.state.load_full();
+        let w = self.geometry.width as usize;
+        let targets: Vec<Target> = (0..w)
+            .flat_map(|i| st.slots[group * w + i].write_targets())
+            .map(|m| Target {
+                member: m.clone(),
+                offset: moff,
+                buf: src.clone(),
+            })
+            .collect();
+        if targets.is_empty() {
+            return Err(Error::Failed(format!("group {group} has no working copy")));
+        }
+        self.write_targets(targets, fua, IoClass::Foreground).await
+    }
+
+    /// Write new data into one parity stripe.
+    pub(crate) async fn write_stripe(
+        &self,
+        group: usize,
+        stripe: u64,
+        new: Vec<NewData>,
+        fua: bool,
+    ) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let base = stripe * chunk;
+        let _region = self.enter_region(base).await?;
+        let _lock = self.locks.lock(group, stripe).await;
+        let st = self.state.load_full();
+        if let Some(why) = &st.failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        let codec = self
+            .codec
+            .as_ref()
+            .expect("parity layout has a codec")
+            .clone();
+        let (k, m) = (codec.k(), codec.m());
+        let w = self.geometry.width as usize;
+        let r0 = new.iter().map(|d| d.chunk_off).min().expect("pieces");
+        let r1 = new
+            .iter()
+            .map(|d| d.chunk_off + d.src.len() as u64)
+            .max()
+            .expect("pieces");
+        let rl = (r1 - r0) as usize;
+        let slot_of = |shard: usize| group * w + self.geometry.member_of_shard(stripe, shard);
+        let readable = |shard: usize| st.slots[slot_of(shard)].readable(base + r1).cloned();
+        let mut by_index: Vec<Option<&NewData>> = vec![None; k];
+        for d in &new {
+            by_index[d.index] = Some(d);
+        }
+        let full = by_index
+            .iter()
+            .all(|d| d.is_some_and(|d| d.chunk_off == r0 && d.src.len() == rl));
+        let synced = base + chunk <= self.resync_offset.load(Ordering::Acquire);
+
+        let parity: Vec<SharedBuf> = (0..m)
+            .map(|_| AlignedBuf::zeroed(rl).into_shared())
+            .collect();
+        let mut done = false;
+        if full {
+            let data: Vec<&[u8]> = by_index
+                .iter()
+                .map(|d| slice_of(&d.expect("full").src))
+                .collect();
+            let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
+            codec
+                .encode(&data, &mut p)
+                .map_err(|e| Error::Invalid(e.to_string()))?;
+            done = true;
+        } else {
+            let written: usize = new.iter().map(|d| d.src.len()).sum();
+            let rmw_ok = synced
+                && new.iter().all(|d| readable(d.index).is_some())
+                && (k..k + m).all(|s| readable(s).is_some());
+            let rcw_ok = (0..k).all(|i| {
+                by_index[i].is_some_and(|d| d.chunk_off == r0 && d.src.len() == rl)
+                    || readable(i).is_some()
+            });
+            let rmw_cost = written + m * rl;
+            let rcw_cost: usize = (0..k)
+                .map(|i| rl - by_index[i].map(|d| d.src.len()).unwrap_or(0))
+                .sum();
+            let use_rmw = rmw_ok && (!rcw_ok || rmw_cost <= rcw_cost);
+            if use_rmw {
+                done = self.rmw(&codec, base, r0, &new, &parity, &readable).await;
+            } else if rcw_ok {
+                done = self
+                    .rcw(&codec, base, r0, rl, &by_index, &parity, &readable)
+                    .await;
+            }
+        }
+        let mut targets = Vec::new();
+        if done {
+            for d in &new {
+                for mem in st.slots[slot_of(d.index)].write_targets() {
+                    targets.push(Target {
+                        member: mem.clone(),
+                        offset: base + d.chunk_off,
+                        buf: d.src.clone(),
+                    });
+                }
+            }
+        } else {
+            // Degraded (or a read failed): rebuild the rows from what survives.
+            let want: Vec<usize> = (0..k).filter(|&i| readable(i).is_none()).collect();
+            let shards = self
+                .gather(
+                    &st,
+                    group,
+                    stripe,
+                    r0,
+                    rl as u64,
+                    &want,
+                    IoClass::Foreground,
+                )
+                .await?;
+            let data: Vec<SharedBuf> = (0..k)
+                .map(|i| {
+                    let b = shards.bufs[i].as_ref().expect("data gathered").clone();
+                    if let Some(d) = by_index[i] {
+                        let off = (d.chunk_off - r0) as usize;
+                        slice_mut(&b)[off..off + d.src.len()].copy_from_slice(slice_of(&d.src));
+                    }
+                    b
+                })
+                .collect();
+            {
+                let dr: Vec<&[u8]> = data.iter().map(slice_of).collect();
+                let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
+                codec
+                    .encode(&dr, &mut p)
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
+            }
+            for (i, b) in data.iter().enumerate() {
+                // Write whole rows of every data chunk we touched or that was stale.
+                if by_index[i].is_some() || shards.stale.contains(&i) {
+                    for mem in st.slots[slot_of(i)].write_targets() {
+                        targets.push(Target {
+                            member: mem.clone(),
+                            offset: base + r0,
+                            buf: b.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        for (r, p) in parity.iter().enumerate() {
+            for mem in st.slots[slot_of(k + r)].write_targets() {
+                targets.push(Target {
+                    member: mem.clone(),
+                    offset: base + r0,
+                    buf: p.clone(),
+                });
+            }
+        }
+        self.write_targets(targets, fua, IoClass::Foreground).await
+    }
+
+    /// Read-modify-write: parity += coef * (old ^ new). False if a read failed.
+    async fn rmw(
+        &self,
+        codec: &sbod_codec::Codec,
+        base: u64,
+        r0: u64,
+        new: &[NewData],
+        parity: &[SharedBuf],
+        readable: &(dyn Fn(usize) -> Option<Arc<Member>> + Sync),
+    ) -> bool {
+        let k = codec.k();
+        let old: Vec<SharedBuf> = new
+            .iter()
+            .map(|d| AlignedBuf::zeroed(d.src.len()).into_shared())
+            .collect();
+        let mut reads = Vec::new();
+        for (d, o) in new.iter().zip(&old) {
+            reads.push((
+                readable(d.index).expect("checked"),
+                base + d.chunk_off,
+                o.clone(),
+            ));
+        }
+        for (r, p) in parity.iter().enumerate() {
+            reads.push((readable(k + r).expect("checked"), base + r0, p.clone()));
+        }
+        if !self.read_all(reads).await {
+            return false;
+        }
+        for (d, o) in new.iter().zip(&old) {
+            let off = (d.chunk_off - r0) as usize;
+            let n = d.src.len();
+            let mut p: Vec<&mut [u8]> = parity
+                .iter()
+                .map(|p| &mut slice_mut(p)[off..off + n])
+                .collect();
+            if codec
+                .update(d.index, slice_of(o), slice_of(&d.src), &mut p)
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Reconstruct-write: read the untouched data rows and encode. False if a read failed.
+    #[allow(clippy::too_many_arguments)]
+    async fn rcw(
+        &self,
+        codec: &sbod_codec::Codec,
+        base: u64,
+        r0: u64,
+        rl: usize,
+        by_index: &[Option<&NewData>],
+        parity: &[SharedBuf],
+        readable: &(dyn Fn(usize) -> Option<Arc<Member>> + Sync),
+    ) -> bool {
+        let k = codec.k();
+        let bufs: Vec<SharedBuf> = (0..k)
+            .map(|_| AlignedBuf::zeroed(rl).into_shared())
+            .collect();
+        let mut reads = Vec::new();
+        for i in 0..k {
+            let b = &bufs[i];
+            match by_index[i] {
+                Some(d) => {
+                    let off = (d.chunk_off - r0) as usize;
+                    let n = d.src.len();
+                    slice_mut(b)[off..off + n].copy_from_slice(slice_of(&d.src));
+                    if off > 0 {
+                        reads.push((readable(i).expect("checked"), base + r0, b.slice(0..off)));
+                    }
+                    if off + n < rl {
+                        reads.push((
+                            readable(i).expect("checked"),
+                            base + r0 + (off + n) as u64,
+                            b.slice(off + n..rl),
+                        ));
+                    }
+                }
+                None => reads.push((readable(i).expect("checked"), base + r0, b.clone())),
+            }
+        }
+        if !self.read_all(reads).await {
+            return false;
+        }
+        let data: Vec<&[u8]> = bufs.iter().map(slice_of).collect();
+        let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
+        codec.encode(&data, &mut p).is_ok()
+    }
+
+    /// Issue reads concurrently; count errors. True if all succeeded.
+    async fn read_all(&self, reads: Vec<(Arc<Member>, u64, SharedBuf)>) -> bool {
+        let futs = reads.into_iter().map(|(m, off, b)| async move {
+            let r = self.mread(&m, off, b, IoClass::Foreground).await;
+            (m, r)
+        });
+        let mut ok = true;
+        for (m, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                self.note_read_error(&m, &e).await;
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    // ---------------------------------------------------------------- flush, zeroes
+
+    /// Make every acknowledged write durable on every member.
+    pub async fn flush(&self) -> Result<()> {
+        let st = self.state.load_full();
+        if let Some(why) = &st.failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        let members: Vec<Arc<Member>> = st
+            .slots
+            .iter()
+            .flat_map(|s| s.write_targets())
+            .cloned()
+            .collect();
+        let futs = members
+            .iter()
+            .map(|m| async move { (m.clone(), dev::flush(&m.dev).await) });
+        for (m, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(member = %m.path, error = %e, "flush failed");
+                self.fail_member(&m, "flush error").await;
+            }
+        }
+        if let Some(why) = &self.state.load().failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        Ok(())
+    }
+
+    /// Make a range read back as zeros (NBD WRITE_ZEROES); `punch` also deallocates.
+    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool, punch: bool) -> Result<()> {
+        self.check_io(offset, len)?;
+        let chunk = self.geometry.chunk as u64;
+        let w = self.geometry.width as usize;
+        match self.geometry.scheme() {
+            Scheme::Parity { m, .. } if m > 0 => {
+                // Whole stripes: zero every member's chunk (parity of zeros is zeros).
+                let sd = self.geometry.stripe_data();
+                let first_full = offset.div_ceil(sd) * sd;
+                let last_full = (offset + len) / sd * sd;
+                #[allow(clippy::type_complexity)]
+                let mut futs: Vec<
+                    std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + '_>>,
+                > = Vec::new();
+                if first_full < last_full {
+                    if offset < first_full {
+                        futs.push(Box::pin(self.zero_by_writing(
+                            offset,
+                            first_full - offset,
+                            fua,
+                        )));
+                    }
+                    let mut s = first_full / sd;
+                    while s < last_full / sd {
+                        let g = (s % self.geometry.groups as u64) as usize;
+                        let t = s / self.geometry.groups as u64;
+                        futs.push(Box::pin(self.zero_stripe(g, t, punch)));
+                        s += 1;
+                    }
+                    if last_full < offset + len {
+                        futs.push(Box::pin(self.zero_by_writing(
+                            last_full,
+                            offset + len - last_full,
+                            fua,
+                        )));
+                    }
+                } else {
+                    futs.push(Box::pin(self.zero_by_writing(offset, len, fua)));
+                }
+                futures::future::try_join_all(futs).await?;
+            }
+            Scheme::Concat => {
+                let futs = self
+                    .concat_pieces(offset, len)
+                    .into_iter()
+                    .map(|(slot, moff, _, n)| self.zero_slot(slot, moff, n, punch, None));
+                futures::future::try_join_all(futs).await?;
+            }
+            scheme => {
+                let futs = self
+                    .geometry
+                    .pieces(offset, len)
+                    .into_iter()
+                    .map(move |p| async move {
+                        let moff = p.stripe * chunk + p.chunk_off;
+                        if let Scheme::Mirror { .. } = scheme {
+                            let _region = self.enter_region(moff).await?;
+                            let _lock = self.locks.lock(p.group, p.stripe).await;
+                            for i in 0..w {
+                                self.zero_slot(p.group * w + i, moff, p.len, punch, None)
+                                    .await?;
+                            }
+                            Ok(())
+                        } else {
+                            let slot = p.group * w + self.geometry.data_member(p.stripe, p.index);
+                            self.zero_slot(slot, moff, p.len, punch, None).await
+                        }
+                    });
+                futures::future::try_join_all(futs).await?;
+            }
+        }
+        if fua {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn zero_by_writing(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        let z = AlignedBuf::zeroed(len as usize).into_shared();
+        self.write_shared(offset, len, &z, fua).await
+    }
+
+    async fn zero_stripe(&self, group: usize, stripe: u64, punch: bool) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let w = self.geometry.width as usize;
+        let base = stripe * chunk;
+        let _region = self.enter_region(base).await?;
+        let _lock = self.locks.lock(group, stripe).await;
+        let futs = (0..w).map(|i| self.zero_slot(group * w + i, base, chunk, punch, None));
+        futures::future::try_join_all(futs).await?;
+        Ok(())
+    }
+
+    /// Zero a member range of one slot (all its write targets).
+    async fn zero_slot(
+        &self,
+        slot: usize,
+        moff: u64,
+        len: u64,
+        punch: bool,
+        _hint: Option<()>,
+    ) -> Result<()> {
+        let st = self.state.load_full();
+        let members: Vec<Arc<Member>> = st.slots[slot].write_targets().cloned().collect();
+        for m in members {
+            let req = IoReq {
+                offset: self.member_off(moff),
+                kind: IoKind::Zero { len, punch },
+                class: IoClass::Foreground,
+            };
+            if let Err(e) = dev::io(&m.dev, req).await {
+                m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(member = %m.path, error = %e, "zeroing failed");
+                self.fail_member(&m, "write error").await;
+            }
+        }
+        if let Some(why) = &self.state.load().failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        Ok(())
+    }
+
+    /// NBD TRIM: advisory. Files have their blocks punched out (they read back as zeros on
+    /// every member, so parity stays consistent); block devices are left alone, since
+    /// discard on them does not promise zeros.
+    pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_io(offset, len)?;
+        let st = self.state.load_full();
+        let all_files = st.live_members().iter().all(|m| m.is_file);
+        if !all_files {
+            return Ok(());
+        }
+        // Only whole stripes: partial ones would cost a write for an advisory command.
+        let sd = self.geometry.stripe_data();
+        let first = offset.div_ceil(sd) * sd;
+        let last = (offset + len) / sd * sd;
+        if first < last {
+            self.write_zeroes(first, last - first, false, true).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Shards gathered for a stripe's row range.
+pub(crate) struct Gathered {
+    /// Per shard (codec order): the rows, for every present or reconstructed shard.
+    pub bufs: Vec<Option<SharedBuf>>,
+    /// Shards that were missing or unreadable and have been reconstructed.
+    pub stale: Vec<usize>,
+}
+
+impl Array {
+    /// Read enough shards of rows `[off, off+len)` of a stripe to rebuild the shards in
+    /// `want` (plus every data shard), reconstructing what could not be read. Unreadable
+    /// members are noted; errors only if fewer than k shards survive.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn gather(
+        &self,
+        st: &State,
+        group: usize,
+        stripe: u64,
+        off: u64,
+        len: u64,
+        want: &[usize],
+        class: IoClass,
+    ) -> Result<Gathered> {
+        let codec = self.codec.as_ref().expect("parity codec").clone();
+        let (k, m) = (codec.k(), codec.m());
+        let n = k + m;
+        let w = self.geometry.width as usize;
+        let chunk = self.geometry.chunk as u64;
+        let base = stripe * chunk;
+        let mut bufs: Vec<Option<SharedBuf>> = vec![None; n];
+        let mut tried = vec![false; n];
+        let mut got = 0usize;
+        loop {
+            // Pick untried readable shards, data first, until we could have k.
+            let mut batch = Vec::new();
+            for s in 0..n {
+                if got + batch.len() >= k {
+                    break;
+                }
+                if tried[s] {
+                    continue;
+                }
+                let slot = group * w + self.geometry.member_of_shard(stripe, s);
+                tried[s] = true;
+                if let Some(mem) = st.slots[slot].readable(base + off + len) {
+                    batch.push((
+                        s,
+                        mem.clone(),
+                        AlignedBuf::zeroed(len as usize).into_shared(),
+                    ));
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            let futs = batch.into_iter().map(|(s, mem, b)| async move {
+                let r = self.mread(&mem, base + off, b.clone(), class).await;
+                (s, mem, b, r)
+            });
+            for (s, mem, b, r) in futures::future::join_all(futs).await {
+                match r {
+                    Ok(()) => {
+                        bufs[s] = Some(b);
+                        got += 1;
+                    }
+                    Err(e) => self.note_read_error(&mem, &e).await,
+                }
+            }
+            if got >= k {
+                break;
+            }
+        }
+        if got < k {
+            return Err(Error::Failed(format!(
+                "group {group} stripe {stripe}: only {got} of {n} chunks readable, {k} needed"
+            )));
+        }
+        let present: Vec<bool> = bufs.iter().map(|b| b.is_some()).collect();
+        let mut wanted = vec![false; n];
+        for s in 0..k {
+            wanted[s] = !present[s];
+        }
+        for &s in want {
+            if !present[s] {
+                wanted[s] = true;
+            }
+        }
+        let stale: Vec<usize> = (0..n).filter(|&s| wanted[s]).collect();
+        if !stale.is_empty() {
+            let work: Vec<SharedBuf> = (0..n)
+                .map(|s| {
+                    bufs[s]
+                        .clone()
+                        .unwrap_or_else(|| AlignedBuf::zeroed(len as usize).into_shared())
+                })
+                .collect();
+            {
+                let mut refs: Vec<&mut [u8]> = work.iter().map(slice_mut).collect();
+                codec
+                    .reconstruct_some(&mut refs, &present, &wanted)
+                    .map_err(|e| Error::Failed(format!("reconstruction failed: {e}")))?;
+            }
+            for s in &stale {
+                bufs[*s] = Some(work[*s].clone());
+            }
+        }
+        Ok(Gathered { bufs, stale })
+    }
+}

@@ -1,0 +1,481 @@
+//! Geometry and address mapping: where each logical byte lives.
+//!
+//! The volume is striped over `groups` equal redundancy groups. Logical stripe `s` (of
+//! `k * chunk` data bytes) lives in group `s % groups`, as that group's stripe `t = s /
+//! groups`, at member offset `t * chunk` on every member of the group. Within a parity
+//! group, parity rotates as Linux md's left-symmetric layout does: stripe `t` puts parity
+//! row `r` on member `(p0 + r) % n` with `p0 = n - 1 - t % n`, and data chunk `i` on member
+//! `(p0 + m + i) % n`. For raid5 and raid6 this is exactly md's `ALGORITHM_LEFT_SYMMETRIC`.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Level {
+    Raid0,
+    Raid1,
+    Raid10,
+    Raid5,
+    Raid6,
+    Ec { k: u16, m: u16 },
+    Concat,
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Level::Raid0 => write!(f, "raid0"),
+            Level::Raid1 => write!(f, "raid1"),
+            Level::Raid10 => write!(f, "raid10"),
+            Level::Raid5 => write!(f, "raid5"),
+            Level::Raid6 => write!(f, "raid6"),
+            Level::Ec { k, m } => write!(f, "ec:{k}+{m}"),
+            Level::Concat => write!(f, "concat"),
+        }
+    }
+}
+
+impl From<Level> for String {
+    fn from(l: Level) -> String {
+        l.to_string()
+    }
+}
+
+impl TryFrom<String> for Level {
+    type Error = String;
+    fn try_from(s: String) -> Result<Level, String> {
+        s.parse()
+    }
+}
+
+impl FromStr for Level {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Level, String> {
+        let l = s.trim().to_ascii_lowercase();
+        Ok(match l.as_str() {
+            "raid0" | "0" | "stripe" => Level::Raid0,
+            "raid1" | "1" | "mirror" => Level::Raid1,
+            "raid10" | "10" => Level::Raid10,
+            "raid5" | "5" => Level::Raid5,
+            "raid6" | "6" => Level::Raid6,
+            "concat" | "linear" => Level::Concat,
+            _ => {
+                let spec = l
+                    .strip_prefix("ec:")
+                    .ok_or_else(|| format!("unknown level '{s}': use raid0, raid1, raid10, raid5, raid6, ec:K+M or concat"))?;
+                let (k, m) = spec.split_once('+').ok_or_else(|| {
+                    format!("'{s}': write erasure coding as ec:K+M, for example ec:8+3")
+                })?;
+                let k: u16 = k
+                    .parse()
+                    .map_err(|_| format!("'{s}': K must be a number"))?;
+                let m: u16 = m
+                    .parse()
+                    .map_err(|_| format!("'{s}': M must be a number"))?;
+                if k == 0 || m == 0 {
+                    return Err(format!("'{s}': K and M must both be at least 1"));
+                }
+                if k as usize + m as usize > 256 {
+                    return Err(format!("'{s}': K+M is at most 256"));
+                }
+                Level::Ec { k, m }
+            }
+        })
+    }
+}
+
+/// How one group keeps its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// `k` data chunks and `m` parity chunks per stripe (m = 0: plain striping).
+    Parity { k: usize, m: usize },
+    /// Every member holds the same data.
+    Mirror { copies: usize },
+    /// Members appended end to end.
+    Concat,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Geometry {
+    pub level: Level,
+    /// Redundancy groups the volume is striped over.
+    pub groups: u32,
+    /// Members per group.
+    pub width: u32,
+    /// Chunk (stripe unit) in bytes.
+    pub chunk: u32,
+    /// Data bytes used on every member (concat: the largest member's; see `member_sizes`).
+    pub member_size: u64,
+    /// Where data starts on each member.
+    pub data_offset: u64,
+}
+
+impl Geometry {
+    pub fn members(&self) -> usize {
+        (self.groups * self.width) as usize
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        let n = self.width as usize;
+        match self.level {
+            Level::Raid0 => Scheme::Parity { k: n, m: 0 },
+            Level::Raid1 | Level::Raid10 => Scheme::Mirror { copies: n },
+            Level::Raid5 => Scheme::Parity { k: n - 1, m: 1 },
+            Level::Raid6 => Scheme::Parity { k: n - 2, m: 2 },
+            Level::Ec { k, m } => Scheme::Parity {
+                k: k as usize,
+                m: m as usize,
+            },
+            Level::Concat => Scheme::Concat,
+        }
+    }
+
+    /// Data chunks per group stripe.
+    pub fn k(&self) -> usize {
+        match self.scheme() {
+            Scheme::Parity { k, .. } => k,
+            Scheme::Mirror { .. } => 1,
+            Scheme::Concat => self.width as usize,
+        }
+    }
+
+    /// Member failures each group survives.
+    pub fn redundancy(&self) -> usize {
+        match self.scheme() {
+            Scheme::Parity { m, .. } => m,
+            Scheme::Mirror { copies } => copies - 1,
+            Scheme::Concat => 0,
+        }
+    }
+
+    /// The codec for parity groups (None for m = 0, mirrors, concat).
+    pub fn codec_scheme(&self) -> Option<sbod_codec::Scheme> {
+        let k = self.k();
+        match self.level {
+            Level::Raid5 => Some(sbod_codec::Scheme::Xor { k }),
+            Level::Raid6 => Some(sbod_codec::Scheme::PQ { k }),
+            Level::Ec { k, m } => Some(sbod_codec::Scheme::Cauchy {
+                k: k as usize,
+                m: m as usize,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Stripes per group.
+    pub fn stripes(&self) -> u64 {
+        self.member_size / self.chunk as u64
+    }
+
+    /// Bytes of data in one group stripe.
+    pub fn stripe_data(&self) -> u64 {
+        self.k() as u64 * self.chunk as u64
+    }
+
+    /// Usable bytes of the volume (concat: see `Array::size`).
+    pub fn capacity(&self) -> u64 {
+        self.groups as u64 * self.stripes() * self.stripe_data()
+    }
+
+    /// Check the geometry is one sbod can run; the message says what would work.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.width as usize;
+        if self.groups == 0 || self.width == 0 {
+            return Err("an array needs at least one member".into());
+        }
+        if !self.chunk.is_power_of_two() || self.chunk < 4096 || self.chunk > 16 << 20 {
+            return Err(format!(
+                "chunk {} is not supported: use a power of two from 4K to 16M (64K is a good default)",
+                self.chunk
+            ));
+        }
+        let min = match self.level {
+            Level::Raid0 | Level::Concat => 1,
+            Level::Raid1 | Level::Raid10 => 2,
+            Level::Raid5 => 3,
+            Level::Raid6 => 4,
+            Level::Ec { k, m } => {
+                if n != (k + m) as usize {
+                    return Err(format!(
+                        "{} needs groups of exactly {} members, not {n}",
+                        self.level,
+                        k + m
+                    ));
+                }
+                (k + m) as usize
+            }
+        };
+        if n < min {
+            return Err(format!(
+                "{} needs at least {min} members per group, this layout gives {n}",
+                self.level
+            ));
+        }
+        if matches!(self.level, Level::Raid6) && n - 2 > 255 {
+            return Err("raid6 groups hold at most 257 members".into());
+        }
+        if n > 256 {
+            return Err("at most 256 members per group".into());
+        }
+        if !self.member_size.is_multiple_of(self.chunk as u64) {
+            return Err("member data size must be a multiple of the chunk".into());
+        }
+        if self.member_size == 0 {
+            return Err("members are too small to hold one chunk of data".into());
+        }
+        Ok(())
+    }
+}
+
+/// One piece of a logical range that lies in one chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkPiece {
+    /// Offset of the piece in the caller's range.
+    pub buf_off: u64,
+    pub len: u64,
+    pub group: usize,
+    /// Group stripe.
+    pub stripe: u64,
+    /// Data index within the stripe (0..k).
+    pub index: usize,
+    /// Offset within the chunk.
+    pub chunk_off: u64,
+}
+
+impl Geometry {
+    /// Split a logical range into chunk pieces, in address order (parity and mirror layouts).
+    pub fn pieces(&self, offset: u64, len: u64) -> Vec<ChunkPiece> {
+        let chunk = self.chunk as u64;
+        let sd = self.stripe_data();
+        let g = self.groups as u64;
+        let mut out = Vec::new();
+        let mut pos = offset;
+        let end = offset + len;
+        while pos < end {
+            let s = pos / sd;
+            let within = pos % sd;
+            let index = (within / chunk) as usize;
+            let chunk_off = within % chunk;
+            let n = (chunk - chunk_off).min(end - pos);
+            out.push(ChunkPiece {
+                buf_off: pos - offset,
+                len: n,
+                group: (s % g) as usize,
+                stripe: s / g,
+                index,
+                chunk_off,
+            });
+            pos += n;
+        }
+        out
+    }
+
+    /// The member (position within its group, 0..width) holding data chunk `index` of
+    /// group stripe `stripe`.
+    pub fn data_member(&self, stripe: u64, index: usize) -> usize {
+        match self.scheme() {
+            Scheme::Parity { m: 0, .. } => index,
+            Scheme::Parity { m, .. } => {
+                let n = self.width as u64;
+                let p0 = n - 1 - stripe % n;
+                ((p0 + m as u64 + index as u64) % n) as usize
+            }
+            Scheme::Mirror { .. } => 0,
+            Scheme::Concat => index,
+        }
+    }
+
+    /// The member holding parity row `r` of group stripe `stripe`.
+    pub fn parity_member(&self, stripe: u64, r: usize) -> usize {
+        let n = self.width as u64;
+        let p0 = n - 1 - stripe % n;
+        ((p0 + r as u64) % n) as usize
+    }
+
+    /// For each member position of a group, its role in stripe `stripe`: shard index in
+    /// codec order (data 0..k, then parity k..k+m).
+    pub fn shard_of_member(&self, stripe: u64, member: usize) -> usize {
+        match self.scheme() {
+            Scheme::Parity { k, m } => {
+                if m == 0 {
+                    return member;
+                }
+                let n = self.width as u64;
+                let p0 = n - 1 - stripe % n;
+                let rel = ((member as u64 + n - p0) % n) as usize;
+                if rel < m {
+                    k + rel
+                } else {
+                    rel - m
+                }
+            }
+            _ => member,
+        }
+    }
+
+    /// Inverse of `shard_of_member`: member position of shard `shard` in stripe `stripe`.
+    pub fn member_of_shard(&self, stripe: u64, shard: usize) -> usize {
+        match self.scheme() {
+            Scheme::Parity { k, .. } => {
+                if shard < k {
+                    self.data_member(stripe, shard)
+                } else {
+                    self.parity_member(stripe, shard - k)
+                }
+            }
+            _ => shard,
+        }
+    }
+}
+
+/// Parse a human size: `4096`, `64K`, `1.5G`, `20TB` (decimal), `16TiB` (binary). Bare
+/// suffixes K/M/G/T/P are binary as in mdadm and zfs (1G = 2^30).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (try 64K, 1G, 20TB)"))?;
+    let mult: f64 =
+        match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1.0,
+            "k" | "kib" => 1024.0,
+            "m" | "mib" => 1024.0 * 1024.0,
+            "g" | "gib" => 1024.0_f64.powi(3),
+            "t" | "tib" => 1024.0_f64.powi(4),
+            "p" | "pib" => 1024.0_f64.powi(5),
+            "kb" => 1e3,
+            "mb" => 1e6,
+            "gb" => 1e9,
+            "tb" => 1e12,
+            "pb" => 1e15,
+            other => return Err(format!(
+                "unknown size unit '{other}' in '{s}' (use K, M, G, T, or KB/MB/GB/TB for decimal)"
+            )),
+        };
+    let bytes = v * mult;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("'{s}' is out of range"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Format bytes the way storage people read them: binary units with one decimal.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geo(level: Level, width: u32, groups: u32) -> Geometry {
+        Geometry {
+            level,
+            groups,
+            width,
+            chunk: 4096,
+            member_size: 4096 * 64,
+            data_offset: 1 << 20,
+        }
+    }
+
+    /// md's raid5 left-symmetric table for 4 disks (from raid5.c's algorithm):
+    /// stripe 0: D0 D1 D2 P ; stripe 1: D1 D2 P D0 ; stripe 2: D2 P D0 D1 ; stripe 3: P D0 D1 D2
+    #[test]
+    fn raid5_left_symmetric_matches_md() {
+        let g = geo(Level::Raid5, 4, 1);
+        let table = [[0, 1, 2, 9], [1, 2, 9, 0], [2, 9, 0, 1], [9, 0, 1, 2]];
+        for (t, row) in table.iter().enumerate() {
+            for (member, &want) in row.iter().enumerate() {
+                let shard = g.shard_of_member(t as u64, member);
+                let got = if shard == 3 { 9 } else { shard };
+                assert_eq!(got, want, "stripe {t} member {member}");
+            }
+        }
+    }
+
+    /// md raid6 left-symmetric, 5 disks (raid5.c: pd = n-1 - t%n, qd = pd+1, data from pd+2):
+    /// stripe 0 = Q D0 D1 D2 P, stripe 1 = D0 D1 D2 P Q, ...
+    #[test]
+    fn raid6_left_symmetric_matches_md() {
+        let g = geo(Level::Raid6, 5, 1);
+        // P = 8, Q = 9
+        let table = [
+            [9, 0, 1, 2, 8],
+            [0, 1, 2, 8, 9],
+            [1, 2, 8, 9, 0],
+            [2, 8, 9, 0, 1],
+            [8, 9, 0, 1, 2],
+        ];
+        for (t, row) in table.iter().enumerate() {
+            for (member, &want) in row.iter().enumerate() {
+                let shard = g.shard_of_member(t as u64, member);
+                let got = match shard {
+                    3 => 8,
+                    4 => 9,
+                    s => s,
+                };
+                assert_eq!(got, want, "stripe {t} member {member}");
+            }
+        }
+    }
+
+    #[test]
+    fn shard_member_roundtrip() {
+        for level in [
+            Level::Raid5,
+            Level::Raid6,
+            Level::Ec { k: 5, m: 3 },
+            Level::Raid0,
+        ] {
+            let w = match level {
+                Level::Ec { k, m } => (k + m) as u32,
+                _ => 8,
+            };
+            let g = geo(level, w, 1);
+            for t in 0..20 {
+                for member in 0..w as usize {
+                    assert_eq!(g.member_of_shard(t, g.shard_of_member(t, member)), member);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pieces_cover_the_range() {
+        let g = geo(Level::Raid6, 6, 3);
+        let p = g.pieces(4096 * 5 + 512, 4096 * 20);
+        assert_eq!(p.iter().map(|x| x.len).sum::<u64>(), 4096 * 20);
+        assert_eq!(p[0].chunk_off, 512);
+        // stripe data = 4 chunks; logical chunk 5 = stripe 1 -> group 1, group stripe 0, index 1
+        assert_eq!((p[0].group, p[0].stripe, p[0].index), (1, 0, 1));
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("20TB").unwrap(), 20_000_000_000_000);
+        assert_eq!(parse_size("1.5M").unwrap(), 1572864);
+        assert!(parse_size("12X").is_err());
+        assert_eq!("ec:8+3".parse::<Level>().unwrap(), Level::Ec { k: 8, m: 3 });
+        assert!("ec:8".parse::<Level>().is_err());
+    }
+}

@@ -1,0 +1,964 @@
+//! Background processes: rebuild (onto spares and replacements), scrub (check / repair),
+//! resync (parity made consistent after a crash or at creation), and the bitmap sweeper.
+//! Each works stripe by stripe under the same stripe locks and through the same member
+//! queues as client I/O, so it runs online.
+
+use crate::array::{Array, Member, State};
+use crate::buf::{AlignedBuf, SharedBuf};
+use crate::dev::IoClass;
+use crate::error::{Error, Result};
+use crate::layout::{Level, Scheme};
+use crate::superblock::SlotState;
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessKind {
+    Rebuild,
+    Check,
+    Repair,
+    Resync,
+}
+
+/// A region of member space where scrub found mismatches.
+#[derive(Clone, Debug, Serialize)]
+pub struct MismatchRegion {
+    pub group: usize,
+    /// Logical (volume) offset of the first mismatched stripe in this region.
+    pub volume_offset: u64,
+    /// Member offset of the region start.
+    pub member_offset: u64,
+    /// Mismatched 4 KiB blocks.
+    pub blocks: u64,
+}
+
+pub struct ProcessHandle {
+    pub kind: ProcessKind,
+    pub total: AtomicU64,
+    pub done: AtomicU64,
+    pub mismatches: AtomicU64,
+    pub repaired: AtomicU64,
+    pub started: Instant,
+    cancel: AtomicBool,
+    finished: AtomicBool,
+    error: parking_lot::Mutex<Option<String>>,
+    pub regions: parking_lot::Mutex<Vec<MismatchRegion>>,
+    notify: tokio::sync::Notify,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessStatus {
+    pub kind: ProcessKind,
+    pub done: u64,
+    pub total: u64,
+    pub percent: f64,
+    pub elapsed_secs: f64,
+    /// Bytes per second so far.
+    pub rate: f64,
+    pub eta_secs: Option<f64>,
+    pub mismatches: u64,
+    pub repaired: u64,
+    pub finished: bool,
+    pub cancelled: bool,
+    pub error: Option<String>,
+    pub regions: Vec<MismatchRegion>,
+}
+
+impl ProcessHandle {
+    fn new(kind: ProcessKind, total: u64) -> Arc<ProcessHandle> {
+        Arc::new(ProcessHandle {
+            kind,
+            total: AtomicU64::new(total),
+            done: AtomicU64::new(0),
+            mismatches: AtomicU64::new(0),
+            repaired: AtomicU64::new(0),
+            started: Instant::now(),
+            cancel: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            error: parking_lot::Mutex::new(None),
+            regions: parking_lot::Mutex::new(Vec::new()),
+            notify: tokio::sync::Notify::new(),
+        })
+    }
+
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Release);
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Acquire)
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    fn finish(&self, err: Option<String>) {
+        *self.error.lock() = err;
+        self.finished.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Wait until the process ends.
+    pub async fn wait(&self) {
+        loop {
+            let n = self.notify.notified();
+            if self.is_finished() {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    pub fn status(&self) -> ProcessStatus {
+        let done = self.done.load(Ordering::Relaxed);
+        let total = self.total.load(Ordering::Relaxed);
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let rate = if elapsed > 0.0 {
+            done as f64 / elapsed
+        } else {
+            0.0
+        };
+        let finished = self.is_finished();
+        ProcessStatus {
+            kind: self.kind,
+            done,
+            total,
+            percent: if total > 0 {
+                100.0 * done as f64 / total as f64
+            } else {
+                100.0
+            },
+            elapsed_secs: elapsed,
+            rate,
+            eta_secs: (!finished && rate > 0.0).then(|| (total.saturating_sub(done)) as f64 / rate),
+            mismatches: self.mismatches.load(Ordering::Relaxed),
+            repaired: self.repaired.load(Ordering::Relaxed),
+            finished,
+            cancelled: self.cancelled(),
+            error: self.error.lock().clone(),
+            regions: self.regions.lock().clone(),
+        }
+    }
+}
+
+/// Keeps a background process to its rate: `min_rate` while clients are busy, `max_rate`
+/// otherwise (0 = unlimited).
+struct Throttle {
+    window: Instant,
+    bytes: u64,
+    fg_last: u64,
+    rate: u64,
+}
+
+impl Throttle {
+    fn new() -> Throttle {
+        Throttle {
+            window: Instant::now(),
+            bytes: 0,
+            fg_last: 0,
+            rate: 0,
+        }
+    }
+
+    async fn pace(&mut self, array: &Array, bytes: u64) {
+        let st = array.state.load();
+        let fg: u64 = st
+            .live_members()
+            .iter()
+            .map(|m| m.stats.fg_ops.load(Ordering::Relaxed))
+            .sum();
+        let busy = fg != self.fg_last;
+        self.fg_last = fg;
+        let s = array.settings.lock().clone();
+        let rate = if busy && s.rebuild_min_rate > 0 {
+            if s.rebuild_max_rate > 0 {
+                s.rebuild_min_rate.min(s.rebuild_max_rate)
+            } else {
+                s.rebuild_min_rate
+            }
+        } else {
+            s.rebuild_max_rate
+        };
+        if rate != self.rate {
+            self.rate = rate;
+            self.window = Instant::now();
+            self.bytes = 0;
+        }
+        self.bytes += bytes;
+        if rate > 0 {
+            let due = Duration::from_secs_f64(self.bytes as f64 / rate as f64);
+            let el = self.window.elapsed();
+            if due > el {
+                tokio::time::sleep(due - el).await;
+            }
+            if self.window.elapsed() > Duration::from_secs(2) {
+                self.window = Instant::now();
+                self.bytes = 0;
+            }
+        } else if busy {
+            // Unlimited but clients are active: let their requests in between stripes.
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// What one stripe check found.
+#[derive(Default)]
+struct StripeCheck {
+    mismatched_blocks: u64,
+    repaired_blocks: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CheckMode {
+    Check,
+    Repair,
+    /// Make redundancy agree with the data (parity from data, mirrors from the first copy).
+    Resync,
+}
+
+fn slice_of(b: &SharedBuf) -> &[u8] {
+    // SAFETY: buffers here are read only after their I/O completed.
+    unsafe { b.as_slice() }
+}
+
+#[allow(clippy::mut_from_ref)]
+fn slice_mut(b: &SharedBuf) -> &mut [u8] {
+    // SAFETY: as above, one user at a time.
+    unsafe { b.as_mut_slice() }
+}
+
+impl Array {
+    pub(crate) fn last_process(&self) -> Option<ProcessStatus> {
+        let p = self.process.lock().clone()?;
+        p.is_finished().then(|| p.status())
+    }
+
+    /// The running (or last) background process.
+    pub fn current_process(&self) -> Option<Arc<ProcessHandle>> {
+        self.process.lock().clone()
+    }
+
+    pub(crate) fn cancel_process_on_failure(&self) {
+        if let Some(p) = self.process.lock().as_ref() {
+            if matches!(p.kind, ProcessKind::Check | ProcessKind::Repair) && !p.is_finished() {
+                p.cancel();
+            }
+        }
+    }
+
+    /// Claim the process slot, or say what is running.
+    fn claim(&self, kind: ProcessKind, total: u64) -> Result<Arc<ProcessHandle>> {
+        let mut slot = self.process.lock();
+        if let Some(p) = slot.as_ref() {
+            if !p.is_finished() {
+                return Err(Error::Busy(
+                    format!(
+                        "a {:?} is running on '{}' ({:.1}% done); try again when it finishes",
+                        p.kind,
+                        self.name,
+                        p.status().percent
+                    )
+                    .to_lowercase(),
+                ));
+            }
+        }
+        let h = ProcessHandle::new(kind, total);
+        *slot = Some(h.clone());
+        Ok(h)
+    }
+
+    pub(crate) fn start_processes(self: &Arc<Self>) {
+        let a = self.clone();
+        let sup = tokio::spawn(async move { a.supervise().await });
+        let a = self.clone();
+        let sweep = tokio::spawn(async move { a.sweep_loop().await });
+        self.tasks.lock().extend([sup, sweep]);
+    }
+
+    /// Runs rebuilds and the initial resync whenever there is work.
+    async fn supervise(self: Arc<Self>) {
+        loop {
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            let notified = self.wake.notified();
+            let st = self.state.load_full();
+            if st.failed.is_none() && !rebuild_targets(&st).is_empty() {
+                // A scrub gives way to a rebuild.
+                let running = self.process.lock().clone();
+                if let Some(p) = running.filter(|p| !p.is_finished()) {
+                    p.cancel();
+                    p.wait().await;
+                }
+                if let Err(e) = self.rebuild().await {
+                    tracing::error!(array = %self.name, error = %e, "rebuild stopped");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                continue;
+            }
+            if st.failed.is_none()
+                && self.resync_offset.load(Ordering::Acquire) != u64::MAX
+                && !st.slots.iter().any(|s| s.state != SlotState::Active)
+            {
+                if let Err(e) = self.initial_resync().await {
+                    tracing::warn!(array = %self.name, error = %e, "resync paused");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                continue;
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(5), notified).await;
+        }
+    }
+
+    /// Clear bitmap bits of regions idle since the last sweep, after a flush.
+    async fn sweep_loop(self: Arc<Self>) {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(1000)) => {}
+                _ = self.wake.notified() => {}
+            }
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            let cand = bm.idle_candidates();
+            if cand.is_empty() || self.flush().await.is_err() {
+                continue;
+            }
+            let mut i = 0;
+            while i < cand.len() {
+                let blk = cand[i] / crate::bitmap::BITS_PER_BLOCK;
+                let mut img = bm.blocks[blk as usize].lock().await;
+                let mut cleared = Vec::new();
+                while i < cand.len() && cand[i] / crate::bitmap::BITS_PER_BLOCK == blk {
+                    if bm.begin_clear(cand[i], &mut img) {
+                        cleared.push(cand[i]);
+                    }
+                    i += 1;
+                }
+                if !cleared.is_empty() && self.write_bitmap_block(blk as usize, &img).await.is_ok()
+                {
+                    for r in cleared {
+                        bm.finish_clear(r);
+                    }
+                } else {
+                    for r in cleared {
+                        // Could not write: keep the region dirty.
+                        bm.set_dirty(r);
+                    }
+                }
+            }
+        }
+    }
+
+    fn lock_key(&self, slot: usize) -> usize {
+        if self.geometry.level == Level::Concat {
+            slot
+        } else {
+            slot / self.geometry.width as usize
+        }
+    }
+
+    /// Rebuild every slot that is rebuilding or being replaced, resumably.
+    async fn rebuild(self: &Arc<Self>) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let total = self.geometry.member_size;
+        let handle = self.claim(ProcessKind::Rebuild, total)?;
+        let mut throttle = Throttle::new();
+        let mut last_persist = Instant::now();
+        let result: Result<()> = async {
+            loop {
+                let st = self.state.load_full();
+                if let Some(why) = &st.failed {
+                    return Err(Error::Failed(why.clone()));
+                }
+                let targets = rebuild_targets(&st);
+                if targets.is_empty() {
+                    return Ok(());
+                }
+                let start = targets
+                    .iter()
+                    .map(|t| t.2.load(Ordering::Acquire))
+                    .min()
+                    .unwrap_or(0)
+                    / chunk;
+                let end = targets.iter().map(|t| t.1.size).max().unwrap_or(0) / chunk;
+                handle.total.store(end * chunk, Ordering::Relaxed);
+                let event = self.event.load(Ordering::Acquire);
+                let mut t = start;
+                while t < end {
+                    if handle.cancelled() || self.closing.load(Ordering::Acquire) {
+                        self.checkpoint().await;
+                        return Ok(());
+                    }
+                    let mut bytes = 0;
+                    // Rebuild this stripe in every slot that still needs it.
+                    let mut keys: Vec<usize> = targets
+                        .iter()
+                        .filter(|x| {
+                            x.2.load(Ordering::Acquire) <= t * chunk && t * chunk < x.1.size
+                        })
+                        .map(|x| self.lock_key(x.0))
+                        .collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    for key in keys {
+                        bytes += self.rebuild_stripe(key, t).await?;
+                    }
+                    for x in &targets {
+                        let off = (t + 1) * chunk;
+                        if x.2.load(Ordering::Acquire) < off {
+                            x.2.store(off.min(x.1.size), Ordering::Release);
+                        }
+                    }
+                    handle.done.store((t + 1) * chunk, Ordering::Relaxed);
+                    throttle.pace(self, bytes).await;
+                    if last_persist.elapsed() > Duration::from_secs(2) {
+                        self.checkpoint().await;
+                        last_persist = Instant::now();
+                    }
+                    t += 1;
+                    if self.event.load(Ordering::Acquire) != event {
+                        // Membership changed (a new target or a failure): plan again.
+                        break;
+                    }
+                }
+                self.finish_targets().await;
+            }
+        }
+        .await;
+        handle.finish(result.as_ref().err().map(|e| e.to_string()));
+        result
+    }
+
+    /// Persist rebuild progress.
+    async fn checkpoint(&self) {
+        let _g = self.mgmt.lock().await;
+        let st = self.state.load_full();
+        let lost = self.persist(&st, false).await;
+        drop(_g);
+        for m in lost {
+            self.fail_member(&m, "superblock write failed").await;
+        }
+    }
+
+    /// Promote targets that are complete.
+    async fn finish_targets(&self) {
+        let _g = self.mgmt.lock().await;
+        let st = self.state.load_full();
+        let mut new = (*st).clone();
+        let mut retired = Vec::new();
+        let mut changed = false;
+        for s in new.slots.iter_mut() {
+            if s.state == SlotState::Rebuilding {
+                let size = s.member.as_ref().map(|m| m.size).unwrap_or(0);
+                if s.recovery.load(Ordering::Acquire) >= size {
+                    s.state = SlotState::Active;
+                    changed = true;
+                    tracing::info!(member = %s.member.as_ref().map(|m| m.path.as_str()).unwrap_or("?"), "rebuild complete");
+                }
+            }
+            if let Some((m, off)) = &s.replacement {
+                if off.load(Ordering::Acquire) >= m.size && s.state == SlotState::Active {
+                    let (m, _) = s.replacement.take().expect("replacement");
+                    if let Some(old) = s.member.replace(m.clone()) {
+                        retired.push(old);
+                    }
+                    s.entry = Some(m.entry());
+                    changed = true;
+                    tracing::info!(member = %m.path, "replacement complete");
+                }
+            }
+        }
+        if !changed {
+            return;
+        }
+        self.judge(&mut new);
+        let new = Arc::new(new);
+        self.state.store(new.clone());
+        let lost = self.persist(&new, false).await;
+        drop(_g);
+        for m in retired {
+            // The old member leaves the array: wipe its claim.
+            let z = AlignedBuf::zeroed(2 * crate::superblock::COPY_SIZE).into_shared();
+            let _ = crate::dev::write_at(&m.dev, 0, z, true, IoClass::Background).await;
+            m.dev.close();
+        }
+        for m in lost {
+            self.fail_member(&m, "superblock write failed").await;
+        }
+    }
+
+    /// Rebuild member offsets `[t*chunk, (t+1)*chunk)` of every target in the group (or
+    /// concat slot) `key`. Returns bytes written.
+    async fn rebuild_stripe(&self, key: usize, t: u64) -> Result<u64> {
+        let chunk = self.geometry.chunk as u64;
+        let w = self.geometry.width as usize;
+        let _lock = self.locks.lock(key, t).await;
+        let st = self.state.load_full();
+        let base = t * chunk;
+        let slots: Vec<usize> = if self.geometry.level == Level::Concat {
+            vec![key]
+        } else {
+            (key * w..(key + 1) * w).collect()
+        };
+        // (slot, member, progress)
+        let targets: Vec<(usize, Arc<Member>)> = rebuild_targets(&st)
+            .into_iter()
+            .filter(|x| {
+                slots.contains(&x.0) && x.2.load(Ordering::Acquire) <= base && base < x.1.size
+            })
+            .map(|x| (x.0, x.1))
+            .collect();
+        if targets.is_empty() {
+            return Ok(0);
+        }
+        let len = chunk.min(targets[0].1.size - base);
+        let mut writes: Vec<(Arc<Member>, SharedBuf)> = Vec::new();
+        match self.geometry.scheme() {
+            Scheme::Parity { m, .. } if m > 0 => {
+                let shard_of = |slot: usize| self.geometry.shard_of_member(t, slot - key * w);
+                let want: Vec<usize> = targets.iter().map(|(s, _)| shard_of(*s)).collect();
+                let g = self
+                    .gather(&st, key, t, 0, len, &want, IoClass::Background)
+                    .await?;
+                for (slot, mem) in &targets {
+                    writes.push((
+                        mem.clone(),
+                        g.bufs[shard_of(*slot)].clone().expect("gathered"),
+                    ));
+                }
+            }
+            Scheme::Mirror { .. } => {
+                let buf = AlignedBuf::zeroed(len as usize).into_shared();
+                let mut ok = false;
+                for s in &slots {
+                    if let Some(m) = st.slots[*s].readable(base + len) {
+                        match self.mread(m, base, buf.clone(), IoClass::Background).await {
+                            Ok(()) => {
+                                ok = true;
+                                break;
+                            }
+                            Err(e) => self.note_read_error(m, &e).await,
+                        }
+                    }
+                }
+                if !ok {
+                    return Err(Error::Failed(format!(
+                        "no readable copy in group {key} at member offset {base}"
+                    )));
+                }
+                for (_, mem) in &targets {
+                    writes.push((mem.clone(), buf.clone()));
+                }
+            }
+            _ => {
+                // No redundancy: only a replacement can be rebuilt, by copying.
+                for (slot, mem) in &targets {
+                    let src = st.slots[*slot]
+                        .readable(base + len)
+                        .ok_or_else(|| {
+                            Error::Failed(format!(
+                                "slot {slot} has no readable member to copy from"
+                            ))
+                        })?
+                        .clone();
+                    let buf = AlignedBuf::zeroed(len as usize).into_shared();
+                    if let Err(e) = self
+                        .mread(&src, base, buf.clone(), IoClass::Background)
+                        .await
+                    {
+                        self.note_read_error(&src, &e).await;
+                        return Err(Error::io(format!("copying from {}", src.path), e));
+                    }
+                    writes.push((mem.clone(), buf));
+                }
+            }
+        }
+        let mut bytes = 0;
+        for (mem, buf) in writes {
+            bytes += buf.len() as u64;
+            if let Err(e) = self
+                .mwrite(&mem, base, buf, false, IoClass::Background)
+                .await
+            {
+                mem.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(member = %mem.path, error = %e, "rebuild write failed");
+                self.fail_member(&mem, "write error during rebuild").await;
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Start a scrub: `repair` fixes what it finds. Refused while another process runs or
+    /// when redundancy is missing.
+    pub fn start_scrub(self: &Arc<Self>, repair: bool) -> Result<Arc<ProcessHandle>> {
+        if self.geometry.redundancy() == 0 {
+            return Err(Error::Invalid(format!(
+                "'{}' is {}: there is no redundancy to check",
+                self.name, self.geometry.level
+            )));
+        }
+        let st = self.state.load_full();
+        if st.slots.iter().any(|s| s.state != SlotState::Active) {
+            return Err(Error::Refused(format!(
+                "'{}' is degraded: scrub needs every member; replace or rebuild first",
+                self.name
+            )));
+        }
+        let kind = if repair {
+            ProcessKind::Repair
+        } else {
+            ProcessKind::Check
+        };
+        let stripes = self.geometry.stripes();
+        let h = self.claim(kind, stripes * self.geometry.chunk as u64)?;
+        let a = self.clone();
+        let h2 = h.clone();
+        let task = tokio::spawn(async move {
+            let mode = if repair {
+                CheckMode::Repair
+            } else {
+                CheckMode::Check
+            };
+            let r = a.scrub_pass(&h2, mode, 0, stripes).await;
+            if repair {
+                // Repaired data must be durable before anyone relies on it.
+                let _ = a.flush().await;
+            }
+            h2.finish(r.err().map(|e| e.to_string()));
+        });
+        self.tasks.lock().push(task);
+        Ok(h)
+    }
+
+    /// Check stripes `[from, to)` of every group.
+    async fn scrub_pass(
+        &self,
+        h: &ProcessHandle,
+        mode: CheckMode,
+        from: u64,
+        to: u64,
+    ) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let mut throttle = Throttle::new();
+        let region = self
+            .bitmap
+            .as_ref()
+            .map(|b| b.region)
+            .unwrap_or(chunk * 1024);
+        for t in from..to {
+            if h.cancelled() || self.closing.load(Ordering::Acquire) {
+                return Err(Error::Busy("scrub stopped before it finished".into()));
+            }
+            for g in 0..self.geometry.groups as usize {
+                let c = self.check_stripe(g, t, mode).await?;
+                if c.mismatched_blocks > 0 {
+                    h.mismatches
+                        .fetch_add(c.mismatched_blocks, Ordering::Relaxed);
+                    let moff = t * chunk / region * region;
+                    let mut regions = h.regions.lock();
+                    match regions
+                        .iter_mut()
+                        .find(|r| r.group == g && r.member_offset == moff)
+                    {
+                        Some(r) => r.blocks += c.mismatched_blocks,
+                        None => regions.push(MismatchRegion {
+                            group: g,
+                            member_offset: moff,
+                            volume_offset: (t * self.geometry.groups as u64 + g as u64)
+                                * self.geometry.stripe_data(),
+                            blocks: c.mismatched_blocks,
+                        }),
+                    }
+                }
+                h.repaired.fetch_add(c.repaired_blocks, Ordering::Relaxed);
+            }
+            h.done.store((t + 1) * chunk, Ordering::Relaxed);
+            throttle
+                .pace(self, chunk * self.geometry.members() as u64)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Read a whole stripe of a group, compare redundancy with data, and fix per `mode`.
+    async fn check_stripe(&self, g: usize, t: u64, mode: CheckMode) -> Result<StripeCheck> {
+        let chunk = self.geometry.chunk as u64;
+        let w = self.geometry.width as usize;
+        let base = t * chunk;
+        let _lock = self.locks.lock(g, t).await;
+        let st = self.state.load_full();
+        let members: Vec<Option<Arc<Member>>> = (0..w)
+            .map(|i| st.slots[g * w + i].readable(base + chunk).cloned())
+            .collect();
+        if members.iter().any(|m| m.is_none()) {
+            if mode == CheckMode::Resync {
+                return Ok(StripeCheck::default());
+            }
+            return Err(Error::Refused(format!(
+                "group {g} lost a member during the scrub"
+            )));
+        }
+        let members: Vec<Arc<Member>> = members.into_iter().map(|m| m.expect("checked")).collect();
+        let bufs: Vec<SharedBuf> = (0..w)
+            .map(|_| AlignedBuf::zeroed(chunk as usize).into_shared())
+            .collect();
+        let futs = members
+            .iter()
+            .zip(&bufs)
+            .map(|(m, b)| self.mread(m, base, b.clone(), IoClass::Background));
+        let results = futures::future::join_all(futs).await;
+        let mut unreadable = Vec::new();
+        for (i, r) in results.into_iter().enumerate() {
+            if let Err(e) = r {
+                self.note_read_error(&members[i], &e).await;
+                unreadable.push(i);
+            }
+        }
+        let mut out = StripeCheck::default();
+        let mut rewrite: Vec<(usize, u64, SharedBuf)> = Vec::new(); // (member pos, row offset, data)
+        match self.geometry.scheme() {
+            Scheme::Mirror { .. } => {
+                let good: Vec<usize> = (0..w).filter(|i| !unreadable.contains(i)).collect();
+                if good.is_empty() {
+                    return Err(Error::Failed(format!(
+                        "no copy of group {g} stripe {t} could be read"
+                    )));
+                }
+                for row in (0..chunk as usize).step_by(4096) {
+                    let rows: Vec<&[u8]> = good
+                        .iter()
+                        .map(|&i| &slice_of(&bufs[i])[row..row + 4096])
+                        .collect();
+                    let same = rows.iter().all(|r| *r == rows[0]);
+                    if same && unreadable.is_empty() {
+                        continue;
+                    }
+                    if !same {
+                        out.mismatched_blocks += 1;
+                    }
+                    if mode == CheckMode::Check && unreadable.is_empty() {
+                        continue;
+                    }
+                    // Majority of three or more copies wins; otherwise the first copy.
+                    let mut winner = rows[0];
+                    if rows.len() >= 3 {
+                        for r in &rows {
+                            if rows.iter().filter(|x| *x == r).count() * 2 > rows.len() {
+                                winner = r;
+                            }
+                        }
+                    }
+                    let fix = AlignedBuf::from_slice(winner).into_shared();
+                    for i in 0..w {
+                        let differs = unreadable.contains(&i)
+                            || &slice_of(&bufs[i])[row..row + 4096] != winner;
+                        if differs {
+                            if !unreadable.contains(&i) {
+                                members[i]
+                                    .stats
+                                    .checksum_errors
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
+                            if mode != CheckMode::Check || unreadable.contains(&i) {
+                                rewrite.push((i, row as u64, fix.clone()));
+                            }
+                        }
+                    }
+                }
+            }
+            Scheme::Parity { k, m } => {
+                let codec = self.codec.as_ref().expect("codec").clone();
+                let n = k + m;
+                let pos = |shard: usize| self.geometry.member_of_shard(t, shard);
+                let shard_bufs: Vec<SharedBuf> = (0..n).map(|s| bufs[pos(s)].clone()).collect();
+                let lost: Vec<usize> = (0..n).filter(|&s| unreadable.contains(&pos(s))).collect();
+                if lost.len() > m {
+                    return Err(Error::Failed(format!(
+                        "group {g} stripe {t}: {} chunks unreadable",
+                        lost.len()
+                    )));
+                }
+                if !lost.is_empty() {
+                    // Rebuild unreadable chunks from the rest and rewrite them.
+                    let present: Vec<bool> = (0..n).map(|s| !lost.contains(&s)).collect();
+                    let mut refs: Vec<&mut [u8]> = shard_bufs.iter().map(slice_mut).collect();
+                    codec
+                        .reconstruct(&mut refs, &present)
+                        .map_err(|e| Error::Failed(e.to_string()))?;
+                    for &s in &lost {
+                        rewrite.push((pos(s), 0, shard_bufs[s].clone()));
+                    }
+                }
+                // Fast path: recompute parity for the whole chunk and compare.
+                let fresh: Vec<SharedBuf> = (0..m)
+                    .map(|_| AlignedBuf::zeroed(chunk as usize).into_shared())
+                    .collect();
+                {
+                    let data: Vec<&[u8]> = (0..k).map(|s| slice_of(&shard_bufs[s])).collect();
+                    let mut p: Vec<&mut [u8]> = fresh.iter().map(slice_mut).collect();
+                    codec
+                        .encode(&data, &mut p)
+                        .map_err(|e| Error::Invalid(e.to_string()))?;
+                }
+                let clean = (0..m).all(|r| slice_of(&fresh[r]) == slice_of(&shard_bufs[k + r]));
+                if !clean {
+                    for row in (0..chunk as usize).step_by(4096) {
+                        let row_clean = (0..m).all(|r| {
+                            slice_of(&fresh[r])[row..row + 4096]
+                                == slice_of(&shard_bufs[k + r])[row..row + 4096]
+                        });
+                        if row_clean {
+                            continue;
+                        }
+                        out.mismatched_blocks += 1;
+                        let rows: Vec<&[u8]> = (0..n)
+                            .map(|s| &slice_of(&shard_bufs[s])[row..row + 4096])
+                            .collect();
+                        let verdict = if mode == CheckMode::Resync {
+                            sbod_codec::Verdict::Unlocatable
+                        } else {
+                            codec
+                                .locate(&rows)
+                                .map_err(|e| Error::Invalid(e.to_string()))?
+                        };
+                        match verdict {
+                            sbod_codec::Verdict::Clean => {}
+                            sbod_codec::Verdict::Corrupt(bad) => {
+                                members[pos(bad)]
+                                    .stats
+                                    .checksum_errors
+                                    .fetch_add(1, Ordering::Relaxed);
+                                if mode == CheckMode::Repair {
+                                    let mut work: Vec<Vec<u8>> =
+                                        rows.iter().map(|r| r.to_vec()).collect();
+                                    let present: Vec<bool> = (0..n).map(|s| s != bad).collect();
+                                    let mut refs: Vec<&mut [u8]> =
+                                        work.iter_mut().map(|v| v.as_mut_slice()).collect();
+                                    codec
+                                        .reconstruct(&mut refs, &present)
+                                        .map_err(|e| Error::Failed(e.to_string()))?;
+                                    rewrite.push((
+                                        pos(bad),
+                                        row as u64,
+                                        AlignedBuf::from_slice(&work[bad]).into_shared(),
+                                    ));
+                                }
+                            }
+                            sbod_codec::Verdict::Unlocatable => {
+                                if mode != CheckMode::Check {
+                                    // As md does: data is the truth, parity is rewritten.
+                                    for r in 0..m {
+                                        let fix = AlignedBuf::from_slice(
+                                            &slice_of(&fresh[r])[row..row + 4096],
+                                        )
+                                        .into_shared();
+                                        rewrite.push((pos(k + r), row as u64, fix));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Scheme::Concat => {}
+        }
+        for (i, row, buf) in rewrite {
+            let m = &members[i];
+            let n = buf.len() as u64 / 4096;
+            match self
+                .mwrite(m, base + row, buf, false, IoClass::Background)
+                .await
+            {
+                Ok(()) => {
+                    m.stats.repaired.fetch_add(n, Ordering::Relaxed);
+                    out.repaired_blocks += n;
+                }
+                Err(e) => {
+                    m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(member = %m.path, error = %e, "repair write failed");
+                    self.fail_member(m, "write error during repair").await;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Make parity (or copies) agree with data in the given bitmap regions. Returns the
+    /// member bytes covered and the number of regions.
+    pub(crate) async fn resync_regions(&self, regions: &[u64]) -> Result<(u64, u64)> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok((0, 0));
+        };
+        let chunk = self.geometry.chunk as u64;
+        let h = ProcessHandle::new(ProcessKind::Resync, regions.len() as u64 * bm.region);
+        let mut bytes = 0;
+        for &r in regions {
+            let from = r * bm.region / chunk;
+            let to = ((r + 1) * bm.region).min(self.geometry.member_size) / chunk;
+            self.scrub_pass(&h, CheckMode::Resync, from, to).await?;
+            bytes += (to - from) * chunk;
+        }
+        self.flush().await?;
+        tracing::info!(array = %self.name, regions = regions.len(), bytes, "resynced dirty regions after an unclean shutdown");
+        Ok((bytes, regions.len() as u64))
+    }
+
+    /// The initial sync of a new array whose members were not known to be zero.
+    async fn initial_resync(self: &Arc<Self>) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let stripes = self.geometry.stripes();
+        let h = self.claim(ProcessKind::Resync, stripes * chunk)?;
+        let start = self.resync_offset.load(Ordering::Acquire) / chunk;
+        h.done.store(start * chunk, Ordering::Relaxed);
+        let mut last = Instant::now();
+        let mut result = Ok(());
+        let mut t = start;
+        while t < stripes {
+            let step = (t + 64).min(stripes);
+            if let Err(e) = self.scrub_pass(&h, CheckMode::Resync, t, step).await {
+                result = Err(e);
+                break;
+            }
+            self.resync_offset.store(step * chunk, Ordering::Release);
+            t = step;
+            if last.elapsed() > Duration::from_secs(2) {
+                self.checkpoint().await;
+                last = Instant::now();
+            }
+        }
+        if result.is_ok() {
+            self.flush().await?;
+            self.resync_offset.store(u64::MAX, Ordering::Release);
+            self.checkpoint().await;
+        }
+        h.finish(result.as_ref().err().map(|e| e.to_string()));
+        result
+    }
+}
+
+/// (slot, member, progress) for every member being rebuilt.
+fn rebuild_targets(st: &State) -> Vec<(usize, Arc<Member>, Arc<AtomicU64>)> {
+    let mut v = Vec::new();
+    for (i, s) in st.slots.iter().enumerate() {
+        if s.state == SlotState::Rebuilding {
+            if let Some(m) = &s.member {
+                v.push((i, m.clone(), s.recovery.clone()));
+            }
+        }
+        if let Some((m, off)) = &s.replacement {
+            if s.state == SlotState::Active {
+                v.push((i, m.clone(), off.clone()));
+            }
+        }
+    }
+    v
+}
