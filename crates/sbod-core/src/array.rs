@@ -9,7 +9,7 @@ use crate::locks::StripeLocks;
 use crate::process::ProcessHandle;
 use crate::superblock::{self, MemberEntry, Role, Slot, SlotState, Superblock};
 use arc_swap::ArcSwap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -165,8 +165,10 @@ pub struct CreateSpec {
 #[derive(Clone, Debug, Default)]
 pub struct AssembleOptions {
     pub force: bool,
-    /// Start rebuild/resync processes (off for tools that only look).
+    /// Don't start rebuild/resync processes (tools that run them in the foreground).
     pub no_processes: bool,
+    /// Only look: write nothing, resync nothing, start nothing (offline status).
+    pub read_only: bool,
 }
 
 /// Tunables a user can change on a running array.
@@ -191,7 +193,7 @@ impl Default for Settings {
 }
 
 /// What assembly had to do.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct AssemblyReport {
     /// The array was not shut down cleanly.
     pub unclean: bool,
@@ -228,10 +230,13 @@ pub struct Array {
     pub(crate) wake: tokio::sync::Notify,
     pub(crate) closing: AtomicBool,
     pub(crate) closed: AtomicBool,
+    pub(crate) read_only: AtomicBool,
     pub settings: parking_lot::Mutex<Settings>,
     pub(crate) report: parking_lot::Mutex<AssemblyReport>,
     pub(crate) tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
+
+const ADMIN_FAIL: &str = "failed by the administrator";
 
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
@@ -583,6 +588,7 @@ impl Array {
             wake: tokio::sync::Notify::new(),
             closing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            read_only: AtomicBool::new(false),
             settings: parking_lot::Mutex::new(Settings::default()),
             report: parking_lot::Mutex::new(AssemblyReport::default()),
             tasks: parking_lot::Mutex::new(Vec::new()),
@@ -773,6 +779,14 @@ impl Array {
             &dirty,
         )?;
         let mut st = (*array.state.load_full()).clone();
+        if opts.read_only {
+            array.read_only.store(true, Ordering::Release);
+            array.closing.store(true, Ordering::Release);
+            array.judge(&mut st);
+            array.state.store(Arc::new(st));
+            *array.report.lock() = report;
+            return Ok(array);
+        }
         array.take_spares(&mut st);
         array.judge(&mut st);
         if let Some(why) = &st.failed {
@@ -968,7 +982,11 @@ impl Array {
             if !Self::mark_failed(&mut new, &m) {
                 continue;
             }
-            tracing::error!(member = %m.path, reason = why, array = %self.name, "member failed");
+            if why == ADMIN_FAIL {
+                tracing::info!(member = %m.path, array = %self.name, "member failed by the administrator");
+            } else {
+                tracing::error!(member = %m.path, reason = why, array = %self.name, "member failed");
+            }
             self.take_spares(&mut new);
             self.judge(&mut new);
             if let Some(f) = &new.failed {
@@ -1031,7 +1049,7 @@ impl Array {
                 return Err(Error::Invalid(format!("{who} has already failed")));
             }
         }
-        self.fail_member(&m, "failed by the administrator").await;
+        self.fail_member(&m, ADMIN_FAIL).await;
         Ok(())
     }
 
@@ -1201,6 +1219,12 @@ impl Array {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        if self.read_only.load(Ordering::Acquire) {
+            for m in self.state.load_full().live_members() {
+                m.dev.close();
+            }
+            return Ok(());
+        }
         self.closing.store(true, Ordering::Release);
         if let Some(p) = self.process.lock().clone() {
             p.cancel();
@@ -1247,7 +1271,7 @@ impl Array {
 }
 
 /// What `sbod status --json` reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Status {
     pub name: String,
     pub uuid: String,
@@ -1270,7 +1294,7 @@ pub struct Status {
     pub assembly: AssemblyReport,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MemberStatus {
     pub slot: Option<usize>,
     pub group: Option<usize>,
@@ -1333,9 +1357,12 @@ impl Array {
                     uuid: s.entry.as_ref().map(|e| e.uuid.to_string()),
                     state: if state == SlotState::Empty {
                         "empty".into()
-                    } else {
+                    } else if self.report.lock().missing.contains(&i) {
                         "missing".into()
+                    } else {
+                        "failed".into()
                     },
+
                     domain: s
                         .entry
                         .as_ref()

@@ -341,23 +341,24 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let v: f64 = num
         .parse()
         .map_err(|_| format!("'{s}' is not a size (try 64K, 1G, 20TB)"))?;
-    let mult: f64 =
-        match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" => 1.0,
-            "k" | "kib" => 1024.0,
-            "m" | "mib" => 1024.0 * 1024.0,
-            "g" | "gib" => 1024.0_f64.powi(3),
-            "t" | "tib" => 1024.0_f64.powi(4),
-            "p" | "pib" => 1024.0_f64.powi(5),
-            "kb" => 1e3,
-            "mb" => 1e6,
-            "gb" => 1e9,
-            "tb" => 1e12,
-            "pb" => 1e15,
-            other => return Err(format!(
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0_f64.powi(3),
+        "t" | "tib" => 1024.0_f64.powi(4),
+        "p" | "pib" => 1024.0_f64.powi(5),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "pb" => 1e15,
+        other => {
+            return Err(format!(
                 "unknown size unit '{other}' in '{s}' (use K, M, G, T, or KB/MB/GB/TB for decimal)"
-            )),
-        };
+            ))
+        }
+    };
     let bytes = v * mult;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
         return Err(format!("'{s}' is out of range"));

@@ -9,12 +9,12 @@ use crate::dev::IoClass;
 use crate::error::{Error, Result};
 use crate::layout::{Level, Scheme};
 use crate::superblock::SlotState;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProcessKind {
     Rebuild,
@@ -24,7 +24,7 @@ pub enum ProcessKind {
 }
 
 /// A region of member space where scrub found mismatches.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MismatchRegion {
     pub group: usize,
     /// Logical (volume) offset of the first mismatched stripe in this region.
@@ -49,7 +49,7 @@ pub struct ProcessHandle {
     notify: tokio::sync::Notify,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcessStatus {
     pub kind: ProcessKind,
     pub done: u64,
@@ -436,6 +436,12 @@ impl Array {
         .await;
         handle.finish(result.as_ref().err().map(|e| e.to_string()));
         result
+    }
+
+    /// Run any pending rebuild now, in the caller's task (offline tools show progress from
+    /// `current_process`). Returns when every target is rebuilt, or on failure.
+    pub async fn rebuild_now(self: &Arc<Self>) -> Result<()> {
+        self.rebuild().await
     }
 
     /// Persist rebuild progress.

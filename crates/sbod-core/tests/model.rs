@@ -321,8 +321,8 @@ fn every_loss_combination_reconstructs() {
                 let b = Array::assemble(
                     specs(&fresh),
                     AssembleOptions {
-                        force: false,
                         no_processes: true,
+                        ..Default::default()
                     },
                 )
                 .await

@@ -1,1 +1,89 @@
-fn main() {}
+//! The `sbod` command.
+
+mod cmd;
+mod control;
+mod members;
+mod output;
+mod state;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sbod",
+    version,
+    about = "A switched bunch of disks: RAID and erasure coding in software, served over NBD",
+    after_help = "Arrays are known by name; SBOD_STATE_DIR sets where sbod keeps its state."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create an array.
+    Create(cmd::CreateArgs),
+    /// Assemble an array from its members (their superblocks describe it).
+    Assemble(cmd::AssembleArgs),
+    /// Show arrays, members and background processes.
+    Status(cmd::StatusArgs),
+    /// Print the superblock of members.
+    Examine(cmd::ExamineArgs),
+    /// Take a member out of service (the array goes degraded).
+    Fail(cmd::MemberArgs),
+    /// Remove a failed member or a spare from an array.
+    Remove(cmd::MemberArgs),
+    /// Add hot spares (a degraded array rebuilds onto one at once).
+    Add(cmd::AddArgs),
+    /// Rebuild a new member in place of an old one.
+    Replace(cmd::ReplaceArgs),
+    /// Check parity and mirrors; --repair fixes what it finds.
+    Scrub(cmd::ScrubArgs),
+    /// Stop a served array cleanly.
+    Stop(cmd::NameArgs),
+    /// Forget a stopped array's registration (members are left as they are).
+    Forget(cmd::NameArgs),
+    /// Change a served array's settings.
+    Set(cmd::SetArgs),
+}
+
+fn main() {
+    // Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
+    // SAFETY: setting a signal disposition at startup, before any threads exist.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SBOD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let r = rt.block_on(async {
+        match cli.cmd {
+            Cmd::Create(a) => cmd::create(a).await,
+            Cmd::Assemble(a) => cmd::assemble(a).await,
+            Cmd::Status(a) => cmd::status(a).await,
+            Cmd::Examine(a) => cmd::examine(a).await,
+            Cmd::Fail(a) => cmd::fail(a).await,
+            Cmd::Remove(a) => cmd::remove(a).await,
+            Cmd::Add(a) => cmd::add(a).await,
+            Cmd::Replace(a) => cmd::replace(a).await,
+            Cmd::Scrub(a) => cmd::scrub(a).await,
+            Cmd::Stop(a) => cmd::stop(a).await,
+            Cmd::Forget(a) => cmd::forget(a).await,
+            Cmd::Set(a) => cmd::set(a).await,
+        }
+    });
+    if let Err(e) = r {
+        eprintln!("sbod: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,70 @@
+//! Opening member paths as engine devices.
+
+use anyhow::{bail, Context, Result};
+use sbod_core::dev::{file, BlockDev, FileDev};
+use sbod_core::MemberSpec;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Open one member (exclusively, O_DIRECT where possible).
+pub fn open(path: &str, domain: &str) -> Result<MemberSpec> {
+    open_with(path, domain, &file::OpenOptions::default())
+}
+
+/// Open one member only to look at it (shared, read-only).
+pub fn open_read_only(path: &str) -> Result<MemberSpec> {
+    let opts = file::OpenOptions {
+        read_only: true,
+        exclusive: false,
+        threads: 1,
+        ..Default::default()
+    };
+    open_with(path, "", &opts)
+}
+
+fn open_with(path: &str, domain: &str, opts: &file::OpenOptions) -> Result<MemberSpec> {
+    let p = Path::new(path);
+    let opened = file::open(p, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let is_file = !opened.block_device;
+    let dev: Arc<dyn BlockDev> = Arc::new(FileDev::new(path.to_string(), opened, opts.threads));
+    Ok(MemberSpec {
+        dev,
+        path: path.to_string(),
+        is_file,
+        domain: domain.to_string(),
+    })
+}
+
+/// Create member files that don't exist yet at `size` bytes (sparse). Returns whether
+/// every member was created now (and so reads as zeros).
+pub fn create_files(paths: &[String], size: u64) -> Result<bool> {
+    let mut all_new = true;
+    for p in paths {
+        let path = Path::new(p);
+        if path.exists() {
+            all_new = false;
+            continue;
+        }
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+        }
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .with_context(|| format!("creating {p}"))?;
+        f.set_len(size).with_context(|| format!("sizing {p}"))?;
+    }
+    Ok(all_new)
+}
+
+/// Check a path names something sbod can use before doing anything.
+pub fn check_exists(p: &str) -> Result<()> {
+    if !Path::new(p).exists() {
+        bail!("{p} does not exist (give --size-each to create member files)");
+    }
+    Ok(())
+}

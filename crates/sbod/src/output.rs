@@ -1,0 +1,190 @@
+//! Human output: tables, sizes, progress bars.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use sbod_core::array::Status;
+use sbod_core::layout::human;
+use sbod_core::process::ProcessStatus;
+use sbod_core::superblock::Superblock;
+
+pub fn layout_desc(s: &Status) -> String {
+    let chunk = human(s.chunk as u64);
+    match s.level.as_str() {
+        "raid10" => format!(
+            "raid10 ({} mirror sets of {}), chunk {chunk}",
+            s.groups, s.width
+        ),
+        "concat" => "concat".to_string(),
+        _ if s.groups > 1 => format!(
+            "{} in {} groups of {}, chunk {chunk}",
+            s.level, s.groups, s.width
+        ),
+        _ => format!("{} of {}, chunk {chunk}", s.level, s.width),
+    }
+}
+
+fn short(p: &str) -> String {
+    if let Ok(cwd) = std::env::current_dir() {
+        if let Ok(rel) = std::path::Path::new(p).strip_prefix(&cwd) {
+            return rel.to_string_lossy().to_string();
+        }
+    }
+    p.to_string()
+}
+
+pub fn print_status(s: &Status, running: bool) {
+    println!(
+        "{}: {}, {} usable, {}{}",
+        s.name,
+        layout_desc(s),
+        human(s.size),
+        s.state.to_uppercase(),
+        if running { " (served)" } else { "" }
+    );
+    if let Some(why) = &s.failed_reason {
+        println!("  failed: {why}");
+    }
+    let width = s
+        .members
+        .iter()
+        .filter_map(|m| m.path.as_ref().map(|p| short(p).len()))
+        .max()
+        .unwrap_or(4)
+        .max(6);
+    println!(
+        "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6}",
+        "slot", "group", "member", "state", "domain", "size", "read", "write", "cksum"
+    );
+    for m in &s.members {
+        let slot = m.slot.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+        let group = m.group.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+        let path = m
+            .path
+            .as_deref()
+            .map(short)
+            .unwrap_or_else(|| format!("({})", m.uuid.as_deref().unwrap_or("?")));
+        let mut state = m.state.clone();
+        if let (Some(r), true) = (m.recovered, m.size > 0) {
+            state = format!("{state} {:.0}%", 100.0 * r as f64 / m.size as f64);
+        }
+        println!(
+            "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6}",
+            slot,
+            group,
+            path,
+            state,
+            if m.domain.is_empty() { "-" } else { &m.domain },
+            if m.size > 0 {
+                human(m.size)
+            } else {
+                "-".into()
+            },
+            m.read_errors,
+            m.write_errors,
+            m.checksum_errors
+        );
+    }
+    if let Some(p) = &s.process {
+        println!("  {}", process_line(p));
+    }
+    if let Some(r) = s.resync_offset {
+        println!("  initial sync at {}", human(r));
+    }
+}
+
+pub fn process_line(p: &ProcessStatus) -> String {
+    let eta = p
+        .eta_secs
+        .map(|e| format!(", {:.0}s left", e))
+        .unwrap_or_default();
+    format!(
+        "{:?}: {:.1}% ({} of {}) at {}/s{eta}",
+        p.kind,
+        p.percent,
+        human(p.done),
+        human(p.total),
+        human(p.rate as u64)
+    )
+    .to_lowercase()
+}
+
+pub fn print_scrub(name: &str, p: &ProcessStatus) {
+    let what = format!("{:?}", p.kind).to_lowercase();
+    println!(
+        "{name}: {what} of {} done in {:.1}s: {} mismatched block(s){}",
+        human(p.total),
+        p.elapsed_secs,
+        p.mismatches,
+        if p.repaired > 0 {
+            format!(", {} repaired", p.repaired)
+        } else {
+            String::new()
+        }
+    );
+    for r in &p.regions {
+        println!(
+            "  group {} at member offset {} (volume offset {}): {} block(s)",
+            r.group,
+            human(r.member_offset),
+            r.volume_offset,
+            r.blocks
+        );
+    }
+    if p.mismatches > 0 && p.repaired == 0 {
+        println!("  run `sbod scrub {name} --repair` to fix them");
+    }
+}
+
+pub fn print_superblock(path: &str, sb: &Superblock) {
+    let g = &sb.geometry;
+    println!("{path}:");
+    println!("  array      {} ({})", sb.name, sb.array_uuid);
+    println!(
+        "  layout     {} groups {} width {} chunk {}",
+        g.level,
+        g.groups,
+        g.width,
+        human(g.chunk as u64)
+    );
+    println!(
+        "  member     {} ({:?})",
+        sb.this_member,
+        sb.role_of(&sb.this_member)
+    );
+    println!(
+        "  event      {}  {}",
+        sb.event,
+        if sb.clean { "clean" } else { "active/unclean" }
+    );
+    println!(
+        "  data       {} at offset {}",
+        human(g.member_size),
+        human(g.data_offset)
+    );
+    for (i, s) in sb.slots.iter().enumerate() {
+        let who = s
+            .member
+            .as_ref()
+            .map(|m| m.uuid.to_string())
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "  slot {i:<3} {:<10} {who}",
+            format!("{:?}", s.state).to_lowercase()
+        );
+    }
+    for m in &sb.spares {
+        println!("  spare      {}", m.uuid);
+    }
+}
+
+pub fn progress_bar(what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(1);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg:>8} [{bar:40}] {percent:>3}% {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
