@@ -200,9 +200,10 @@ pub fn open_member(path: &std::path::Path, opts: &OpenOptions) -> io::Result<Arc
     attach_member(path.display().to_string(), opened, opts)
 }
 
-/// Attach a queue to an opened member: io_uring when `opts.uring` and the kernel allows it
-/// (not disabled by sysctl `kernel.io_uring_disabled`, seccomp or age), else the worker
-/// threads, with one log line saying why. `SBOD_IO` overrides `opts.uring`.
+/// Attach a queue to an opened member: io_uring when `opts.uring`, the kernel allows it
+/// (not disabled by sysctl `kernel.io_uring_disabled`, seccomp or age) and the member
+/// supports nonblocking I/O (see [`uring::nowait_io`]); else the worker threads, with one
+/// log line saying why. `SBOD_IO` overrides all of that.
 pub fn attach_member(
     name: String,
     opened: file::Opened,
@@ -216,6 +217,17 @@ pub fn attach_member(
     });
     let opened = match want {
         Backend::Threads => opened,
+        Backend::Uring if forced.is_none() && !uring::nowait_io(&opened) => {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::info!(
+                    member = %name,
+                    "no nonblocking I/O on this file system (io_uring would queue every \
+                     request to a kernel worker); such members use worker threads"
+                );
+            }
+            opened
+        }
         Backend::Uring => match UringDev::try_new(name.clone(), opened) {
             Ok(dev) => return Ok(Arc::new(dev)),
             Err((e, _)) if forced.is_some() => {

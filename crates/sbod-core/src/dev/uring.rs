@@ -115,6 +115,26 @@ fn probe() -> io::Result<()> {
     Ok(())
 }
 
+/// Can the kernel issue I/O on this member without blocking (RWF_NOWAIT)? Where it cannot
+/// (tmpfs, many network and FUSE file systems), io_uring hands every request to its own
+/// kernel worker threads, which is slower than our worker pool (measured on tmpfs: see
+/// docs/PERFORMANCE.md), so the automatic choice takes the threads there. Block devices
+/// and ext4/xfs/btrfs files can.
+pub fn nowait_io(opened: &Opened) -> bool {
+    if opened.block_device || opened.size < 4096 {
+        return true;
+    }
+    let buf = crate::buf::AlignedBuf::zeroed(4096);
+    let iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: 4096,
+    };
+    // SAFETY: one iovec over a live, aligned 4096-byte buffer we own.
+    let r = unsafe { libc::preadv2(opened.file.as_raw_fd(), &iov, 1, 0, libc::RWF_NOWAIT) };
+    // EAGAIN means "supported, but would block now"; only EOPNOTSUPP says "never".
+    r >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EOPNOTSUPP)
+}
+
 fn new_ring() -> io::Result<IoUring> {
     // Cooperative task running: completions are delivered when the ring thread next enters
     // the kernel (it does so whenever it has nothing else to do) instead of interrupting it.
@@ -157,6 +177,15 @@ impl UringDev {
             Ok(x) => x,
             Err(e) => return Err((e, opened)),
         };
+        if opened.direct && !opened.block_device {
+            // Clean page-cache pages of a member file (a copied-in image, a buffered
+            // prefill) make every nonblocking O_DIRECT attempt over them fail with EAGAIN
+            // and go to io_uring's worker threads. Nothing here uses the page cache.
+            // SAFETY: plain syscall on an open fd; failure only costs speed.
+            unsafe {
+                libc::posix_fadvise(opened.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
+            };
+        }
         let shared = Arc::new(Shared {
             sleeping: AtomicBool::new(false),
             closed: AtomicBool::new(false),
