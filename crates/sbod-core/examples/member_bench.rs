@@ -210,7 +210,7 @@ fn run(dev: &Arc<dyn BlockDev>, load: Load, size: u64, secs: f64, seed: u64) -> 
         r.expect("bench I/O failed");
         ios += 1;
         outstanding -= 1;
-        if !stopping && ios % 64 == 0 && Instant::now() >= deadline {
+        if !stopping && ios & 63 == 0 && Instant::now() >= deadline {
             stopping = true;
         }
         if !stopping {
