@@ -370,7 +370,11 @@ impl Array {
     async fn rebuild(self: &Arc<Self>) -> Result<()> {
         let chunk = self.geometry.chunk as u64;
         let total = self.geometry.member_size;
+        if rebuild_targets(&self.state.load_full()).is_empty() {
+            return Ok(());
+        }
         let handle = self.claim(ProcessKind::Rebuild, total)?;
+
         let mut throttle = Throttle::new();
         let mut last_persist = Instant::now();
         let result: Result<()> = async {
@@ -441,7 +445,27 @@ impl Array {
     /// Run any pending rebuild now, in the caller's task (offline tools show progress from
     /// `current_process`). Returns when every target is rebuilt, or on failure.
     pub async fn rebuild_now(self: &Arc<Self>) -> Result<()> {
-        self.rebuild().await
+        loop {
+            let running = self.process.lock().clone().filter(|p| !p.is_finished());
+            if let Some(p) = running {
+                if p.kind != ProcessKind::Rebuild {
+                    p.cancel();
+                }
+                p.wait().await;
+                continue;
+            }
+            let st = self.state.load_full();
+            if let Some(why) = &st.failed {
+                return Err(Error::Failed(why.clone()));
+            }
+            if rebuild_targets(&st).is_empty() {
+                return Ok(());
+            }
+            match self.rebuild().await {
+                Err(Error::Busy(_)) => continue,
+                other => other?,
+            }
+        }
     }
 
     /// Persist rebuild progress.
