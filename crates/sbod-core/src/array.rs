@@ -683,7 +683,7 @@ impl Array {
                 ));
                 continue;
             };
-            if m.dev.size() < g.data_offset + entry.size {
+            if m.dev.size() < g.data_offset.saturating_add(entry.size) {
                 return Err(Error::Refused(format!(
                     "{} is smaller than the array expects ({} of data at offset {})",
                     m.path,

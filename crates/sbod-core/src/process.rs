@@ -206,7 +206,11 @@ impl Throttle {
     }
 }
 
+/// Stripes a background process keeps in flight.
+const PIPELINE: u64 = 8;
+
 /// What one stripe check found.
+
 #[derive(Default)]
 struct StripeCheck {
     mismatched_blocks: u64,
@@ -402,33 +406,39 @@ impl Array {
                         self.checkpoint().await;
                         return Ok(());
                     }
+                    // A window of stripes in flight at once keeps every member busy;
+                    // progress only advances past stripes that are all done.
+                    let w_end = (t + PIPELINE).min(end);
+                    let mut jobs = Vec::new();
+                    for tt in t..w_end {
+                        let mut keys: Vec<usize> = targets
+                            .iter()
+                            .filter(|x| {
+                                x.2.load(Ordering::Acquire) <= tt * chunk && tt * chunk < x.1.size
+                            })
+                            .map(|x| self.lock_key(x.0))
+                            .collect();
+                        keys.sort_unstable();
+                        keys.dedup();
+                        jobs.extend(keys.into_iter().map(|key| self.rebuild_stripe(key, tt)));
+                    }
                     let mut bytes = 0;
-                    // Rebuild this stripe in every slot that still needs it.
-                    let mut keys: Vec<usize> = targets
-                        .iter()
-                        .filter(|x| {
-                            x.2.load(Ordering::Acquire) <= t * chunk && t * chunk < x.1.size
-                        })
-                        .map(|x| self.lock_key(x.0))
-                        .collect();
-                    keys.sort_unstable();
-                    keys.dedup();
-                    for key in keys {
-                        bytes += self.rebuild_stripe(key, t).await?;
+                    for r in futures::future::join_all(jobs).await {
+                        bytes += r?;
                     }
                     for x in &targets {
-                        let off = (t + 1) * chunk;
+                        let off = w_end * chunk;
                         if x.2.load(Ordering::Acquire) < off {
                             x.2.store(off.min(x.1.size), Ordering::Release);
                         }
                     }
-                    handle.done.store((t + 1) * chunk, Ordering::Relaxed);
+                    handle.done.store(w_end * chunk, Ordering::Relaxed);
                     throttle.pace(self, bytes).await;
                     if last_persist.elapsed() > Duration::from_secs(2) {
                         self.checkpoint().await;
                         last_persist = Instant::now();
                     }
-                    t += 1;
+                    t = w_end;
                     if self.event.load(Ordering::Acquire) != event {
                         // Membership changed (a new target or a failure): plan again.
                         break;
@@ -684,16 +694,24 @@ impl Array {
             .as_ref()
             .map(|b| b.region)
             .unwrap_or(chunk * 1024);
-        for t in from..to {
+        let groups = self.geometry.groups as usize;
+        let mut t = from;
+        while t < to {
             if h.cancelled() || self.closing.load(Ordering::Acquire) {
                 return Err(Error::Busy("scrub stopped before it finished".into()));
             }
-            for g in 0..self.geometry.groups as usize {
-                let c = self.check_stripe(g, t, mode).await?;
+            let w_end = (t + PIPELINE).min(to);
+            let jobs = (t..w_end).flat_map(|tt| (0..groups).map(move |g| (tt, g)));
+            let checks = futures::future::join_all(
+                jobs.clone().map(|(tt, g)| self.check_stripe(g, tt, mode)),
+            )
+            .await;
+            for ((tt, g), c) in jobs.zip(checks) {
+                let c = c?;
                 if c.mismatched_blocks > 0 {
                     h.mismatches
                         .fetch_add(c.mismatched_blocks, Ordering::Relaxed);
-                    let moff = t * chunk / region * region;
+                    let moff = tt * chunk / region * region;
                     let mut regions = h.regions.lock();
                     match regions
                         .iter_mut()
@@ -703,7 +721,7 @@ impl Array {
                         None => regions.push(MismatchRegion {
                             group: g,
                             member_offset: moff,
-                            volume_offset: (t * self.geometry.groups as u64 + g as u64)
+                            volume_offset: (tt * self.geometry.groups as u64 + g as u64)
                                 * self.geometry.stripe_data(),
                             blocks: c.mismatched_blocks,
                         }),
@@ -711,10 +729,11 @@ impl Array {
                 }
                 h.repaired.fetch_add(c.repaired_blocks, Ordering::Relaxed);
             }
-            h.done.store((t + 1) * chunk, Ordering::Relaxed);
+            h.done.store(w_end * chunk, Ordering::Relaxed);
             throttle
-                .pace(self, chunk * self.geometry.members() as u64)
+                .pace(self, (w_end - t) * chunk * self.geometry.members() as u64)
                 .await;
+            t = w_end;
         }
         Ok(())
     }
