@@ -43,7 +43,9 @@ impl Backend for ArrayExport {
         let g = &self.array.geometry;
         // Full-stripe writes are cheapest; NBD wants a power of two.
         let preferred = match g.scheme() {
-            Scheme::Parity { m, .. } if m > 0 && g.stripe_data().is_power_of_two() => g.stripe_data(),
+            Scheme::Parity { m, .. } if m > 0 && g.stripe_data().is_power_of_two() => {
+                g.stripe_data()
+            }
             _ => g.chunk as u64,
         }
         .min(32 << 20) as u32;
@@ -87,8 +89,17 @@ impl Backend for ArrayExport {
         Ok(())
     }
 
-    async fn write_zeroes(&self, offset: u64, len: u32, fua: bool, no_hole: bool) -> Result<(), NbdError> {
-        self.array.write_zeroes(offset, len as u64, fua, !no_hole).await.map_err(nbd_err)
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> Result<(), NbdError> {
+        self.array
+            .write_zeroes(offset, len as u64, fua, !no_hole)
+            .await
+            .map_err(nbd_err)
     }
 }
 
@@ -100,7 +111,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .listen
         .iter()
         .map(|l| sbod_nbd::Listen::parse(l, args.allow_remote))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
     let array = cmd::open_offline(&args.name, AssembleOptions::default()).await?;
     cmd::save_registry(&array)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -125,7 +137,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let shutdown = {
         let on_stop = on_stop.clone();
         async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("signal");
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
@@ -133,7 +147,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             }
         }
     };
-    let export = Arc::new(ArrayExport { array: array.clone() });
+    let export = Arc::new(ArrayExport {
+        array: array.clone(),
+    });
     let server = sbod_nbd::Server::new(vec![(args.name.clone(), export)]);
     let r = server.serve(listeners, shutdown).await;
     let _ = stop_tx.send(true);
