@@ -255,7 +255,7 @@ fn proto_err(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.into())
 }
 
-fn transmission_flags<B>(info: &ExportInfo, structured: bool) -> u16 {
+fn transmission_flags(info: &ExportInfo, structured: bool) -> u16 {
     let mut f = TF_HAS_FLAGS;
     if info.read_only {
         f |= TF_READ_ONLY;
@@ -341,7 +341,7 @@ where
                 let info = e.info();
                 let mut out = Vec::with_capacity(10 + 124);
                 out.extend_from_slice(&info.size.to_be_bytes());
-                out.extend_from_slice(&transmission_flags::<B>(&info, structured).to_be_bytes());
+                out.extend_from_slice(&transmission_flags(&info, structured).to_be_bytes());
                 if !no_zeroes {
                     out.extend_from_slice(&[0u8; 124]);
                 }
@@ -409,7 +409,7 @@ where
                 let info = e.info();
                 let mut d = INFO_EXPORT.to_be_bytes().to_vec();
                 d.extend_from_slice(&info.size.to_be_bytes());
-                d.extend_from_slice(&transmission_flags::<B>(&info, structured).to_be_bytes());
+                d.extend_from_slice(&transmission_flags(&info, structured).to_be_bytes());
                 w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
                 let mut d = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
                 d.extend_from_slice(&info.min_block.to_be_bytes());
@@ -506,10 +506,8 @@ fn validate(req: &Request, neg: &Negotiated<impl Backend>) -> Result<(), (u32, &
                 return Err((ENOSPC, "write beyond the end of the export"));
             }
         }
-        CMD_FLUSH => {
-            if !info.can_flush {
-                return Err((EINVAL, "flush not supported"));
-            }
+        CMD_FLUSH if !info.can_flush => {
+            return Err((EINVAL, "flush not supported"));
         }
         CMD_TRIM => {
             if info.read_only {
@@ -535,7 +533,7 @@ fn validate(req: &Request, neg: &Negotiated<impl Backend>) -> Result<(), (u32, &
         }
         _ => {}
     }
-    let aligned = |x: u64| x % info.min_block as u64 == 0;
+    let aligned = |x: u64| x.is_multiple_of(info.min_block as u64);
     if neg.sized && req.kind != CMD_FLUSH && (!aligned(req.offset) || !aligned(req.length as u64)) {
         return Err((EINVAL, "request not aligned to the minimum block size"));
     }
@@ -668,7 +666,7 @@ async fn execute<B: Backend>(
     let e = &neg.export;
     let fua = req.flags & CMD_FLAG_FUA != 0;
     let bs = neg.info.min_block as u64;
-    let aligned = req.offset % bs == 0 && (req.length as u64) % bs == 0;
+    let aligned = req.offset.is_multiple_of(bs) && (req.length as u64).is_multiple_of(bs);
     let cookie = req.cookie;
     let done = |r: Result<(), NbdError>| match r {
         Ok(()) => Reply::Simple { cookie, error: 0 },
