@@ -683,7 +683,7 @@ impl Array {
                 ));
                 continue;
             };
-            if m.dev.size() < g.data_offset + entry.size {
+            if m.dev.size() < g.data_offset.saturating_add(entry.size) {
                 return Err(Error::Refused(format!(
                     "{} is smaller than the array expects ({} of data at offset {})",
                     m.path,
@@ -1212,6 +1212,39 @@ impl Array {
         }
         self.wake.notify_one();
         Ok(())
+    }
+
+    /// Drop the array as a power cut would: stop everything and close the members
+    /// without flushing, clearing the bitmap or marking the superblocks clean. The next
+    /// assembly sees an unclean shutdown. For tests and fault drills.
+    pub async fn abandon(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.closing.store(true, Ordering::Release);
+        if let Some(p) = self.process.lock().clone() {
+            p.cancel();
+        }
+        self.wake.notify_waiters();
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        for t in &tasks {
+            t.abort();
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        let st = self.state.load_full();
+        for s in &st.slots {
+            if let Some(m) = &s.member {
+                m.dev.close();
+            }
+            if let Some((m, _)) = &s.replacement {
+                m.dev.close();
+            }
+        }
+        for m in &st.spares {
+            m.dev.close();
+        }
     }
 
     /// Stop background work, flush, mark clean and close the members.

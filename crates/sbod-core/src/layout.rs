@@ -114,7 +114,7 @@ pub struct Geometry {
 
 impl Geometry {
     pub fn members(&self) -> usize {
-        (self.groups * self.width) as usize
+        self.groups as usize * self.width as usize
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -185,6 +185,13 @@ impl Geometry {
         if self.groups == 0 || self.width == 0 {
             return Err("an array needs at least one member".into());
         }
+        if self.width > 256 {
+            return Err("at most 256 members per group".into());
+        }
+        if self.groups > 4096 {
+            return Err("at most 4096 groups".into());
+        }
+
         if !self.chunk.is_power_of_two() || self.chunk < 4096 || self.chunk > 16 << 20 {
             return Err(format!(
                 "chunk {} is not supported: use a power of two from 4K to 16M (64K is a good default)",
@@ -224,6 +231,10 @@ impl Geometry {
         }
         if self.member_size == 0 {
             return Err("members are too small to hold one chunk of data".into());
+        }
+        let total = self.member_size as u128 * self.members() as u128;
+        if self.member_size > 1 << 60 || self.data_offset > 1 << 40 || total > (1u128 << 63) {
+            return Err("sizes out of range".into());
         }
         Ok(())
     }

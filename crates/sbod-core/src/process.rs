@@ -206,7 +206,11 @@ impl Throttle {
     }
 }
 
+/// Stripes a background process keeps in flight.
+const PIPELINE: u64 = 8;
+
 /// What one stripe check found.
+
 #[derive(Default)]
 struct StripeCheck {
     mismatched_blocks: u64,
@@ -370,7 +374,11 @@ impl Array {
     async fn rebuild(self: &Arc<Self>) -> Result<()> {
         let chunk = self.geometry.chunk as u64;
         let total = self.geometry.member_size;
+        if rebuild_targets(&self.state.load_full()).is_empty() {
+            return Ok(());
+        }
         let handle = self.claim(ProcessKind::Rebuild, total)?;
+
         let mut throttle = Throttle::new();
         let mut last_persist = Instant::now();
         let result: Result<()> = async {
@@ -398,33 +406,39 @@ impl Array {
                         self.checkpoint().await;
                         return Ok(());
                     }
+                    // A window of stripes in flight at once keeps every member busy;
+                    // progress only advances past stripes that are all done.
+                    let w_end = (t + PIPELINE).min(end);
+                    let mut jobs = Vec::new();
+                    for tt in t..w_end {
+                        let mut keys: Vec<usize> = targets
+                            .iter()
+                            .filter(|x| {
+                                x.2.load(Ordering::Acquire) <= tt * chunk && tt * chunk < x.1.size
+                            })
+                            .map(|x| self.lock_key(x.0))
+                            .collect();
+                        keys.sort_unstable();
+                        keys.dedup();
+                        jobs.extend(keys.into_iter().map(|key| self.rebuild_stripe(key, tt)));
+                    }
                     let mut bytes = 0;
-                    // Rebuild this stripe in every slot that still needs it.
-                    let mut keys: Vec<usize> = targets
-                        .iter()
-                        .filter(|x| {
-                            x.2.load(Ordering::Acquire) <= t * chunk && t * chunk < x.1.size
-                        })
-                        .map(|x| self.lock_key(x.0))
-                        .collect();
-                    keys.sort_unstable();
-                    keys.dedup();
-                    for key in keys {
-                        bytes += self.rebuild_stripe(key, t).await?;
+                    for r in futures::future::join_all(jobs).await {
+                        bytes += r?;
                     }
                     for x in &targets {
-                        let off = (t + 1) * chunk;
+                        let off = w_end * chunk;
                         if x.2.load(Ordering::Acquire) < off {
                             x.2.store(off.min(x.1.size), Ordering::Release);
                         }
                     }
-                    handle.done.store((t + 1) * chunk, Ordering::Relaxed);
+                    handle.done.store(w_end * chunk, Ordering::Relaxed);
                     throttle.pace(self, bytes).await;
                     if last_persist.elapsed() > Duration::from_secs(2) {
                         self.checkpoint().await;
                         last_persist = Instant::now();
                     }
-                    t += 1;
+                    t = w_end;
                     if self.event.load(Ordering::Acquire) != event {
                         // Membership changed (a new target or a failure): plan again.
                         break;
@@ -441,7 +455,27 @@ impl Array {
     /// Run any pending rebuild now, in the caller's task (offline tools show progress from
     /// `current_process`). Returns when every target is rebuilt, or on failure.
     pub async fn rebuild_now(self: &Arc<Self>) -> Result<()> {
-        self.rebuild().await
+        loop {
+            let running = self.process.lock().clone().filter(|p| !p.is_finished());
+            if let Some(p) = running {
+                if p.kind != ProcessKind::Rebuild {
+                    p.cancel();
+                }
+                p.wait().await;
+                continue;
+            }
+            let st = self.state.load_full();
+            if let Some(why) = &st.failed {
+                return Err(Error::Failed(why.clone()));
+            }
+            if rebuild_targets(&st).is_empty() {
+                return Ok(());
+            }
+            match self.rebuild().await {
+                Err(Error::Busy(_)) => continue,
+                other => other?,
+            }
+        }
     }
 
     /// Persist rebuild progress.
@@ -543,7 +577,7 @@ impl Array {
                 }
             }
             Scheme::Mirror { .. } => {
-                let buf = AlignedBuf::zeroed(len as usize).into_shared();
+                let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
                 let mut ok = false;
                 for s in &slots {
                     if let Some(m) = st.slots[*s].readable(base + len) {
@@ -576,7 +610,7 @@ impl Array {
                             ))
                         })?
                         .clone();
-                    let buf = AlignedBuf::zeroed(len as usize).into_shared();
+                    let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
                     if let Err(e) = self
                         .mread(&src, base, buf.clone(), IoClass::Background)
                         .await
@@ -660,16 +694,24 @@ impl Array {
             .as_ref()
             .map(|b| b.region)
             .unwrap_or(chunk * 1024);
-        for t in from..to {
+        let groups = self.geometry.groups as usize;
+        let mut t = from;
+        while t < to {
             if h.cancelled() || self.closing.load(Ordering::Acquire) {
                 return Err(Error::Busy("scrub stopped before it finished".into()));
             }
-            for g in 0..self.geometry.groups as usize {
-                let c = self.check_stripe(g, t, mode).await?;
+            let w_end = (t + PIPELINE).min(to);
+            let jobs = (t..w_end).flat_map(|tt| (0..groups).map(move |g| (tt, g)));
+            let checks = futures::future::join_all(
+                jobs.clone().map(|(tt, g)| self.check_stripe(g, tt, mode)),
+            )
+            .await;
+            for ((tt, g), c) in jobs.zip(checks) {
+                let c = c?;
                 if c.mismatched_blocks > 0 {
                     h.mismatches
                         .fetch_add(c.mismatched_blocks, Ordering::Relaxed);
-                    let moff = t * chunk / region * region;
+                    let moff = tt * chunk / region * region;
                     let mut regions = h.regions.lock();
                     match regions
                         .iter_mut()
@@ -679,7 +721,7 @@ impl Array {
                         None => regions.push(MismatchRegion {
                             group: g,
                             member_offset: moff,
-                            volume_offset: (t * self.geometry.groups as u64 + g as u64)
+                            volume_offset: (tt * self.geometry.groups as u64 + g as u64)
                                 * self.geometry.stripe_data(),
                             blocks: c.mismatched_blocks,
                         }),
@@ -687,10 +729,11 @@ impl Array {
                 }
                 h.repaired.fetch_add(c.repaired_blocks, Ordering::Relaxed);
             }
-            h.done.store((t + 1) * chunk, Ordering::Relaxed);
+            h.done.store(w_end * chunk, Ordering::Relaxed);
             throttle
-                .pace(self, chunk * self.geometry.members() as u64)
+                .pace(self, (w_end - t) * chunk * self.geometry.members() as u64)
                 .await;
+            t = w_end;
         }
         Ok(())
     }
@@ -715,7 +758,7 @@ impl Array {
         }
         let members: Vec<Arc<Member>> = members.into_iter().map(|m| m.expect("checked")).collect();
         let bufs: Vec<SharedBuf> = (0..w)
-            .map(|_| AlignedBuf::zeroed(chunk as usize).into_shared())
+            .map(|_| AlignedBuf::for_overwrite(chunk as usize).into_shared())
             .collect();
         let futs = members
             .iter()
@@ -806,7 +849,7 @@ impl Array {
                 }
                 // Fast path: recompute parity for the whole chunk and compare.
                 let fresh: Vec<SharedBuf> = (0..m)
-                    .map(|_| AlignedBuf::zeroed(chunk as usize).into_shared())
+                    .map(|_| AlignedBuf::for_overwrite(chunk as usize).into_shared())
                     .collect();
                 {
                     let data: Vec<&[u8]> = (0..k).map(|s| slice_of(&shard_bufs[s])).collect();

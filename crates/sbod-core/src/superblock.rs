@@ -364,6 +364,16 @@ impl Superblock {
                 "data offset overlaps the metadata area".into(),
             ));
         }
+        let too_big = slots
+            .iter()
+            .flat_map(|s| s.member.iter().chain(s.replacement.iter().map(|r| &r.0)))
+            .chain(spares.iter())
+            .any(|m| m.size > geometry.member_size);
+        if too_big {
+            return Err(SbError::Malformed(
+                "a member records more data than the geometry holds".into(),
+            ));
+        }
         if bitmap_region == 0 || bitmap_region % geometry.chunk as u64 != 0 {
             return Err(SbError::Malformed(
                 "bitmap region is not a multiple of the chunk".into(),

@@ -253,15 +253,24 @@ pub async fn create(args: CreateArgs) -> Result<()> {
             args.members.len()
         );
     }
-    let fresh = match args.size_each {
+    let created = match args.size_each {
         Some(sz) => members::create_files(&args.members, sz)?,
         None => {
             for m in &args.members {
                 members::check_exists(m)?;
             }
-            false
+            Vec::new()
         }
     };
+    let fresh = created.len() == args.members.len();
+    let r = create_on(&args, fresh).await;
+    if r.is_err() {
+        members::remove_created(&created);
+    }
+    r
+}
+
+async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
     let mut specs = Vec::new();
     for (i, m) in args.members.iter().enumerate() {
         let abs = state::absolute(std::path::Path::new(m))?;
@@ -581,8 +590,9 @@ pub async fn remove(args: MemberArgs) -> Result<()> {
 
 fn prepare_new(path: &str, size: Option<u64>) -> Result<String> {
     if let Some(sz) = size {
-        members::create_files(&[path.to_string()], sz)?;
+        let _ = members::create_files(&[path.to_string()], sz)?;
     }
+
     members::check_exists(path)?;
     state::absolute(std::path::Path::new(path))
 }

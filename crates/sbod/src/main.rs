@@ -4,6 +4,7 @@ mod cmd;
 mod control;
 mod members;
 mod output;
+mod serve;
 mod state;
 
 use clap::{Parser, Subcommand};
@@ -46,6 +47,8 @@ enum Cmd {
     Forget(cmd::NameArgs),
     /// Change a served array's settings.
     Set(cmd::SetArgs),
+    /// Serve an array over NBD (foreground; Ctrl-C or `sbod stop` ends it cleanly).
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -80,6 +83,7 @@ fn main() {
             Cmd::Stop(a) => cmd::stop(a).await,
             Cmd::Forget(a) => cmd::forget(a).await,
             Cmd::Set(a) => cmd::set(a).await,
+            Cmd::Serve(a) => serve::serve(a).await,
         }
     });
     if let Err(e) = r {

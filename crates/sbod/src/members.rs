@@ -36,14 +36,13 @@ fn open_with(path: &str, domain: &str, opts: &file::OpenOptions) -> Result<Membe
     })
 }
 
-/// Create member files that don't exist yet at `size` bytes (sparse). Returns whether
-/// every member was created now (and so reads as zeros).
-pub fn create_files(paths: &[String], size: u64) -> Result<bool> {
-    let mut all_new = true;
+/// Create member files that don't exist yet at `size` bytes (sparse). Returns the files
+/// created now (they read as zeros); the caller removes them if what follows fails.
+pub fn create_files(paths: &[String], size: u64) -> Result<Vec<String>> {
+    let mut created = Vec::new();
     for p in paths {
         let path = Path::new(p);
         if path.exists() {
-            all_new = false;
             continue;
         }
         if let Some(dir) = path.parent() {
@@ -58,8 +57,16 @@ pub fn create_files(paths: &[String], size: u64) -> Result<bool> {
             .open(path)
             .with_context(|| format!("creating {p}"))?;
         f.set_len(size).with_context(|| format!("sizing {p}"))?;
+        created.push(p.clone());
     }
-    Ok(all_new)
+    Ok(created)
+}
+
+/// Remove files created by `create_files` after a failed command.
+pub fn remove_created(created: &[String]) {
+    for p in created {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 /// Check a path names something sbod can use before doing anything.

@@ -1,0 +1,92 @@
+//! What an export must provide.
+
+use std::future::Future;
+
+/// An export's size, constraints and capabilities, as advertised to clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportInfo {
+    pub size: u64,
+    /// Power of two, at most 64 KiB.
+    pub min_block: u32,
+    /// Power of two, at least 512 and `min_block`.
+    pub preferred_block: u32,
+    pub max_payload: u32,
+    pub read_only: bool,
+    pub can_flush: bool,
+    pub can_fua: bool,
+    pub can_trim: bool,
+    pub can_write_zeroes: bool,
+    /// Only if a FLUSH on one connection covers writes completed on every connection.
+    pub can_multi_conn: bool,
+    pub description: Option<String>,
+}
+
+/// Errors a backend reports; mapped to the spec's error values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NbdError {
+    #[error("input/output error")]
+    Io,
+    #[error("invalid argument")]
+    Inval,
+    #[error("no space left")]
+    NoSpc,
+    #[error("operation not permitted")]
+    Perm,
+    #[error("operation not supported")]
+    NotSup,
+    #[error("value too large")]
+    Overflow,
+    #[error("server is shutting down")]
+    ShutDown,
+}
+
+impl NbdError {
+    pub fn code(self) -> u32 {
+        use crate::proto::*;
+        match self {
+            NbdError::Io => EIO,
+            NbdError::Inval => EINVAL,
+            NbdError::NoSpc => ENOSPC,
+            NbdError::Perm => EPERM,
+            NbdError::NotSup => ENOTSUP,
+            NbdError::Overflow => EOVERFLOW,
+            NbdError::ShutDown => ESHUTDOWN,
+        }
+    }
+}
+
+/// A block device behind an export. Requests reaching it are already validated against
+/// `info()` (in range, aligned, allowed); many run concurrently.
+pub trait Backend: Send + Sync + 'static {
+    /// Buffers the backend wants payloads in (e.g. aligned for O_DIRECT), so WRITE payloads
+    /// are read from the socket straight into them.
+    type Buf: AsRef<[u8]> + AsMut<[u8]> + Send + 'static;
+
+    fn info(&self) -> ExportInfo;
+    fn alloc(&self, len: usize) -> Self::Buf;
+    fn read(
+        &self,
+        offset: u64,
+        len: u32,
+    ) -> impl Future<Output = Result<Self::Buf, NbdError>> + Send;
+    fn write(
+        &self,
+        offset: u64,
+        data: Self::Buf,
+        fua: bool,
+    ) -> impl Future<Output = Result<(), NbdError>> + Send;
+    fn flush(&self) -> impl Future<Output = Result<(), NbdError>> + Send;
+    fn trim(
+        &self,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    ) -> impl Future<Output = Result<(), NbdError>> + Send;
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> impl Future<Output = Result<(), NbdError>> + Send;
+}

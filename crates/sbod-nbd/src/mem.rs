@@ -1,0 +1,76 @@
+//! An in-memory export, for tests.
+
+use crate::backend::{Backend, ExportInfo, NbdError};
+use parking_lot::RwLock;
+
+pub struct MemBackend {
+    data: RwLock<Vec<u8>>,
+    pub info: ExportInfo,
+}
+
+impl MemBackend {
+    pub fn new(size: u64) -> MemBackend {
+        MemBackend {
+            data: RwLock::new(vec![0u8; size as usize]),
+            info: ExportInfo {
+                size,
+                min_block: 4096,
+                preferred_block: 4096,
+                max_payload: 32 << 20,
+                read_only: false,
+                can_flush: true,
+                can_fua: true,
+                can_trim: true,
+                can_write_zeroes: true,
+                can_multi_conn: true,
+                description: Some("in-memory test export".into()),
+            },
+        }
+    }
+
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.data.read().clone()
+    }
+}
+
+impl Backend for MemBackend {
+    type Buf = Vec<u8>;
+
+    fn info(&self) -> ExportInfo {
+        self.info.clone()
+    }
+
+    fn alloc(&self, len: usize) -> Vec<u8> {
+        vec![0u8; len]
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Vec<u8>, NbdError> {
+        let d = self.data.read();
+        Ok(d[offset as usize..offset as usize + len as usize].to_vec())
+    }
+
+    async fn write(&self, offset: u64, data: Vec<u8>, _fua: bool) -> Result<(), NbdError> {
+        self.data.write()[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<(), NbdError> {
+        Ok(())
+    }
+
+    async fn trim(&self, offset: u64, len: u32, _fua: bool) -> Result<(), NbdError> {
+        self.data.write()[offset as usize..offset as usize + len as usize].fill(0);
+        Ok(())
+    }
+
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        _fua: bool,
+        _no_hole: bool,
+    ) -> Result<(), NbdError> {
+        self.data.write()[offset as usize..offset as usize + len as usize].fill(0);
+        Ok(())
+    }
+}

@@ -1,0 +1,841 @@
+//! The server: listeners, the handshake, and the transmission phase.
+//!
+//! Per connection, one task reads requests and spawns each as its own task (so one slow
+//! request never holds up others; replies go out in completion order), and one task writes
+//! replies, coalescing small ones. In-flight work per connection is bounded by a byte
+//! budget, so one client cannot exhaust memory. A malformed request closes only its own
+//! connection.
+
+use crate::backend::{Backend, ExportInfo, NbdError};
+use crate::proto::*;
+use std::future::Future;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{mpsc, watch, Semaphore};
+
+/// Where to listen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+impl Listen {
+    /// `unix:PATH` or `tcp:HOST:PORT`. Addresses other than loopback need `allow_remote`.
+    pub fn parse(s: &str, allow_remote: bool) -> Result<Listen, String> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            if p.is_empty() {
+                return Err("unix: needs a socket path, e.g. unix:/run/sbod/vol0.sock".into());
+            }
+            return Ok(Listen::Unix(PathBuf::from(p)));
+        }
+        if let Some(hp) = s.strip_prefix("tcp:") {
+            let addr: SocketAddr = hp
+                .to_socket_addrs()
+                .map_err(|e| format!("'{hp}' is not HOST:PORT ({e})"))?
+                .next()
+                .ok_or_else(|| format!("'{hp}' resolves to no address"))?;
+            if !addr.ip().is_loopback() && !allow_remote {
+                return Err(format!(
+                    "{addr} is not a loopback address: NBD has no authentication, so sbod listens beyond this host only when asked (--allow-remote)"
+                ));
+            }
+            return Ok(Listen::Tcp(addr));
+        }
+        Err(format!("'{s}': listen on unix:PATH or tcp:HOST:PORT"))
+    }
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Unix(p) => write!(f, "unix:{}", p.display()),
+            Listen::Tcp(a) => write!(f, "tcp:{a}"),
+        }
+    }
+}
+
+/// Counters for metrics.
+#[derive(Default, Debug)]
+pub struct Stats {
+    pub connections: AtomicU64,
+    pub active: AtomicU64,
+    pub requests: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub errors: AtomicU64,
+    /// Connections dropped for breaking the protocol.
+    pub protocol_errors: AtomicU64,
+}
+
+/// Bytes of request payload in flight per connection (reads and writes).
+const INFLIGHT_BUDGET: u32 = 256 << 20;
+/// Requests in flight per connection.
+const INFLIGHT_REQUESTS: usize = 512;
+/// A WRITE payload over the export's limit is drained (to keep the stream in sync) up to
+/// this size; beyond it the connection is dropped as a denial of service.
+const DRAIN_LIMIT: u32 = 64 << 20;
+
+pub struct Server<B: Backend> {
+    exports: Arc<Vec<(String, Arc<B>)>>,
+    stats: Arc<Stats>,
+}
+
+struct Negotiated<B> {
+    export: Arc<B>,
+    info: ExportInfo,
+    structured: bool,
+    /// The client promised to honour our block size constraints.
+    sized: bool,
+}
+
+enum Reply<Buf> {
+    Simple {
+        cookie: u64,
+        error: u32,
+    },
+    Data {
+        cookie: u64,
+        offset: u64,
+        data: Buf,
+    },
+    Err {
+        cookie: u64,
+        error: u32,
+        read: bool,
+        msg: &'static str,
+    },
+}
+
+impl<B: Backend> Server<B> {
+    /// Serve these exports; the first is also the default export ("").
+    pub fn new(exports: Vec<(String, Arc<B>)>) -> Server<B> {
+        assert!(!exports.is_empty(), "a server needs an export");
+        Server {
+            exports: Arc::new(exports),
+            stats: Arc::new(Stats::default()),
+        }
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Listen and serve until `shutdown` completes; then finish in-flight requests,
+    /// flush every export and close.
+    pub async fn serve(
+        self,
+        listen: Vec<Listen>,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> io::Result<()> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut accepts = tokio::task::JoinSet::new();
+        let conns = Arc::new(tokio::sync::Mutex::new(tokio::task::JoinSet::new()));
+        let mut unix_paths = Vec::new();
+        for l in &listen {
+            match l {
+                Listen::Unix(p) => {
+                    if p.exists() {
+                        if std::os::unix::net::UnixStream::connect(p).is_ok() {
+                            return Err(io::Error::new(
+                                io::ErrorKind::AddrInUse,
+                                format!("{} is in use by another server", p.display()),
+                            ));
+                        }
+                        let _ = std::fs::remove_file(p);
+                    }
+                    let lst = UnixListener::bind(p).map_err(|e| {
+                        io::Error::new(e.kind(), format!("binding {}: {e}", p.display()))
+                    })?;
+                    unix_paths.push(p.clone());
+                    let (exports, stats, mut stop, conns) = (
+                        self.exports.clone(),
+                        self.stats.clone(),
+                        stop_rx.clone(),
+                        conns.clone(),
+                    );
+                    accepts.spawn(async move {
+                        loop {
+                            tokio::select! {
+                                _ = stop.changed() => break,
+                                r = lst.accept() => if let Ok((s, _)) = r {
+                                    let (exports, stats, stop) = (exports.clone(), stats.clone(), stop.clone());
+                                    conns.lock().await.spawn(connection(s, exports, stats, stop));
+                                }
+                            }
+                        }
+                    });
+                }
+                Listen::Tcp(a) => {
+                    let lst = TcpListener::bind(a)
+                        .await
+                        .map_err(|e| io::Error::new(e.kind(), format!("binding {a}: {e}")))?;
+                    let (exports, stats, mut stop, conns) = (
+                        self.exports.clone(),
+                        self.stats.clone(),
+                        stop_rx.clone(),
+                        conns.clone(),
+                    );
+                    accepts.spawn(async move {
+                        loop {
+                            tokio::select! {
+                                _ = stop.changed() => break,
+                                r = lst.accept() => if let Ok((s, _)) = r {
+                                    let _ = s.set_nodelay(true);
+                                    let (exports, stats, stop) = (exports.clone(), stats.clone(), stop.clone());
+                                    conns.lock().await.spawn(connection(s, exports, stats, stop));
+                                }
+                            }
+                        }
+                    });
+                }
+            }
+        }
+        shutdown.await;
+        let _ = stop_tx.send(true);
+        while accepts.join_next().await.is_some() {}
+        let mut c = conns.lock().await;
+        while c.join_next().await.is_some() {}
+        let mut result = Ok(());
+        for (name, e) in self.exports.iter() {
+            if let Err(err) = e.flush().await {
+                tracing::error!(export = %name, error = %err, "flush at shutdown failed");
+                result = Err(io::Error::other(format!(
+                    "flushing export {name} at shutdown: {err}"
+                )));
+            }
+        }
+        for p in unix_paths {
+            let _ = std::fs::remove_file(p);
+        }
+        result
+    }
+}
+
+async fn connection<S, B>(
+    stream: S,
+    exports: Arc<Vec<(String, Arc<B>)>>,
+    stats: Arc<Stats>,
+    stop: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: Backend,
+{
+    stats.connections.fetch_add(1, Relaxed);
+    stats.active.fetch_add(1, Relaxed);
+    let (r, w) = tokio::io::split(stream);
+    let mut r = BufReader::with_capacity(256 * 1024, r);
+    let mut w = BufWriter::with_capacity(256 * 1024, w);
+    let mut stop2 = stop.clone();
+    let hs = tokio::select! {
+        h = handshake(&mut r, &mut w, &exports) => h,
+        _ = stop2.changed() => Ok(None),
+    };
+    match hs {
+        Ok(Some(neg)) => {
+            if let Err(e) = transmission(r, w, neg, stats.clone(), stop).await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            stats.protocol_errors.fetch_add(1, Relaxed);
+            tracing::debug!(error = %e, "handshake failed");
+        }
+    }
+    stats.active.fetch_sub(1, Relaxed);
+}
+
+fn proto_err(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+fn transmission_flags(info: &ExportInfo, structured: bool) -> u16 {
+    let mut f = TF_HAS_FLAGS;
+    if info.read_only {
+        f |= TF_READ_ONLY;
+    }
+    if info.can_flush {
+        f |= TF_SEND_FLUSH;
+    }
+    if info.can_fua {
+        f |= TF_SEND_FUA;
+    }
+    if info.can_trim && !info.read_only {
+        f |= TF_SEND_TRIM;
+    }
+    if info.can_write_zeroes && !info.read_only {
+        f |= TF_SEND_WRITE_ZEROES;
+    }
+    if info.can_multi_conn {
+        f |= TF_CAN_MULTI_CONN;
+    }
+    if structured {
+        // Reads are always answered in one chunk, so "don't fragment" holds trivially.
+        f |= TF_SEND_DF;
+    }
+    f
+}
+
+/// The fixed newstyle handshake. `Ok(None)`: the client left (ABORT or EOF).
+async fn handshake<R, W, B>(
+    r: &mut R,
+    w: &mut W,
+    exports: &[(String, Arc<B>)],
+) -> io::Result<Option<Negotiated<B>>>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    B: Backend,
+{
+    let mut hello = Vec::with_capacity(18);
+    hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    hello.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    w.write_all(&hello).await?;
+    w.flush().await?;
+    let cflags = r.read_u32().await?;
+    if cflags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(proto_err(format!("unknown client flags {cflags:#x}")));
+    }
+    let no_zeroes = cflags & FLAG_C_NO_ZEROES != 0;
+    let mut structured = false;
+    let find = |name: &str| -> Option<&Arc<B>> {
+        if name.is_empty() {
+            return exports.first().map(|(_, e)| e);
+        }
+        exports.iter().find(|(n, _)| n == name).map(|(_, e)| e)
+    };
+    loop {
+        let magic = r.read_u64().await?;
+        if magic != IHAVEOPT {
+            return Err(proto_err(format!("bad option magic {magic:#x}")));
+        }
+        let opt = r.read_u32().await?;
+        let len = r.read_u32().await?;
+        if len > MAX_OPTION_LEN {
+            // Too big to be honest: refuse, and drop the connection if it is absurd.
+            if len > 16 * MAX_OPTION_LEN {
+                return Err(proto_err(format!("option of {len} bytes")));
+            }
+            tokio::io::copy(&mut (&mut *r).take(len as u64), &mut tokio::io::sink()).await?;
+            w.write_all(&option_reply(opt, REP_ERR_TOO_BIG, b"option too large"))
+                .await?;
+            w.flush().await?;
+            continue;
+        }
+        let mut data = vec![0u8; len as usize];
+        r.read_exact(&mut data).await?;
+        match opt {
+            OPT_EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&data).to_string();
+                let Some(e) = find(&name) else {
+                    // The spec gives no way to report this but closing.
+                    return Err(proto_err(format!("unknown export '{name}'")));
+                };
+                let info = e.info();
+                let mut out = Vec::with_capacity(10 + 124);
+                out.extend_from_slice(&info.size.to_be_bytes());
+                out.extend_from_slice(&transmission_flags(&info, structured).to_be_bytes());
+                if !no_zeroes {
+                    out.extend_from_slice(&[0u8; 124]);
+                }
+                w.write_all(&out).await?;
+                w.flush().await?;
+                return Ok(Some(Negotiated {
+                    export: e.clone(),
+                    info,
+                    structured,
+                    sized: false,
+                }));
+            }
+            OPT_ABORT => {
+                w.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                w.flush().await?;
+                return Ok(None);
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    w.write_all(&option_reply(opt, REP_ERR_INVALID, b"LIST takes no data"))
+                        .await?;
+                } else {
+                    for (name, _) in exports {
+                        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+                        d.extend_from_slice(name.as_bytes());
+                        w.write_all(&option_reply(opt, REP_SERVER, &d)).await?;
+                    }
+                    w.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                }
+            }
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    w.write_all(&option_reply(
+                        opt,
+                        REP_ERR_INVALID,
+                        b"STRUCTURED_REPLY takes no data",
+                    ))
+                    .await?;
+                } else {
+                    structured = true;
+                    w.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                }
+            }
+            OPT_INFO | OPT_GO => {
+                let Some(req) = parse_info_request(&data) else {
+                    w.write_all(&option_reply(
+                        opt,
+                        REP_ERR_INVALID,
+                        b"malformed INFO/GO request",
+                    ))
+                    .await?;
+                    w.flush().await?;
+                    continue;
+                };
+                let Some(e) = find(&req.name) else {
+                    w.write_all(&option_reply(
+                        opt,
+                        REP_ERR_UNKNOWN,
+                        format!("no export named '{}'", req.name).as_bytes(),
+                    ))
+                    .await?;
+                    w.flush().await?;
+                    continue;
+                };
+                let info = e.info();
+                let mut d = INFO_EXPORT.to_be_bytes().to_vec();
+                d.extend_from_slice(&info.size.to_be_bytes());
+                d.extend_from_slice(&transmission_flags(&info, structured).to_be_bytes());
+                w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
+                let mut d = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+                d.extend_from_slice(&info.min_block.to_be_bytes());
+                d.extend_from_slice(&info.preferred_block.to_be_bytes());
+                d.extend_from_slice(&info.max_payload.to_be_bytes());
+                w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
+                if req.requests.contains(&INFO_NAME) {
+                    let name = exports
+                        .iter()
+                        .find(|(_, x)| Arc::ptr_eq(x, e))
+                        .map(|(n, _)| n.clone())
+                        .unwrap_or_default();
+                    let mut d = INFO_NAME.to_be_bytes().to_vec();
+                    d.extend_from_slice(name.as_bytes());
+                    w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
+                }
+                if let (true, Some(desc)) =
+                    (req.requests.contains(&INFO_DESCRIPTION), &info.description)
+                {
+                    let mut d = INFO_DESCRIPTION.to_be_bytes().to_vec();
+                    d.extend_from_slice(desc.as_bytes());
+                    w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
+                }
+                w.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                w.flush().await?;
+                if opt == OPT_GO {
+                    let sized = req.requests.contains(&INFO_BLOCK_SIZE);
+                    return Ok(Some(Negotiated {
+                        export: e.clone(),
+                        info,
+                        structured,
+                        sized,
+                    }));
+                }
+            }
+            OPT_STARTTLS => {
+                w.write_all(&option_reply(
+                    opt,
+                    REP_ERR_POLICY,
+                    b"TLS is not offered; use a Unix socket or a trusted network",
+                ))
+                .await?;
+            }
+            _ => {
+                w.write_all(&option_reply(opt, REP_ERR_UNSUP, &[])).await?;
+            }
+        }
+        w.flush().await?;
+    }
+}
+
+/// Why a request is refused before it reaches the backend.
+fn validate(req: &Request, neg: &Negotiated<impl Backend>) -> Result<(), (u32, &'static str)> {
+    let info = &neg.info;
+    let end = req.offset.checked_add(req.length as u64);
+    let beyond = end.is_none_or(|e| e > info.size);
+    let allowed_flags = match req.kind {
+        CMD_READ => {
+            if neg.structured {
+                CMD_FLAG_DF
+            } else {
+                0
+            }
+        }
+        CMD_WRITE => CMD_FLAG_FUA,
+        CMD_FLUSH => 0,
+        CMD_TRIM => CMD_FLAG_FUA,
+        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+        _ => return Err((EINVAL, "unknown command")),
+    };
+    if req.flags & !allowed_flags != 0 {
+        return Err((EINVAL, "flag not valid for this command"));
+    }
+    if req.flags & CMD_FLAG_FUA != 0 && !info.can_fua {
+        return Err((EINVAL, "FUA not supported"));
+    }
+    match req.kind {
+        CMD_READ => {
+            if beyond {
+                return Err((EINVAL, "read beyond the end of the export"));
+            }
+            if req.length > info.max_payload {
+                return Err((EINVAL, "read larger than the maximum payload"));
+            }
+        }
+        CMD_WRITE => {
+            if info.read_only {
+                return Err((EPERM, "export is read-only"));
+            }
+            if req.length > info.max_payload {
+                return Err((EINVAL, "write larger than the maximum payload"));
+            }
+            if beyond {
+                return Err((ENOSPC, "write beyond the end of the export"));
+            }
+        }
+        CMD_FLUSH if !info.can_flush => {
+            return Err((EINVAL, "flush not supported"));
+        }
+        CMD_TRIM => {
+            if info.read_only {
+                return Err((EPERM, "export is read-only"));
+            }
+            if !info.can_trim {
+                return Err((EINVAL, "trim not supported"));
+            }
+            if beyond {
+                return Err((EINVAL, "trim beyond the end of the export"));
+            }
+        }
+        CMD_WRITE_ZEROES => {
+            if info.read_only {
+                return Err((EPERM, "export is read-only"));
+            }
+            if !info.can_write_zeroes {
+                return Err((EINVAL, "write zeroes not supported"));
+            }
+            if beyond {
+                return Err((ENOSPC, "write zeroes beyond the end of the export"));
+            }
+        }
+        _ => {}
+    }
+    let aligned = |x: u64| x.is_multiple_of(info.min_block as u64);
+    if neg.sized && req.kind != CMD_FLUSH && (!aligned(req.offset) || !aligned(req.length as u64)) {
+        return Err((EINVAL, "request not aligned to the minimum block size"));
+    }
+    Ok(())
+}
+
+async fn transmission<R, W, B>(
+    mut r: BufReader<R>,
+    w: BufWriter<W>,
+    neg: Negotiated<B>,
+    stats: Arc<Stats>,
+    mut stop: watch::Receiver<bool>,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+    B: Backend,
+{
+    let neg = Arc::new(neg);
+    let (tx, rx) = mpsc::channel::<Reply<B::Buf>>(1024);
+    let writer = tokio::spawn(write_replies(w, rx, neg.structured));
+    let budget = Arc::new(Semaphore::new(INFLIGHT_BUDGET as usize));
+    let slots = Arc::new(Semaphore::new(INFLIGHT_REQUESTS));
+    // Serialises read-modify-write of partial blocks for clients that did not agree to
+    // our block size (different requests in one block must not lose each other's bytes).
+    let rmw = Arc::new(tokio::sync::Mutex::new(()));
+    let mut result = Ok(());
+    loop {
+        let mut hdr = [0u8; REQUEST_LEN];
+        tokio::select! {
+            biased;
+            _ = stop.changed() => break,
+            x = r.read_exact(&mut hdr) => {
+                if let Err(e) = x {
+                    if e.kind() != io::ErrorKind::UnexpectedEof {
+                        result = Err(e);
+                    }
+                    break;
+                }
+            }
+        }
+        let Some(req) = parse_request(&hdr) else {
+            stats.protocol_errors.fetch_add(1, Relaxed);
+            result = Err(proto_err("bad request magic"));
+            break;
+        };
+        stats.requests.fetch_add(1, Relaxed);
+        if req.kind == CMD_DISC {
+            break;
+        }
+        let verdict = validate(&req, &neg);
+        // A WRITE's payload follows its header whatever we think of the request.
+        let mut payload = None;
+        if req.kind == CMD_WRITE {
+            if req.length > DRAIN_LIMIT {
+                stats.protocol_errors.fetch_add(1, Relaxed);
+                result = Err(proto_err(format!("write payload of {} bytes", req.length)));
+                break;
+            }
+            if verdict.is_ok() {
+                let mut buf = neg.export.alloc(req.length as usize);
+                if let Err(e) = r.read_exact(buf.as_mut()).await {
+                    result = Err(e);
+                    break;
+                }
+                payload = Some(buf);
+            } else if let Err(e) = tokio::io::copy(
+                &mut (&mut r).take(req.length as u64),
+                &mut tokio::io::sink(),
+            )
+            .await
+            {
+                result = Err(e);
+                break;
+            }
+        }
+        if let Err((error, msg)) = verdict {
+            stats.errors.fetch_add(1, Relaxed);
+            let reply = Reply::Err {
+                cookie: req.cookie,
+                error,
+                read: req.kind == CMD_READ,
+                msg,
+            };
+            if tx.send(reply).await.is_err() {
+                break;
+            }
+            continue;
+        }
+        let cost = match req.kind {
+            CMD_READ | CMD_WRITE => req.length.max(1),
+            _ => 1,
+        }
+        .min(INFLIGHT_BUDGET);
+        let permit = budget
+            .clone()
+            .acquire_many_owned(cost)
+            .await
+            .expect("semaphore open");
+        let slot = slots.clone().acquire_owned().await.expect("semaphore open");
+        let (neg, tx, stats, rmw) = (neg.clone(), tx.clone(), stats.clone(), rmw.clone());
+        tokio::spawn(async move {
+            let reply = execute(&neg, req, payload, &stats, &rmw).await;
+            let _ = tx.send(reply).await;
+            drop(permit);
+            drop(slot);
+        });
+    }
+    // Let in-flight requests finish, then close the writer.
+    let _ = slots.acquire_many(INFLIGHT_REQUESTS as u32).await;
+    drop(tx);
+    match writer.await {
+        Ok(Err(e)) if result.is_ok() => result = Err(e),
+        _ => {}
+    }
+    result
+}
+
+fn err_code(e: NbdError) -> u32 {
+    e.code()
+}
+
+async fn execute<B: Backend>(
+    neg: &Negotiated<B>,
+    req: Request,
+    payload: Option<B::Buf>,
+    stats: &Stats,
+    rmw: &tokio::sync::Mutex<()>,
+) -> Reply<B::Buf> {
+    let e = &neg.export;
+    let fua = req.flags & CMD_FLAG_FUA != 0;
+    let bs = neg.info.min_block as u64;
+    let aligned = req.offset.is_multiple_of(bs) && (req.length as u64).is_multiple_of(bs);
+    let cookie = req.cookie;
+    let done = |r: Result<(), NbdError>| match r {
+        Ok(()) => Reply::Simple { cookie, error: 0 },
+        Err(err) => {
+            stats.errors.fetch_add(1, Relaxed);
+            Reply::Err {
+                cookie,
+                error: err_code(err),
+                read: false,
+                msg: "request failed",
+            }
+        }
+    };
+    match req.kind {
+        CMD_READ => {
+            stats.read_bytes.fetch_add(req.length as u64, Relaxed);
+            let r = if aligned || req.length == 0 {
+                if req.length == 0 {
+                    Ok(e.alloc(0))
+                } else {
+                    e.read(req.offset, req.length).await
+                }
+            } else {
+                read_unaligned(e.as_ref(), req.offset, req.length, bs).await
+            };
+            match r {
+                Ok(data) => Reply::Data {
+                    cookie,
+                    offset: req.offset,
+                    data,
+                },
+                Err(err) => {
+                    stats.errors.fetch_add(1, Relaxed);
+                    Reply::Err {
+                        cookie,
+                        error: err_code(err),
+                        read: true,
+                        msg: "read failed",
+                    }
+                }
+            }
+        }
+        CMD_WRITE => {
+            stats.write_bytes.fetch_add(req.length as u64, Relaxed);
+            let data = payload.expect("write payload read");
+            if req.length == 0 {
+                return done(Ok(()));
+            }
+            if aligned {
+                done(e.write(req.offset, data, fua).await)
+            } else {
+                let _g = rmw.lock().await;
+                done(write_unaligned(e.as_ref(), req.offset, data.as_ref(), bs, fua).await)
+            }
+        }
+        CMD_FLUSH => done(e.flush().await),
+        CMD_TRIM => {
+            // Advisory: trim only the whole blocks inside the range.
+            let start = req.offset.div_ceil(bs) * bs;
+            let end = (req.offset + req.length as u64) / bs * bs;
+            if end > start {
+                done(e.trim(start, (end - start) as u32, fua).await)
+            } else {
+                done(Ok(()))
+            }
+        }
+        CMD_WRITE_ZEROES => {
+            let no_hole = req.flags & CMD_FLAG_NO_HOLE != 0;
+            if aligned {
+                if req.length == 0 {
+                    return done(Ok(()));
+                }
+                done(e.write_zeroes(req.offset, req.length, fua, no_hole).await)
+            } else {
+                let _g = rmw.lock().await;
+                let zeros = vec![0u8; req.length as usize];
+                done(write_unaligned(e.as_ref(), req.offset, &zeros, bs, fua).await)
+            }
+        }
+        _ => unreachable!("validated"),
+    }
+}
+
+async fn read_unaligned<B: Backend>(
+    e: &B,
+    offset: u64,
+    len: u32,
+    bs: u64,
+) -> Result<B::Buf, NbdError> {
+    let start = offset / bs * bs;
+    let end = (offset + len as u64).div_ceil(bs) * bs;
+    let whole = e.read(start, (end - start) as u32).await?;
+    let mut out = e.alloc(len as usize);
+    let from = (offset - start) as usize;
+    out.as_mut()
+        .copy_from_slice(&whole.as_ref()[from..from + len as usize]);
+    Ok(out)
+}
+
+async fn write_unaligned<B: Backend>(
+    e: &B,
+    offset: u64,
+    data: &[u8],
+    bs: u64,
+    fua: bool,
+) -> Result<(), NbdError> {
+    let start = offset / bs * bs;
+    let end = (offset + data.len() as u64).div_ceil(bs) * bs;
+    let mut whole = e.read(start, (end - start) as u32).await?;
+    let from = (offset - start) as usize;
+    whole.as_mut()[from..from + data.len()].copy_from_slice(data);
+    e.write(start, whole, fua).await
+}
+
+async fn write_replies<W, Buf>(
+    mut w: BufWriter<W>,
+    mut rx: mpsc::Receiver<Reply<Buf>>,
+    structured: bool,
+) -> io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+    Buf: AsRef<[u8]>,
+{
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(reply) = next.take() {
+            match reply {
+                Reply::Simple { cookie, error } => {
+                    w.write_all(&simple_reply_header(error, cookie)).await?
+                }
+                Reply::Data {
+                    cookie,
+                    offset,
+                    data,
+                } => {
+                    let d = data.as_ref();
+                    if structured {
+                        let mut h = [0u8; 28];
+                        h[..20].copy_from_slice(&chunk_header(
+                            REPLY_FLAG_DONE,
+                            REPLY_TYPE_OFFSET_DATA,
+                            cookie,
+                            8 + d.len() as u32,
+                        ));
+                        h[20..].copy_from_slice(&offset.to_be_bytes());
+                        w.write_all(&h).await?;
+                    } else {
+                        w.write_all(&simple_reply_header(0, cookie)).await?;
+                    }
+                    w.write_all(d).await?;
+                }
+                Reply::Err {
+                    cookie,
+                    error,
+                    read,
+                    msg,
+                } => {
+                    if structured && read {
+                        w.write_all(&error_chunk(cookie, error, msg)).await?;
+                    } else {
+                        w.write_all(&simple_reply_header(error, cookie)).await?;
+                    }
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        w.flush().await?;
+    }
+    w.flush().await?;
+    let _ = w.shutdown().await;
+    Ok(())
+}

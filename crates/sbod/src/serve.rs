@@ -1,0 +1,165 @@
+//! `sbod serve`: assemble a named array and serve it over NBD until SIGINT/SIGTERM or
+//! `sbod stop`, with the control socket open for live management.
+
+use crate::cmd;
+use crate::control;
+use crate::state;
+use anyhow::{bail, Result};
+use clap::Args;
+use sbod_core::layout::Scheme;
+use sbod_core::{AlignedBuf, Array, AssembleOptions};
+use sbod_nbd::{Backend, ExportInfo, NbdError};
+use std::sync::Arc;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The array to serve.
+    pub name: String,
+    /// Where to listen: unix:PATH or tcp:HOST:PORT (repeatable).
+    #[arg(long = "nbd", default_value = "tcp:127.0.0.1:10809")]
+    pub listen: Vec<String>,
+    /// Allow listening on addresses other than loopback.
+    #[arg(long)]
+    pub allow_remote: bool,
+}
+
+/// The array as an NBD export.
+pub struct ArrayExport {
+    pub array: Arc<Array>,
+}
+
+fn nbd_err(e: sbod_core::Error) -> NbdError {
+    match e {
+        sbod_core::Error::Invalid(_) => NbdError::Inval,
+        sbod_core::Error::ShutDown => NbdError::ShutDown,
+        _ => NbdError::Io,
+    }
+}
+
+impl Backend for ArrayExport {
+    type Buf = AlignedBuf;
+
+    fn info(&self) -> ExportInfo {
+        let g = &self.array.geometry;
+        // Full-stripe writes are cheapest; NBD wants a power of two.
+        let preferred = match g.scheme() {
+            Scheme::Parity { m, .. } if m > 0 && g.stripe_data().is_power_of_two() => {
+                g.stripe_data()
+            }
+            _ => g.chunk as u64,
+        }
+        .min(32 << 20) as u32;
+        ExportInfo {
+            size: self.array.size(),
+            min_block: 4096,
+            preferred_block: preferred.max(4096),
+            max_payload: 32 << 20,
+            read_only: false,
+            can_flush: true,
+            can_fua: true,
+            can_trim: true,
+            can_write_zeroes: true,
+            // FLUSH is an fdatasync of every member: it covers writes from every connection.
+            can_multi_conn: true,
+            description: Some(format!("sbod {} {}", self.array.name, g.level)),
+        }
+    }
+
+    fn alloc(&self, len: usize) -> AlignedBuf {
+        // The server fills every byte from the socket.
+        AlignedBuf::for_overwrite(len)
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<AlignedBuf, NbdError> {
+        self.array.read(offset, len as usize).await.map_err(nbd_err)
+    }
+
+    async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<(), NbdError> {
+        self.array.write(offset, data, fua).await.map_err(nbd_err)
+    }
+
+    async fn flush(&self) -> Result<(), NbdError> {
+        self.array.flush().await.map_err(nbd_err)
+    }
+
+    async fn trim(&self, offset: u64, len: u32, fua: bool) -> Result<(), NbdError> {
+        self.array.trim(offset, len as u64).await.map_err(nbd_err)?;
+        if fua {
+            self.array.flush().await.map_err(nbd_err)?;
+        }
+        Ok(())
+    }
+
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> Result<(), NbdError> {
+        self.array
+            .write_zeroes(offset, len as u64, fua, !no_hole)
+            .await
+            .map_err(nbd_err)
+    }
+}
+
+pub async fn serve(args: ServeArgs) -> Result<()> {
+    if control::running(&args.name).await {
+        bail!("'{}' is already being served", args.name);
+    }
+    let listeners = args
+        .listen
+        .iter()
+        .map(|l| sbod_nbd::Listen::parse(l, args.allow_remote))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
+    let array = cmd::open_offline(&args.name, AssembleOptions::default()).await?;
+    cmd::save_registry(&array)?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let on_stop = Arc::new(tokio::sync::Notify::new());
+    let sock = state::socket_path(&args.name);
+    let ctl = {
+        let a = array.clone();
+        let s = on_stop.clone();
+        let rx = stop_rx.clone();
+        let sock = sock.clone();
+        tokio::spawn(async move { control::serve(a, &sock, s, rx).await })
+    };
+    let st = array.status();
+    eprintln!(
+        "sbod: serving {} ({}, {}, {}) on {}",
+        args.name,
+        st.level,
+        sbod_core::layout::human(st.size),
+        st.state,
+        args.listen.join(", ")
+    );
+    let shutdown = {
+        let on_stop = on_stop.clone();
+        async move {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("signal");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+                _ = on_stop.notified() => {}
+            }
+        }
+    };
+    let export = Arc::new(ArrayExport {
+        array: array.clone(),
+    });
+    let server = sbod_nbd::Server::new(vec![(args.name.clone(), export)]);
+    let r = server.serve(listeners, shutdown).await;
+    let _ = stop_tx.send(true);
+    let _ = ctl.await;
+    cmd::save_registry(&array)?;
+    let closed = array.close().await;
+    let _ = std::fs::remove_file(&sock);
+    eprintln!("sbod: {} stopped", args.name);
+    r?;
+    closed?;
+    Ok(())
+}
