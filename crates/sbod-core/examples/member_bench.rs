@@ -36,12 +36,16 @@ struct Load {
 
 struct Args {
     dirs: Vec<PathBuf>,
+    /// Existing block devices (or files) to run on directly. Their data is overwritten.
+    devs: Vec<PathBuf>,
     size: u64,
     secs: f64,
     reps: usize,
     qd: usize,
     seq_qd: usize,
     threads: usize,
+    /// Only loads whose name contains one of these (all when empty).
+    only: Vec<String>,
 }
 
 fn parse_size(s: &str) -> u64 {
@@ -57,31 +61,35 @@ fn parse_size(s: &str) -> u64 {
 fn args() -> Args {
     let mut a = Args {
         dirs: Vec::new(),
+        devs: Vec::new(),
         size: 1 << 30,
         secs: 2.0,
         reps: 3,
         qd: 32,
         seq_qd: 8,
         threads: file::OpenOptions::default().threads,
+        only: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut v = || it.next().unwrap_or_else(|| panic!("{k} needs a value"));
         match k.as_str() {
             "--dir" => a.dirs.push(PathBuf::from(v())),
+            "--dev" => a.devs.push(PathBuf::from(v())),
             "--size" => a.size = parse_size(&v()),
             "--secs" => a.secs = v().parse().expect("--secs"),
             "--reps" => a.reps = v().parse().expect("--reps"),
             "--qd" => a.qd = v().parse().expect("--qd"),
             "--seq-qd" => a.seq_qd = v().parse().expect("--seq-qd"),
             "--threads" => a.threads = v().parse().expect("--threads"),
+            "--only" => a.only.extend(v().split(',').map(String::from)),
             _ => panic!(
-                "unknown argument {k}; use --dir D (repeatable) --size S --secs T --reps N \
-                 --qd N --seq-qd N --threads N"
+                "unknown argument {k}; use --dir D / --dev DEVICE (repeatable; a device is overwritten) --size S --secs T --reps N \
+                 --qd N --seq-qd N --threads N --only randread,seqwrite,..."
             ),
         }
     }
-    if a.dirs.is_empty() {
+    if a.dirs.is_empty() && a.devs.is_empty() {
         a.dirs = vec![PathBuf::from("/dev/shm"), std::env::temp_dir()];
     }
     a
@@ -277,18 +285,38 @@ fn main() {
         a.threads,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
-    for dir in &a.dirs {
-        let tmp = tempfile::Builder::new()
-            .prefix("sbod-bench-")
-            .tempdir_in(dir)
-            .expect("temp dir");
-        let path = tmp.path().join("member");
-        prefill(&path, a.size);
-        let (_, direct, nowait) = open(&path, Backend::Threads, 1);
+    let targets = a
+        .dirs
+        .iter()
+        .map(|d| (d, false))
+        .chain(a.devs.iter().map(|d| (d, true)));
+    for (dir, device) in targets {
+        // The bench file's directory, removed at the end of this target.
+        let mut _tmp = None;
+        let path = if device {
+            dir.clone()
+        } else {
+            let tmp = tempfile::Builder::new()
+                .prefix("sbod-bench-")
+                .tempdir_in(dir)
+                .expect("temp dir");
+            let p = tmp.path().join("member");
+            prefill(&p, a.size);
+            _tmp = Some(tmp);
+            p
+        };
+        let (dev0, direct, nowait) = open(&path, Backend::Threads, 1);
+        let size = a.size.min(dev0.size());
+        dev0.close();
+        drop(dev0);
         println!(
             "\n{} ({}): O_DIRECT {}, nonblocking I/O {} (automatic choice: {})",
             dir.display(),
-            fs_type(dir),
+            if device {
+                "device".to_string()
+            } else {
+                fs_type(dir)
+            },
             if direct { "in effect" } else { "NOT in effect" },
             if nowait { "yes" } else { "no" },
             if nowait { "uring" } else { "threads" },
@@ -298,11 +326,14 @@ fn main() {
             "load", "backend", "IOPS", "MB/s", "COV%", "CPU us/IO", "uring/thr", "CPU ratio"
         );
         for load in loads {
+            if !a.only.is_empty() && !a.only.iter().any(|o| load.name.contains(o.as_str())) {
+                continue;
+            }
             let mut samples: Vec<Vec<Sample>> = backends.iter().map(|_| Vec::new()).collect();
             for rep in 0..a.reps {
                 for (bi, &b) in backends.iter().enumerate() {
                     let (dev, _, _) = open(&path, b, a.threads);
-                    samples[bi].push(run(&dev, load, a.size, a.secs, rep as u64 + 7));
+                    samples[bi].push(run(&dev, load, size, a.secs, rep as u64 + 7));
                     dev.close();
                 }
             }

@@ -1,7 +1,7 @@
 //! The engine on real files with O_DIRECT: the whole life cycle, stale members, foreign
 //! members, and an unclean shutdown resynced from the write-intent bitmap.
 
-use sbod_core::dev::{file, BlockDev, FileDev};
+use sbod_core::dev::{self, file, BlockDev};
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Error, Level, MemberSpec};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,9 +28,13 @@ fn make_files(dir: &Path, n: usize, size: u64, prefix: &str) -> Vec<PathBuf> {
 }
 
 fn open(p: &Path) -> MemberSpec {
-    let opts = file::OpenOptions::default();
+    let opts = file::OpenOptions {
+        threads: 2,
+        ..Default::default()
+    };
     let o = file::open(p, &opts).unwrap();
-    let dev: Arc<dyn BlockDev> = Arc::new(FileDev::new(p.display().to_string(), o, 2));
+    // The product's choice of member queue; SBOD_IO=uring|threads forces one.
+    let dev: Arc<dyn BlockDev> = dev::attach_member(p.display().to_string(), o, &opts).unwrap();
     MemberSpec {
         dev,
         path: p.display().to_string(),
