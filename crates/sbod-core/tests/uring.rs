@@ -396,25 +396,51 @@ fn close_with_requests_in_flight() {
 #[test]
 fn close_and_drop_from_a_callback() {
     for backend in backends() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = make_file(dir.path(), "m", 16 * BLOCK as u64);
-        let d = open(&path, backend);
-        let (tx, rx) = mpsc::channel();
-        let slot = Arc::new(Mutex::new(Some(d.clone())));
-        let held = slot.clone();
-        let tx2 = tx.clone();
-        d.submit(
-            req(0, IoKind::Flush),
-            Box::new(move |r| {
-                let dev = held.lock().unwrap().take().unwrap();
-                dev.close();
-                drop(dev); // the last handle: dropped on the I/O thread
-                let _ = tx2.send((0, End::Done(r)));
-            }),
-        );
-        drop(d);
-        collect(&rx, 1).pop().unwrap().unwrap();
-        assert!(slot.lock().unwrap().is_none());
+        for zero in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = make_file(dir.path(), "m", 16 * BLOCK as u64);
+            let d = open(&path, backend);
+            let (tx, rx) = mpsc::channel();
+            let slot = Arc::new(Mutex::new(Some(d.clone())));
+            let held = slot.clone();
+            let tx2 = tx.clone();
+            let kind = if zero {
+                IoKind::Zero {
+                    len: BLOCK as u64,
+                    punch: true,
+                }
+            } else {
+                IoKind::Flush
+            };
+            d.submit(
+                req(0, kind),
+                Box::new(move |r| {
+                    let dev = held.lock().unwrap().take().unwrap();
+                    dev.close();
+                    drop(dev); // the last handle: dropped on the I/O thread
+                    let _ = tx2.send((0, End::Done(r)));
+                }),
+            );
+            drop(d);
+            collect(&rx, 1).pop().unwrap().unwrap();
+            assert!(slot.lock().unwrap().is_none());
+            // The member is released: it opens again (exclusively).
+            let mut again = None;
+            for _ in 0..200 {
+                match file::open(&path, &file::OpenOptions::default()) {
+                    Ok(o) => {
+                        again = Some(o);
+                        break;
+                    }
+                    // Closing from its own thread cannot wait: the thread winds down just after.
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+            assert!(
+                again.is_some(),
+                "{backend:?}: member still held after close"
+            );
+        }
     }
 }
 

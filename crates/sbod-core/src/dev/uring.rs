@@ -12,7 +12,8 @@
 //! cannot overflow, and requests beyond the queue depth wait in the channel (backpressure).
 //! Zeroing (fallocate / BLKZEROOUT / written zeros, see `file::execute`) may block for long
 //! on some file systems and needs its fallback chain, so it runs on a helper thread started
-//! on first use, never on the ring thread.
+//! on first use, never on the ring thread; the helper hands results back to the ring thread,
+//! where every completion callback runs.
 //!
 //! Hand-written on top of the `io-uring` crate (a thin, well-kept binding) because the
 //! runtimes built on it (tokio-uring, glommio, monoio) are stale or want to own the threads
@@ -219,7 +220,7 @@ impl UringDev {
         let handle = match spawned {
             Ok(h) => h,
             Err(e) => {
-                // The closure (and with it the worker's clone of the file) is gone.
+                // A failed spawn drops the closure, and with it the worker's clone of the file.
                 let file = Arc::try_unwrap(file).expect("member file still shared");
                 let opened = Opened {
                     file,
@@ -301,6 +302,17 @@ struct Op {
     progress: usize,
 }
 
+/// The thread that zeroes ranges with blocking syscalls. It hands each finished request back
+/// to the ring thread, so completion callbacks only ever run there (a callback may then
+/// close its own member without two threads waiting for each other).
+struct ZeroHelper {
+    tx: Sender<Pending>,
+    done: Receiver<(Pending, io::Result<()>)>,
+    thread: JoinHandle<()>,
+    /// Requests handed over and not yet back.
+    pending: usize,
+}
+
 /// The ring thread's state. Only this thread touches the ring.
 struct Worker {
     ring: IoUring,
@@ -318,7 +330,7 @@ struct Worker {
     ready: VecDeque<u32>,
     /// Slots whose SQE is in the rings (submitted or queued in the SQ).
     in_kernel: usize,
-    zero: Option<(Sender<Pending>, JoinHandle<()>)>,
+    zero: Option<ZeroHelper>,
     /// Completions being handled (kept to reuse its allocation).
     cqes: Vec<(u64, i32)>,
     name: String,
@@ -329,6 +341,7 @@ impl Worker {
         let mut closing = false;
         loop {
             self.reap();
+            self.reap_zero();
             closing = closing || self.shared.closed.load(Ordering::Acquire);
             if closing {
                 self.refuse_queued();
@@ -338,7 +351,7 @@ impl Worker {
                 continue;
             }
             self.fill(closing);
-            if closing && self.in_kernel == 0 {
+            if closing && self.in_kernel == 0 && self.zero_pending() == 0 {
                 if !self.efd_armed {
                     break;
                 }
@@ -347,7 +360,8 @@ impl Worker {
             }
             let cq_empty = self.ring.completion().is_empty();
             let can_take = !closing && !self.free.is_empty() && !self.rx.is_empty();
-            if !cq_empty || !self.ready.is_empty() || can_take {
+            let zeroed = self.zero.as_ref().is_some_and(|z| !z.done.is_empty());
+            if !cq_empty || !self.ready.is_empty() || can_take || zeroed {
                 self.enter(0);
                 continue;
             }
@@ -365,9 +379,10 @@ impl Worker {
             self.enter(1);
             self.shared.sleeping.store(false, Ordering::Relaxed);
         }
-        if let Some((tx, h)) = self.zero.take() {
-            drop(tx);
-            let _ = h.join();
+        if let Some(z) = self.zero.take() {
+            // Nothing is pending: the helper is idle and exits when its channel closes.
+            drop(z.tx);
+            let _ = z.thread.join();
         }
         // Release the registered file now: a ring torn down by its last close drops it
         // later, from a kernel worker, and the member's lock would outlive close().
@@ -418,30 +433,54 @@ impl Worker {
     }
 
     /// Hand a zeroing request to the helper thread (started on first use).
-    fn zero(&mut self, p: Pending) {
+    fn zero(&mut self, mut p: Pending) {
         if self.zero.is_none() {
             let (tx, rx) = crossbeam_channel::unbounded::<Pending>();
+            let (done_tx, done) = crossbeam_channel::unbounded();
             let file = self.file.clone();
             let block_device = self.block_device;
+            let shared = self.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name("sbod-uring-zero".into())
                 .spawn(move || {
-                    for mut p in rx {
+                    for p in rx {
                         let r = file::execute(&file, block_device, p.req());
-                        p.finish(r);
+                        // The ring thread waits for every zeroing before it exits, so this
+                        // send succeeds (were it refused, dropping p would complete it).
+                        let _ = done_tx.send((p, r));
+                        shared.wake();
                     }
                 });
             match spawned {
-                Ok(h) => self.zero = Some((tx, h)),
-                Err(e) => {
-                    let mut p = p;
-                    return p.finish(Err(e));
+                Ok(thread) => {
+                    self.zero = Some(ZeroHelper {
+                        tx,
+                        done,
+                        thread,
+                        pending: 0,
+                    })
                 }
+                Err(e) => return p.finish(Err(e)),
             }
         }
-        if let Some((tx, _)) = &self.zero {
-            // The helper only exits when we drop tx; a failed send completes p on drop.
-            let _ = tx.send(p);
+        if let Some(z) = &mut self.zero {
+            z.pending += 1;
+            // The helper only exits when we drop tx, after every pending request is back.
+            let _ = z.tx.send(p);
+        }
+    }
+
+    fn zero_pending(&self) -> usize {
+        self.zero.as_ref().map_or(0, |z| z.pending)
+    }
+
+    /// Complete the zeroing requests the helper has finished.
+    fn reap_zero(&mut self) {
+        if let Some(z) = &mut self.zero {
+            while let Ok((mut p, r)) = z.done.try_recv() {
+                z.pending -= 1;
+                p.finish(r);
+            }
         }
     }
 
@@ -460,7 +499,8 @@ impl Worker {
 
     /// Push ready slots (and the wake-up read) into the SQ while it has room.
     fn fill(&mut self, closing: bool) {
-        if !self.efd_armed && !closing {
+        // While shutting down the read stays armed only for the zeroing helper's wake-ups.
+        if !self.efd_armed && (!closing || self.zero_pending() > 0) {
             let e = opcode::Read::new(types::Fd(self.efd), &mut *self.efd_buf as *mut u64 as _, 8)
                 .build()
                 .user_data(WAKE);
