@@ -49,6 +49,11 @@ pub trait BlockDev: Send + Sync {
     fn name(&self) -> &str;
     /// Stop the workers; pending requests complete with an error.
     fn close(&self) {}
+    /// Which queue drives the member ("uring", "threads"; empty if not said), for status
+    /// and tests.
+    fn queue(&self) -> &'static str {
+        ""
+    }
 }
 
 pub(crate) fn closed_err() -> io::Error {

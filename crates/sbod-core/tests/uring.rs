@@ -444,25 +444,73 @@ fn close_and_drop_from_a_callback() {
     }
 }
 
-/// `open_member` honours OpenOptions::uring, and SBOD_IO rejects nonsense.
+/// `open_member` picks the queue: threads when asked, when the file is not O_DIRECT, or
+/// where the file system has no nonblocking I/O (io_uring would punt every request to its
+/// kernel workers); io_uring otherwise, when the kernel allows it. (Skipped under SBOD_IO,
+/// which overrides the choice.)
 #[test]
 fn open_member_selects_a_backend() {
+    if std::env::var_os(dev::BACKEND_ENV).is_some_and(|v| !v.is_empty()) {
+        eprintln!(
+            "{} is set: the automatic choice is not in use",
+            dev::BACKEND_ENV
+        );
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let path = make_file(dir.path(), "m", 8 * BLOCK as u64);
-    let opts = file::OpenOptions {
+    let queue = |opts: &file::OpenOptions| {
+        let d = dev::open_member(&path, opts).unwrap();
+        assert_eq!(d.size(), 8 * BLOCK as u64);
+        assert_eq!(d.name(), path.display().to_string());
+        let q = d.queue();
+        // Exclusive: a second open of the same file is refused while the first is open.
+        assert!(dev::open_member(&path, opts).is_err());
+        d.close();
+        q
+    };
+    let no_uring = file::OpenOptions {
         uring: false,
         ..Default::default()
     };
-    let d = dev::open_member(&path, &opts).unwrap();
-    assert_eq!(d.size(), 8 * BLOCK as u64);
-    assert_eq!(d.name(), path.display().to_string());
-    // Exclusive: a second open of the same file is refused while the first is open.
-    let again = dev::open_member(&path, &file::OpenOptions::default());
-    assert!(again.is_err());
-    d.close();
-    drop(d);
-    let d = dev::open_member(&path, &file::OpenOptions::default()).unwrap();
-    d.close();
+    assert_eq!(queue(&no_uring), "threads");
+    let buffered = file::OpenOptions {
+        direct: false,
+        ..Default::default()
+    };
+    assert_eq!(queue(&buffered), "threads");
+    let opened = file::open(&path, &file::OpenOptions::default()).unwrap();
+    let expect =
+        if !opened.direct || !dev::uring::nowait_io(&opened) || dev::uring::available().is_err() {
+            "threads"
+        } else {
+            "uring"
+        };
+    drop(opened);
+    assert_eq!(queue(&file::OpenOptions::default()), expect);
+    eprintln!("{}: {expect}", dir.path().display());
+
+    // tmpfs has no nonblocking I/O (on kernels that give it O_DIRECT at all).
+    let shm = Path::new("/dev/shm");
+    if is_tmpfs(shm) {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let path = make_file(dir.path(), "m", 8 * BLOCK as u64);
+        let opened = file::open(&path, &file::OpenOptions::default()).unwrap();
+        assert!(!dev::uring::nowait_io(&opened), "tmpfs claims RWF_NOWAIT");
+        let d = dev::attach_member("shm".into(), opened, &file::OpenOptions::default()).unwrap();
+        assert_eq!(d.queue(), "threads");
+        d.close();
+    }
+}
+
+fn is_tmpfs(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs fills the zeroed struct we pass; c is a valid C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC }
 }
 
 // ---- the engine on file members ----

@@ -372,6 +372,10 @@ impl BlockDev for FileDev {
         &self.name
     }
 
+    fn queue(&self) -> &'static str {
+        "threads"
+    }
+
     fn close(&self) {
         self.closed
             .store(true, std::sync::atomic::Ordering::Release);

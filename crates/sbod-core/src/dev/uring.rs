@@ -116,13 +116,20 @@ fn probe() -> io::Result<()> {
     Ok(())
 }
 
-/// Can the kernel issue I/O on this member without blocking (RWF_NOWAIT)? Where it cannot
-/// (tmpfs, many network and FUSE file systems), io_uring hands every request to its own
-/// kernel worker threads, which is slower than our worker pool (measured on tmpfs: see
-/// docs/PERFORMANCE.md), so the automatic choice takes the threads there. Block devices
-/// and ext4/xfs/btrfs files can.
+/// Can the kernel issue I/O on this member without blocking (RWF_NOWAIT)? Where it cannot,
+/// io_uring hands every request to its own kernel worker threads, which is slower than our
+/// worker pool (measured on tmpfs: see docs/PERFORMANCE.md), so the automatic choice takes
+/// the threads there. Block devices and O_DIRECT files on ext4/xfs/btrfs can; tmpfs, many
+/// network and FUSE file systems cannot, nor can buffered writes (a member file whose
+/// file system refused O_DIRECT) on most file systems.
 pub fn nowait_io(opened: &Opened) -> bool {
-    if opened.block_device || opened.size < 4096 {
+    if opened.block_device {
+        return true;
+    }
+    if !opened.direct {
+        return false;
+    }
+    if opened.size < 4096 {
         return true;
     }
     let buf = crate::buf::AlignedBuf::zeroed(4096);
@@ -273,6 +280,10 @@ impl BlockDev for UringDev {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn queue(&self) -> &'static str {
+        "uring"
     }
 
     fn close(&self) {
