@@ -18,16 +18,14 @@ pub(crate) enum Store {
     Stream,
     /// XOR into what the output already holds.
     Acc,
-    /// XOR into what the output holds, and write the result with streaming stores.
-    AccStream,
 }
 
 impl Store {
     fn loads(self) -> bool {
-        matches!(self, Store::Acc | Store::AccStream)
+        self == Store::Acc
     }
     fn streams(self) -> bool {
-        matches!(self, Store::Stream | Store::AccStream)
+        self == Store::Stream
     }
 }
 
@@ -45,7 +43,7 @@ macro_rules! gf_kernels {
         /// Bytes per block of the XOR kernel.
         pub(crate) const XSTEP: usize = W * 4;
         /// Bytes per block of the P+Q kernel.
-        pub(crate) const PQSTEP: usize = W * 2;
+        pub(crate) const PQSTEP: usize = W * 4;
 
         #[target_feature(enable = $feat)]
         #[inline]
@@ -89,6 +87,10 @@ macro_rules! gf_kernels {
             let nsrc = if DELTA { 1 } else { srcs.len() };
             let mut off = start;
             while off < end {
+                // Never prefetch past the range: the bytes after a shard are often another
+                // shard (parity being written with streaming stores, which a prefetch
+                // would pull back into the cache).
+                let pf = off + PFD + W * U <= end;
                 let mut acc = [[zero(); U]; N];
                 if store.loads() {
                     for r in 0..N {
@@ -102,9 +104,11 @@ macro_rules! gf_kernels {
                     let sp = srcs.get_unchecked(j).as_ptr().add(off);
                     // With DELTA, the second pointer is `new`; otherwise unused.
                     let sq = if DELTA { srcs.get_unchecked(1).as_ptr().add(off) } else { sp };
-                    prefetch(sp.wrapping_add(PFD), W * U);
-                    if DELTA {
-                        prefetch(sq.wrapping_add(PFD), W * U);
+                    if pf {
+                        prefetch(sp.add(PFD), W * U);
+                        if DELTA {
+                            prefetch(sq.add(PFD), W * U);
+                        }
                     }
                     if TABLES_FIRST {
                         let mut c = [ld_coef(t); N];
@@ -181,14 +185,19 @@ macro_rules! gf_kernels {
             };
             let mut off = start;
             while off < end {
+                let pf = off + PFD + XSTEP <= end;
                 let mut acc = [zero(); 4];
-                prefetch(first.wrapping_add(off + PFD), XSTEP);
+                if pf {
+                    prefetch(first.add(off + PFD), XSTEP);
+                }
                 for u in 0..4 {
                     acc[u] = ld(first.add(off + u * W));
                 }
                 for s in rest {
                     let sp = s.as_ptr().add(off);
-                    prefetch(sp.wrapping_add(PFD), XSTEP);
+                    if pf {
+                        prefetch(sp.add(PFD), XSTEP);
+                    }
                     for u in 0..4 {
                         acc[u] = xor(acc[u], ld(sp.add(u * W)));
                     }
@@ -215,29 +224,34 @@ macro_rules! gf_kernels {
             let (last, rest) = srcs.split_last().unwrap();
             let mut off = start;
             while off < end {
+                let pf = off + PFD + PQSTEP <= end;
                 let lp = last.as_ptr().add(off);
-                prefetch(lp.wrapping_add(PFD), PQSTEP);
-                let mut pv = [zero(); 2];
-                for u in 0..2 {
+                if pf {
+                    prefetch(lp.add(PFD), PQSTEP);
+                }
+                let mut pv = [zero(); 4];
+                for u in 0..4 {
                     pv[u] = ld(lp.add(u * W));
                 }
                 let mut qv = pv;
                 for s in rest.iter().rev() {
                     let sp = s.as_ptr().add(off);
-                    prefetch(sp.wrapping_add(PFD), PQSTEP);
-                    for u in 0..2 {
+                    if pf {
+                        prefetch(sp.add(PFD), PQSTEP);
+                    }
+                    for u in 0..4 {
                         let d = ld(sp.add(u * W));
                         pv[u] = xor(pv[u], d);
-                        qv[u] = xor(mul2(qv[u]), d);
+                        qv[u] = mul2_xor(qv[u], d);
                     }
                 }
                 if store.loads() {
-                    for u in 0..2 {
+                    for u in 0..4 {
                         pv[u] = xor(pv[u], ld(p.add(off + u * W)));
                         qv[u] = xor(qv[u], ld(q.add(off + u * W)));
                     }
                 }
-                for u in 0..2 {
+                for u in 0..4 {
                     put(p.add(off + u * W), pv[u], store);
                     put(q.add(off + u * W), qv[u], store);
                 }
@@ -314,15 +328,13 @@ pub(crate) mod avx2 {
             xor(_mm256_shuffle_epi8(c.0, x.0), _mm256_shuffle_epi8(c.1, x.1)),
         )
     }
-    /// Multiply every byte by 2 modulo 0x11d.
+    /// `2 * q ^ d` for every byte (multiply by 2 modulo 0x11d: shift, and fold the
+    /// carried-out bit back in with a blend on the byte's sign bit).
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn mul2(q: V) -> V {
-        let hi = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
-        xor(
-            _mm256_add_epi8(q, q),
-            _mm256_and_si256(hi, _mm256_set1_epi8(0x1d)),
-        )
+    fn mul2_xor(q: V, d: V) -> V {
+        let fold = _mm256_blendv_epi8(_mm256_setzero_si256(), _mm256_set1_epi8(0x1d), q);
+        xor(xor(_mm256_add_epi8(q, q), fold), d)
     }
 
     gf_kernels!(
@@ -401,12 +413,9 @@ pub(crate) mod avx512 {
     }
     #[target_feature(enable = "avx512f,avx512bw")]
     #[inline]
-    fn mul2(q: V) -> V {
-        let hi = _mm512_movepi8_mask(q);
-        xor(
-            _mm512_add_epi8(q, q),
-            _mm512_maskz_mov_epi8(hi, _mm512_set1_epi8(0x1d)),
-        )
+    fn mul2_xor(q: V, d: V) -> V {
+        let fold = _mm512_maskz_mov_epi8(_mm512_movepi8_mask(q), _mm512_set1_epi8(0x1d));
+        _mm512_ternarylogic_epi64::<0x96>(_mm512_add_epi8(q, q), fold, d)
     }
 
     gf_kernels!(
@@ -482,8 +491,11 @@ pub(crate) mod gfni_avx2 {
     }
     #[target_feature(enable = "avx2,gfni")]
     #[inline]
-    fn mul2(q: V) -> V {
-        _mm256_gf2p8affine_epi64_epi8::<0>(q, _mm256_set1_epi64x(super::MUL2_MATRIX as i64))
+    fn mul2_xor(q: V, d: V) -> V {
+        xor(
+            _mm256_gf2p8affine_epi64_epi8::<0>(q, _mm256_set1_epi64x(super::MUL2_MATRIX as i64)),
+            d,
+        )
     }
 
     gf_kernels!(
@@ -554,8 +566,11 @@ pub(crate) mod gfni_avx512 {
     }
     #[target_feature(enable = "avx512f,avx512bw,gfni")]
     #[inline]
-    fn mul2(q: V) -> V {
-        _mm512_gf2p8affine_epi64_epi8::<0>(q, _mm512_set1_epi64(super::MUL2_MATRIX as i64))
+    fn mul2_xor(q: V, d: V) -> V {
+        xor(
+            _mm512_gf2p8affine_epi64_epi8::<0>(q, _mm512_set1_epi64(super::MUL2_MATRIX as i64)),
+            d,
+        )
     }
 
     gf_kernels!(
