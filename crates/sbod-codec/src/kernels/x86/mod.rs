@@ -333,7 +333,21 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2")]
     #[inline]
     fn mul2_xor(q: V, d: V) -> V {
-        let fold = _mm256_blendv_epi8(_mm256_setzero_si256(), _mm256_set1_epi8(0x1d), q);
+        let (zero, poly) = (_mm256_setzero_si256(), _mm256_set1_epi8(0x1d));
+        let fold: V;
+        // LLVM rewrites _mm256_blendv_epi8 with constant inputs into vpcmpgtb + vpand, two
+        // instructions where Zen 3 runs vpblendvb as one (P+Q is ~10% faster with it).
+        // SAFETY: a register-only AVX2 instruction (this function requires AVX2).
+        unsafe {
+            core::arch::asm!(
+                "vpblendvb {f}, {z}, {p}, {q}",
+                f = lateout(ymm_reg) fold,
+                z = in(ymm_reg) zero,
+                p = in(ymm_reg) poly,
+                q = in(ymm_reg) q,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+        }
         xor(xor(_mm256_add_epi8(q, q), fold), d)
     }
 
