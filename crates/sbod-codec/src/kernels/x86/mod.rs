@@ -188,7 +188,7 @@ macro_rules! gf_kernels {
                 let pf = off + PFD + XSTEP <= end;
                 let mut acc = [zero(); 4];
                 if pf {
-                    prefetch(first.add(off + PFD), XSTEP);
+                    prefetch(first.add(off + PFD), 64);
                 }
                 for u in 0..4 {
                     acc[u] = ld(first.add(off + u * W));
@@ -196,7 +196,7 @@ macro_rules! gf_kernels {
                 for s in rest {
                     let sp = s.as_ptr().add(off);
                     if pf {
-                        prefetch(sp.add(PFD), XSTEP);
+                        prefetch(sp.add(PFD), 64);
                     }
                     for u in 0..4 {
                         acc[u] = xor(acc[u], ld(sp.add(u * W)));
