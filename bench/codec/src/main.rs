@@ -370,24 +370,7 @@ fn main() {
     }
     eprintln!("identity: sbod ({isa}) parity is byte-identical to ISA-L's ec_encode_data (Cauchy), pq_gen and xor_gen");
 
-    let mut cases = vec![
-        Case {
-            scheme: Scheme::Xor { k: 7 },
-            op: Op::Encode,
-        },
-        Case {
-            scheme: Scheme::PQ { k: 8 },
-            op: Op::Encode,
-        },
-    ];
-    for (k, m) in [(10, 2), (10, 4), (16, 4)] {
-        for op in [Op::Encode, Op::Decode { lost: 1 }, Op::Decode { lost: 2 }] {
-            cases.push(Case {
-                scheme: Scheme::Cauchy { k, m },
-                op,
-            });
-        }
-    }
+    let mut cases = Case::peer();
     if let Some(f) = &filter {
         cases.retain(|c| format!("{} {}", c.scheme, c.op).contains(f.as_str()));
     }

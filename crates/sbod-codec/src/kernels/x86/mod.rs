@@ -261,12 +261,74 @@ macro_rules! gf_kernels {
     };
 }
 
+/// The vector type, its width in bytes, and load, store, streaming store, zero and XOR
+/// for one vector width, compiled with the given target features.
+macro_rules! vector_ops {
+    (256, $feat:literal) => {
+        type V = __m256i;
+        const W: usize = 32;
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn ld(p: *const u8) -> V {
+            _mm256_loadu_si256(p as *const V)
+        }
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn st(p: *mut u8, v: V) {
+            _mm256_storeu_si256(p as *mut V, v)
+        }
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn st_nt(p: *mut u8, v: V) {
+            _mm256_stream_si256(p as *mut V, v)
+        }
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn zero() -> V {
+            _mm256_setzero_si256()
+        }
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn xor(a: V, b: V) -> V {
+            _mm256_xor_si256(a, b)
+        }
+    };
+    (512, $feat:literal) => {
+        type V = __m512i;
+        const W: usize = 64;
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn ld(p: *const u8) -> V {
+            _mm512_loadu_si512(p as *const V)
+        }
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn st(p: *mut u8, v: V) {
+            _mm512_storeu_si512(p as *mut V, v)
+        }
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn st_nt(p: *mut u8, v: V) {
+            _mm512_stream_si512(p as *mut V, v)
+        }
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn zero() -> V {
+            _mm512_setzero_si512()
+        }
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn xor(a: V, b: V) -> V {
+            _mm512_xor_si512(a, b)
+        }
+    };
+}
+
 /// AVX2: split-nibble multiply with `vpshufb`, 256-bit vectors.
 pub(crate) mod avx2 {
     use core::arch::x86_64::*;
 
-    type V = __m256i;
-    const W: usize = 32;
+    vector_ops!(256, "avx2");
     /// Table bytes per coefficient: 16-byte low- and high-nibble tables, each broadcast to
     /// both 128-bit lanes.
     pub(crate) const CB: usize = 64;
@@ -280,31 +342,6 @@ pub(crate) mod avx2 {
         out.extend_from_slice(&hi);
     }
 
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    unsafe fn ld(p: *const u8) -> V {
-        _mm256_loadu_si256(p as *const V)
-    }
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    unsafe fn st(p: *mut u8, v: V) {
-        _mm256_storeu_si256(p as *mut V, v)
-    }
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    unsafe fn st_nt(p: *mut u8, v: V) {
-        _mm256_stream_si256(p as *mut V, v)
-    }
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn zero() -> V {
-        _mm256_setzero_si256()
-    }
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn xor(a: V, b: V) -> V {
-        _mm256_xor_si256(a, b)
-    }
     /// The low and high nibbles of every byte.
     #[target_feature(enable = "avx2")]
     #[inline]
@@ -362,8 +399,7 @@ pub(crate) mod avx2 {
 pub(crate) mod avx512 {
     use core::arch::x86_64::*;
 
-    type V = __m512i;
-    const W: usize = 64;
+    vector_ops!(512, "avx512f,avx512bw");
     /// 16-byte low- and high-nibble tables, broadcast to the four lanes when loaded.
     pub(crate) const CB: usize = 32;
     pub(crate) const MAXN: usize = 8;
@@ -374,31 +410,6 @@ pub(crate) mod avx512 {
         out.extend_from_slice(&hi);
     }
 
-    #[target_feature(enable = "avx512f,avx512bw")]
-    #[inline]
-    unsafe fn ld(p: *const u8) -> V {
-        _mm512_loadu_si512(p as *const V)
-    }
-    #[target_feature(enable = "avx512f,avx512bw")]
-    #[inline]
-    unsafe fn st(p: *mut u8, v: V) {
-        _mm512_storeu_si512(p as *mut V, v)
-    }
-    #[target_feature(enable = "avx512f,avx512bw")]
-    #[inline]
-    unsafe fn st_nt(p: *mut u8, v: V) {
-        _mm512_stream_si512(p as *mut V, v)
-    }
-    #[target_feature(enable = "avx512f,avx512bw")]
-    #[inline]
-    fn zero() -> V {
-        _mm512_setzero_si512()
-    }
-    #[target_feature(enable = "avx512f,avx512bw")]
-    #[inline]
-    fn xor(a: V, b: V) -> V {
-        _mm512_xor_si512(a, b)
-    }
     #[target_feature(enable = "avx512f,avx512bw")]
     #[inline]
     fn prep(x: V) -> (V, V) {
@@ -453,8 +464,7 @@ pub(crate) mod avx512 {
 pub(crate) mod gfni_avx2 {
     use core::arch::x86_64::*;
 
-    type V = __m256i;
-    const W: usize = 32;
+    vector_ops!(256, "avx2,gfni");
     /// One 8-byte matrix per coefficient, broadcast when loaded.
     pub(crate) const CB: usize = 8;
     pub(crate) const MAXN: usize = 6;
@@ -463,31 +473,6 @@ pub(crate) mod gfni_avx2 {
         out.extend_from_slice(&super::affine_matrix(c).to_le_bytes());
     }
 
-    #[target_feature(enable = "avx2,gfni")]
-    #[inline]
-    unsafe fn ld(p: *const u8) -> V {
-        _mm256_loadu_si256(p as *const V)
-    }
-    #[target_feature(enable = "avx2,gfni")]
-    #[inline]
-    unsafe fn st(p: *mut u8, v: V) {
-        _mm256_storeu_si256(p as *mut V, v)
-    }
-    #[target_feature(enable = "avx2,gfni")]
-    #[inline]
-    unsafe fn st_nt(p: *mut u8, v: V) {
-        _mm256_stream_si256(p as *mut V, v)
-    }
-    #[target_feature(enable = "avx2,gfni")]
-    #[inline]
-    fn zero() -> V {
-        _mm256_setzero_si256()
-    }
-    #[target_feature(enable = "avx2,gfni")]
-    #[inline]
-    fn xor(a: V, b: V) -> V {
-        _mm256_xor_si256(a, b)
-    }
     #[target_feature(enable = "avx2,gfni")]
     #[inline]
     fn prep(x: V) -> V {
@@ -529,8 +514,7 @@ pub(crate) mod gfni_avx2 {
 pub(crate) mod gfni_avx512 {
     use core::arch::x86_64::*;
 
-    type V = __m512i;
-    const W: usize = 64;
+    vector_ops!(512, "avx512f,avx512bw,gfni");
     pub(crate) const CB: usize = 8;
     pub(crate) const MAXN: usize = 8;
 
@@ -538,31 +522,6 @@ pub(crate) mod gfni_avx512 {
         out.extend_from_slice(&super::affine_matrix(c).to_le_bytes());
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    #[inline]
-    unsafe fn ld(p: *const u8) -> V {
-        _mm512_loadu_si512(p as *const V)
-    }
-    #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    #[inline]
-    unsafe fn st(p: *mut u8, v: V) {
-        _mm512_storeu_si512(p as *mut V, v)
-    }
-    #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    #[inline]
-    unsafe fn st_nt(p: *mut u8, v: V) {
-        _mm512_stream_si512(p as *mut V, v)
-    }
-    #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    #[inline]
-    fn zero() -> V {
-        _mm512_setzero_si512()
-    }
-    #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    #[inline]
-    fn xor(a: V, b: V) -> V {
-        _mm512_xor_si512(a, b)
-    }
     #[target_feature(enable = "avx512f,avx512bw,gfni")]
     #[inline]
     fn prep(x: V) -> V {
