@@ -63,6 +63,63 @@ macro_rules! gf_kernels {
             }
         }
 
+        /// One source's contribution to every accumulator of [`dot_n`]: source `j` (with
+        /// `DELTA`, `srcs[0] ^ srcs[1]`) at offset `off`, tables at `t`. With `FIRST` the
+        /// products replace the accumulators instead of being added (one XOR fewer per
+        /// vector; the caller's zeroed accumulators are never read).
+        #[target_feature(enable = $feat)]
+        #[inline]
+        #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+        unsafe fn source<
+            const N: usize,
+            const U: usize,
+            const TABLES_FIRST: bool,
+            const DELTA: bool,
+            const FIRST: bool,
+        >(
+            acc: &mut [[V; U]; N],
+            srcs: &[&[u8]],
+            j: usize,
+            off: usize,
+            t: *const u8,
+            pf: bool,
+        ) {
+            let sp = srcs.get_unchecked(j).as_ptr().add(off);
+            // With DELTA, the second pointer is `new`; otherwise unused.
+            let sq = if DELTA { srcs.get_unchecked(1).as_ptr().add(off) } else { sp };
+            if pf {
+                prefetch(sp.add(PFD), W * U);
+                if DELTA {
+                    prefetch(sq.add(PFD), W * U);
+                }
+            }
+            if TABLES_FIRST {
+                let mut c = [ld_coef(t); N];
+                for r in 1..N {
+                    c[r] = ld_coef(t.add(r * CB));
+                }
+                for u in 0..U {
+                    let v = ld(sp.add(u * W));
+                    let x = prep(if DELTA { xor(v, ld(sq.add(u * W))) } else { v });
+                    for r in 0..N {
+                        acc[r][u] = if FIRST { mul(&x, &c[r]) } else { mul_xor(acc[r][u], &x, &c[r]) };
+                    }
+                }
+            } else {
+                let mut x = [prep(zero()); U];
+                for u in 0..U {
+                    let v = ld(sp.add(u * W));
+                    x[u] = prep(if DELTA { xor(v, ld(sq.add(u * W))) } else { v });
+                }
+                for r in 0..N {
+                    let c = ld_coef(t.add(r * CB));
+                    for u in 0..U {
+                        acc[r][u] = if FIRST { mul(&x[u], &c) } else { mul_xor(acc[r][u], &x[u], &c) };
+                    }
+                }
+            }
+        }
+
         /// `outs[r] (=|^=) sum_j coef(r, j) * srcs[j]` over `[start, end)` for `N` outputs,
         /// loading each source byte once, `U` vectors per output per pass. `tab` holds `CB`
         /// table bytes per coefficient, source-major (`tab[(j * N + r) * CB]`). With
@@ -92,50 +149,23 @@ macro_rules! gf_kernels {
                 // would pull back into the cache).
                 let pf = off + PFD + W * U <= end;
                 let mut acc = [[zero(); U]; N];
+                let mut t = tab;
+                let mut j = 0;
                 if store.loads() {
                     for r in 0..N {
                         for u in 0..U {
                             acc[r][u] = ld(o[r].add(off + u * W));
                         }
                     }
-                }
-                let mut t = tab;
-                for j in 0..nsrc {
-                    let sp = srcs.get_unchecked(j).as_ptr().add(off);
-                    // With DELTA, the second pointer is `new`; otherwise unused.
-                    let sq = if DELTA { srcs.get_unchecked(1).as_ptr().add(off) } else { sp };
-                    if pf {
-                        prefetch(sp.add(PFD), W * U);
-                        if DELTA {
-                            prefetch(sq.add(PFD), W * U);
-                        }
-                    }
-                    if TABLES_FIRST {
-                        let mut c = [ld_coef(t); N];
-                        for r in 1..N {
-                            c[r] = ld_coef(t.add(r * CB));
-                        }
-                        for u in 0..U {
-                            let v = ld(sp.add(u * W));
-                            let x = prep(if DELTA { xor(v, ld(sq.add(u * W))) } else { v });
-                            for r in 0..N {
-                                acc[r][u] = mul_xor(acc[r][u], &x, &c[r]);
-                            }
-                        }
-                    } else {
-                        let mut x = [prep(zero()); U];
-                        for u in 0..U {
-                            let v = ld(sp.add(u * W));
-                            x[u] = prep(if DELTA { xor(v, ld(sq.add(u * W))) } else { v });
-                        }
-                        for r in 0..N {
-                            let c = ld_coef(t.add(r * CB));
-                            for u in 0..U {
-                                acc[r][u] = mul_xor(acc[r][u], &x[u], &c);
-                            }
-                        }
-                    }
+                } else if nsrc > 0 {
+                    source::<N, U, TABLES_FIRST, DELTA, true>(&mut acc, srcs, 0, off, t, pf);
                     t = t.add(N * CB);
+                    j = 1;
+                }
+                while j < nsrc {
+                    source::<N, U, TABLES_FIRST, DELTA, false>(&mut acc, srcs, j, off, t, pf);
+                    t = t.add(N * CB);
+                    j += 1;
                 }
                 for r in 0..N {
                     for u in 0..U {
@@ -360,10 +390,12 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2")]
     #[inline]
     fn mul_xor(acc: V, x: &(V, V), c: &(V, V)) -> V {
-        xor(
-            acc,
-            xor(_mm256_shuffle_epi8(c.0, x.0), _mm256_shuffle_epi8(c.1, x.1)),
-        )
+        xor(acc, mul(x, c))
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn mul(x: &(V, V), c: &(V, V)) -> V {
+        xor(_mm256_shuffle_epi8(c.0, x.0), _mm256_shuffle_epi8(c.1, x.1))
     }
     /// `2 * q ^ d` for every byte (multiply by 2 modulo 0x11d: shift, and fold the
     /// carried-out bit back in with a blend on the byte's sign bit).
@@ -438,6 +470,11 @@ pub(crate) mod avx512 {
     }
     #[target_feature(enable = "avx512f,avx512bw")]
     #[inline]
+    fn mul(x: &(V, V), c: &(V, V)) -> V {
+        xor(_mm512_shuffle_epi8(c.0, x.0), _mm512_shuffle_epi8(c.1, x.1))
+    }
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
     fn mul2_xor(q: V, d: V) -> V {
         let fold = _mm512_maskz_mov_epi8(_mm512_movepi8_mask(q), _mm512_set1_epi8(0x1d));
         _mm512_ternarylogic_epi64::<0x96>(_mm512_add_epi8(q, q), fold, d)
@@ -486,7 +523,12 @@ pub(crate) mod gfni_avx2 {
     #[target_feature(enable = "avx2,gfni")]
     #[inline]
     fn mul_xor(acc: V, x: &V, c: &V) -> V {
-        xor(acc, _mm256_gf2p8affine_epi64_epi8::<0>(*x, *c))
+        xor(acc, mul(x, c))
+    }
+    #[target_feature(enable = "avx2,gfni")]
+    #[inline]
+    fn mul(x: &V, c: &V) -> V {
+        _mm256_gf2p8affine_epi64_epi8::<0>(*x, *c)
     }
     #[target_feature(enable = "avx2,gfni")]
     #[inline]
@@ -535,7 +577,12 @@ pub(crate) mod gfni_avx512 {
     #[target_feature(enable = "avx512f,avx512bw,gfni")]
     #[inline]
     fn mul_xor(acc: V, x: &V, c: &V) -> V {
-        xor(acc, _mm512_gf2p8affine_epi64_epi8::<0>(*x, *c))
+        xor(acc, mul(x, c))
+    }
+    #[target_feature(enable = "avx512f,avx512bw,gfni")]
+    #[inline]
+    fn mul(x: &V, c: &V) -> V {
+        _mm512_gf2p8affine_epi64_epi8::<0>(*x, *c)
     }
     #[target_feature(enable = "avx512f,avx512bw,gfni")]
     #[inline]
