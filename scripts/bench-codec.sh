@@ -6,7 +6,7 @@
 # thread's CPU time. Before measuring, it checks that sbod's parity is byte-identical to
 # ISA-L's (ec_encode_data with gf_gen_cauchy1_matrix, pq_gen, xor_gen).
 #
-#   scripts/bench-codec.sh [--long] [--json] [--filter TEXT] [--sizes 4096,65536,...]
+#   scripts/bench-codec.sh [--long] [--json | --json-out FILE] [--filter TEXT] [--sizes 4096,...]
 #                          [--skew BYTES] [--stream-mib N] [--isa avx2|portable|...]
 #
 # Not part of the test suite. Needs libisal-dev (scripts/deps.sh) and, for the klauspost

@@ -329,6 +329,7 @@ struct Report {
 
 fn main() {
     let mut json = false;
+    let mut json_out: Option<PathBuf> = None;
     let mut timing = Timing {
         budget: Duration::from_millis(15),
         rounds: 5,
@@ -344,6 +345,7 @@ fn main() {
         let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
         match a.as_str() {
             "--json" => json = true,
+            "--json-out" => json_out = Some(PathBuf::from(val())),
             "--long" => {
                 timing = Timing {
                     budget: Duration::from_millis(50),
