@@ -14,7 +14,7 @@ pub(crate) fn check(isa: Isa) -> Result<(), String> {
         (Scheme::PQ { k: 8 }, 4096 + 77),
         (Scheme::Cauchy { k: 10, m: 4 }, 4096 + 77),
         (Scheme::Cauchy { k: 5, m: 11 }, 1000),
-        (Scheme::Cauchy { k: 3, m: 2 }, STREAM_MIN + 4096),
+        (Scheme::Xor { k: 3 }, STREAM_MIN + 4096),
         (Scheme::PQ { k: 3 }, STREAM_MIN + 4096),
         (Scheme::Cauchy { k: 12, m: 2 }, 40 * 1024 + 64),
     ];
