@@ -75,7 +75,11 @@ impl Capacity {
                 (disks * disk_bytes as f64).floor() as u64
             },
             tb: disks * disk_bytes as f64 / TB,
-            tib: disks * disk_tib,
+            // Label TiB as a whole number of tenths keeps 48 x 18.2 at 873.6 exactly.
+            tib: match tib {
+                TibConvention::Exact => disks * disk_tib,
+                TibConvention::Label => disks * (disk_tib * 10.0).round() / 10.0,
+            },
         };
         let data = data as f64;
         let members = data + redundancy as f64;

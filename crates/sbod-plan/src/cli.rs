@@ -122,9 +122,11 @@ pub fn default_compare(disks: u32) -> Vec<LayoutSpec> {
     let fit = |lo: u32, hi: u32, ideal: u32| -> Option<(u32, u32)> {
         (lo..=hi.min(disks))
             .min_by_key(|&w| {
+                // A spare disk weighs as much as two disks' distance from the ideal width.
+                let spares = (disks % w) as i64;
                 (
-                    disks % w,
-                    (w as i64 - ideal as i64).abs(),
+                    2 * spares + (w as i64 - ideal as i64).abs(),
+                    spares,
                     std::cmp::Reverse(w),
                 )
             })

@@ -125,3 +125,102 @@ pub struct Reliability {
     pub p_loss_per_year: f64,
     pub p_loss: f64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, rel: f64) -> bool {
+        (a - b).abs() <= rel * a.abs().max(b.abs())
+    }
+
+    #[test]
+    fn afr_of_the_field_disk() {
+        // The field's arithmetic: MTTF 2.5 M hours is an AFR of 0.35%.
+        let afr = afr_from_mttf(2.5e6);
+        assert_eq!(format!("{:.2}", afr * 100.0), "0.35");
+        assert!(close(afr, 0.003_497_9, 1e-4), "{afr}");
+        assert!(close(mttf_from_afr(afr), 2.5e6, 1e-12));
+        assert!(close(mttf_from_afr(0.0035), 2_498_500.0, 1e-4));
+    }
+
+    #[test]
+    fn mttdl_closed_forms() {
+        let (lambda, w) = (1.0 / 1e6, 50.0);
+        let mu = 1.0 / w;
+        // No redundancy: the first of n failures.
+        assert!(close(
+            set_mttdl_hours(12, 0, lambda, w, 0.0),
+            1e6 / 12.0,
+            1e-12
+        ));
+        // One parity: the textbook exact Markov result (mu + (2n-1) lambda) / (n (n-1) lambda^2).
+        let n = 8.0;
+        let want = (mu + (2.0 * n - 1.0) * lambda) / (n * (n - 1.0) * lambda * lambda);
+        assert!(close(set_mttdl_hours(8, 1, lambda, w, 0.0), want, 1e-12));
+        // Two parity, written out by hand from the recursion...
+        let n = 10.0;
+        let t0 = 1.0 / (n * lambda);
+        let t1 = (1.0 + mu * t0) / ((n - 1.0) * lambda);
+        let t2 = (1.0 + 2.0 * mu * t1) / ((n - 2.0) * lambda);
+        let exact = set_mttdl_hours(10, 2, lambda, w, 0.0);
+        assert!(close(exact, t0 + t1 + t2, 1e-12));
+        // ... and close to the first-order MTTF^3 / (n (n-1) (n-2) W^2 / 2).
+        let approx = 2.0 / (n * (n - 1.0) * (n - 2.0) * lambda.powi(3) * w * w);
+        assert!(close(exact, approx, 1e-3), "{exact} vs {approx}");
+    }
+
+    #[test]
+    fn ure_on_the_last_redundancy() {
+        // Reading 9 x 20 TB at 1e-15 per bit: 1 - exp(-1.44).
+        let q = ure_probability(1e-15, 9.0 * 20e12);
+        assert!(close(q, 0.763, 1e-3), "{q}");
+        let (lambda, w) = (1.0 / 1e6, 50.0);
+        // A certain URE turns the first failure into a loss whenever f = 1.
+        assert!(close(
+            set_mttdl_hours(10, 1, lambda, w, 1.0),
+            1e6 / 10.0,
+            1e-12
+        ));
+        // No effect without redundancy; some effect with it.
+        assert_eq!(
+            set_mttdl_hours(10, 0, lambda, w, 0.5),
+            set_mttdl_hours(10, 0, lambda, w, 0.0)
+        );
+        assert!(set_mttdl_hours(10, 2, lambda, w, 0.5) < set_mttdl_hours(10, 2, lambda, w, 0.0));
+    }
+
+    #[test]
+    fn the_documented_ure_corner() {
+        // docs/PLANNER.md: with one redundancy and q > (n-1)/n, a faster rebuild shortens
+        // the MTTDL by less than a rebuild window (less time degraded, where only n-1
+        // disks can fail into the next doomed rebuild). Check the corner is what we say.
+        let (lambda, q) = (1.0 / 1e6, 0.8);
+        let slow = set_mttdl_hours(2, 1, lambda, 100.0, q);
+        let fast = set_mttdl_hours(2, 1, lambda, 10.0, q);
+        assert!(fast < slow && slow - fast < 100.0, "{slow} {fast}");
+        // Below the threshold it is monotone again.
+        let q = 0.4;
+        assert!(set_mttdl_hours(2, 1, lambda, 10.0, q) > set_mttdl_hours(2, 1, lambda, 100.0, q));
+    }
+
+    #[test]
+    fn loss_over_a_horizon() {
+        assert!(close(p_loss(1, 100.0, 100.0), 1.0 - (-1.0f64).exp(), 1e-12));
+        // Independent sets multiply their survival.
+        let one = p_loss(1, 1e9, 43_800.0);
+        assert!(close(
+            p_loss(6, 1e9, 43_800.0),
+            1.0 - (1.0 - one).powi(6),
+            1e-9
+        ));
+        // Tiny probabilities keep their precision.
+        assert!(close(p_loss(1, 1e20, 1.0), 1e-20, 1e-9));
+        // Huge MTTDLs stay finite.
+        let m = set_mttdl_hours(250, 120, 1e-7, 1.0, 0.0);
+        assert!(m.is_finite() && m == MTTDL_CAP_HOURS);
+        assert!(p_loss(1, m, 1e6) < 1e-290);
+        let m = set_mttdl_hours(256, 128, 1e-8, 0.001, 0.5);
+        assert!(m.is_finite() && m == MTTDL_CAP_HOURS);
+    }
+}
