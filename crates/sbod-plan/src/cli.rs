@@ -291,9 +291,7 @@ fn fixed2(v: f64) -> String {
 
 /// Up to one decimal, dropped when whole: `43.2`, `48`.
 fn short(v: f64) -> String {
-    if (v - v.round()).abs() < 1e-9 {
-        thousands(v)
-    } else if v >= 100.0 {
+    if (v - v.round()).abs() < 1e-9 || v >= 100.0 {
         thousands(v)
     } else {
         format!("{v:.1}")
