@@ -264,10 +264,17 @@ pub fn render(args: &PlanArgs) -> Result<String> {
         } else {
             serde_json::to_string_pretty(&plans[0])?
         }
-    } else if args.compare.is_some() {
-        compare_table(&plans)
     } else {
-        plan_table(&plans[0])
+        let mut t = if args.compare.is_some() {
+            compare_table(&plans)
+        } else {
+            plan_table(&plans[0])
+        };
+        if args.mttf.is_none() && args.afr.is_none() {
+            t += "\nMTTF is the default 2.5M hours (a datasheet figure; field AFRs are often 1-2%): \
+                  give --mttf or --afr for your disks.\n";
+        }
+        t
     };
     if !out.ends_with('\n') {
         out.push('\n');
