@@ -16,14 +16,14 @@ use crate::units::{self, thousands};
 /// nearline datasheet figure, hours.
 pub const DEFAULT_MTTF_HOURS: f64 = 2.5e6;
 
-/// Capacity, reliability and expected performance of a disk layout.
-///
-/// Examples:
-///   sbod plan --disks 60 --disk-size 20TB --level raid6 --groups 6 --mttf 2.5M --years 5
-///   sbod plan --disks 60 --disk-size 20TB --compare
-///   sbod plan --disks 60 --disk-size 20TB --compare raid6:6x10 raid1:20x3 ec:8+3:5x11:s5 --json
+/// Capacity, reliability and expected performance of a disk layout (`sbod plan`).
 #[derive(Debug, Clone, Args)]
-#[command(verbatim_doc_comment)]
+#[command(after_help = "Examples:
+  sbod plan --disks 60 --disk-size 20TB --level raid6 --groups 6 --mttf 2.5M --years 5
+  sbod plan --disks 60 --disk-size 20TB --compare --disk-mbps 250 --disk-iops 200
+  sbod plan --disks 60 --disk-size 20TB --compare raid6:6x10 raid1:20x3 ec:8+3:5x11:s5 --json
+
+The models and their assumptions: docs/PLANNER.md.")]
 pub struct PlanArgs {
     /// Number of disks, hot spares included.
     #[arg(long, value_name = "N")]

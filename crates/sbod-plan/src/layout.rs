@@ -251,7 +251,7 @@ impl Layout {
                         bail!("raid1 groups are one mirror set, so copies ({c}) and group width ({w}) must agree");
                     }
                 }
-                split(level, copies, members, spares, spec.groups, width, 1)?
+                split(level, copies, members, spares, spec.groups, width)?
             }
             Level::Ec { k, m } => split(
                 level,
@@ -260,10 +260,9 @@ impl Layout {
                 spares,
                 spec.groups,
                 Some(spec.width.unwrap_or(k + m)),
-                members / (k + m),
             )?,
             Level::Raid10 | Level::Raid5 | Level::Raid6 => {
-                split(level, copies, members, spares, spec.groups, spec.width, 1)?
+                split(level, copies, members, spares, spec.groups, spec.width)?
             }
         };
         if width < min {
@@ -421,7 +420,6 @@ fn width_ok(level: Level, copies: u32, width: u32) -> bool {
             Level::Raid10 => width % copies.max(1) == 0,
             Level::Raid6 => width - 2 <= 255,
             Level::Ec { k, m } => width == k + m,
-            Level::Raid1 => true,
             _ => true,
         }
 }
@@ -527,8 +525,7 @@ fn too_narrow(level: Level, copies: u32, members: u32, groups: u32, width: u32) 
     s
 }
 
-/// Works out (groups, width) from what the user gave; `default_groups` when neither is given.
-#[allow(clippy::too_many_arguments)]
+/// Works out (groups, width) from what the user gave; one group when neither is given.
 fn split(
     level: Level,
     copies: u32,
@@ -536,7 +533,6 @@ fn split(
     spares: u32,
     groups: Option<u32>,
     width: Option<u32>,
-    default_groups: u32,
 ) -> Result<(u32, u32)> {
     match (groups, width) {
         (Some(0), _) => bail!("zero groups: give at least 1"),
@@ -599,27 +595,7 @@ fn split(
             }
             Ok((members / w, w))
         }
-        (None, None) => {
-            if default_groups == 0 || members % default_groups != 0 {
-                // Only ec gets here: the disks don't hold a whole number of K+M groups.
-                if let Level::Ec { k, m } = level {
-                    bail!(
-                        "{level} doesn't fit: {}",
-                        ec_alternatives(k, m, members, spares)
-                    );
-                }
-                bail!("{level} doesn't fit {}", disks_phrase(members, spares));
-            }
-            if let Level::Ec { k, m } = level {
-                if members % (k + m) != 0 {
-                    bail!(
-                        "{level} doesn't fit: {}",
-                        ec_alternatives(k, m, members, spares)
-                    );
-                }
-            }
-            Ok((default_groups, members / default_groups))
-        }
+        (None, None) => Ok((1, members)),
     }
 }
 
