@@ -208,9 +208,12 @@ pub fn plans(args: &PlanArgs) -> Result<Vec<Plan>> {
             let d = default_compare(args.disks);
             if d.is_empty() {
                 bail!(
-                    "{} disk{} are too few to compare redundant layouts: give at least 2",
-                    args.disks,
-                    if args.disks == 1 { "" } else { "s" }
+                    "{} too few to compare redundant layouts: give at least 2",
+                    match args.disks {
+                        0 => "zero disks are".to_string(),
+                        1 => "1 disk is".to_string(),
+                        n => format!("{n} disks are"),
+                    }
                 );
             }
             d

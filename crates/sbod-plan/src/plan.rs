@@ -83,6 +83,14 @@ impl Plan {
         if disk.size_bytes == 0 {
             bail!("the disk size must be positive, e.g. 20TB");
         }
+        if (layout.disks as u128) * (disk.size_bytes as u128) > u64::MAX as u128 {
+            bail!(
+                "{} disks of {} bytes make more than 18 EB (2^64 bytes), beyond what sbod \
+                 addresses: plan fewer or smaller disks",
+                layout.disks,
+                disk.size_bytes
+            );
+        }
         positive(disk.mttf_hours, "the MTTF", "2.5M hours")?;
         positive(a.service_years, "the service life", "5 years")?;
         if let Some(v) = disk.seq_mb_s {

@@ -258,7 +258,7 @@ pub fn odds(p: f64) -> String {
 
 /// A duration in years for a table: `4.75`, `1,234`, `2.3e12`.
 pub fn years(y: f64) -> String {
-    if !y.is_finite() || y >= 1e7 {
+    if !y.is_finite() || y >= 1e7 || (y > 0.0 && y < 0.01) {
         format!("{y:.1e}")
     } else if y >= 100.0 {
         thousands(y)

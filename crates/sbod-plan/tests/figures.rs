@@ -310,6 +310,16 @@ fn cli_errors_say_what_would_work() {
         render("plan --disks 60 --disk-size 20TB --compare raid6:6x10 raid6:6x9").unwrap_err()
     );
     assert!(e.contains("keep the other 6 as hot spares"), "{e}");
+    let e = format!(
+        "{:#}",
+        render("plan --disks 100000 --disk-size 1PB --level raid6 --groups 10000").unwrap_err()
+    );
+    assert!(e.contains("more than 18 EB"), "{e}");
+    let e = format!(
+        "{:#}",
+        render("plan --disks 1 --disk-size 20TB --compare").unwrap_err()
+    );
+    assert!(e.contains("1 disk is too few"), "{e}");
     // Bad numbers are caught by the parser with the accepted forms.
     for (line, want) in [
         ("plan --disks 60 --disk-size 20XB --level raid6", "16TiB"),
