@@ -93,9 +93,7 @@ pub struct Codec {
 
 impl fmt::Debug for Codec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Codec")
-            .field("scheme", &self.scheme)
-            .finish()
+        f.debug_struct("Codec").field("scheme", &self.scheme).finish()
     }
 }
 
@@ -103,17 +101,13 @@ impl Codec {
     pub fn new(scheme: Scheme) -> Result<Codec, CodecError> {
         let (k, m) = (scheme.k(), scheme.m());
         if k == 0 {
-            return Err(CodecError::Geometry(
-                "at least one data shard is needed".into(),
-            ));
+            return Err(CodecError::Geometry("at least one data shard is needed".into()));
         }
         let coef = match scheme {
             Scheme::Xor { .. } => vec![1u8; k],
             Scheme::PQ { .. } => {
                 if k > 255 {
-                    return Err(CodecError::Geometry(
-                        "P+Q supports at most 255 data shards".into(),
-                    ));
+                    return Err(CodecError::Geometry("P+Q supports at most 255 data shards".into()));
                 }
                 let mut c = vec![1u8; k];
                 c.extend((0..k).map(gf::exp));
@@ -121,9 +115,7 @@ impl Codec {
             }
             Scheme::Cauchy { .. } => {
                 if m == 0 {
-                    return Err(CodecError::Geometry(
-                        "at least one parity shard is needed".into(),
-                    ));
+                    return Err(CodecError::Geometry("at least one parity shard is needed".into()));
                 }
                 if k + m > 256 {
                     return Err(CodecError::Geometry(format!(
@@ -207,11 +199,7 @@ impl Codec {
     }
 
     /// Rebuild every shard whose `present` flag is false from the others.
-    pub fn reconstruct(
-        &self,
-        shards: &mut [&mut [u8]],
-        present: &[bool],
-    ) -> Result<(), CodecError> {
+    pub fn reconstruct(&self, shards: &mut [&mut [u8]], present: &[bool]) -> Result<(), CodecError> {
         let want: Vec<bool> = present.iter().map(|p| !p).collect();
         self.reconstruct_some(shards, present, &want)
     }
@@ -242,11 +230,7 @@ impl Codec {
         let want_data: Vec<usize> = lost_data.iter().copied().filter(|&i| want[i]).collect();
         let want_parity: Vec<usize> = (self.k..n).filter(|&i| want[i]).collect();
         // Lost data that a wanted parity depends on must be rebuilt too.
-        let need_data: Vec<usize> = if want_parity.is_empty() {
-            want_data.clone()
-        } else {
-            lost_data.clone()
-        };
+        let need_data: Vec<usize> = if want_parity.is_empty() { want_data.clone() } else { lost_data.clone() };
         if !need_data.is_empty() {
             // Choose k survivors (data first, then parity) and invert their rows.
             let survivors: Vec<usize> = (0..n).filter(|&i| present[i]).take(self.k).collect();
@@ -297,16 +281,10 @@ impl Codec {
         let mut syn: Vec<Vec<u8>> = Vec::with_capacity(self.m);
         for r in 0..self.m {
             let mut s = shards[self.k + r].to_vec();
-            kernels::dot_acc(
-                &self.coef[r * self.k..(r + 1) * self.k],
-                &shards[..self.k],
-                &mut s,
-            );
+            kernels::dot_acc(&self.coef[r * self.k..(r + 1) * self.k], &shards[..self.k], &mut s);
             syn.push(s);
         }
-        let bad_rows: Vec<usize> = (0..self.m)
-            .filter(|&r| syn[r].iter().any(|&b| b != 0))
-            .collect();
+        let bad_rows: Vec<usize> = (0..self.m).filter(|&r| syn[r].iter().any(|&b| b != 0)).collect();
         if bad_rows.is_empty() {
             return Ok(Verdict::Clean);
         }

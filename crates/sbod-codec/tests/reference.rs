@@ -167,11 +167,6 @@ fn too_many_erasures_is_an_error() {
     let codec = Codec::new(Scheme::PQ { k: 4 }).unwrap();
     let mut s = vec![vec![0u8; 4]; 6];
     let mut refs: Vec<&mut [u8]> = s.iter_mut().map(|v| v.as_mut_slice()).collect();
-    let err = codec
-        .reconstruct(&mut refs, &[false, false, false, true, true, true])
-        .unwrap_err();
-    assert_eq!(
-        err,
-        sbod_codec::CodecError::TooManyErasures { lost: 3, m: 2 }
-    );
+    let err = codec.reconstruct(&mut refs, &[false, false, false, true, true, true]).unwrap_err();
+    assert_eq!(err, sbod_codec::CodecError::TooManyErasures { lost: 3, m: 2 });
 }
