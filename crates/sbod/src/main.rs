@@ -49,6 +49,8 @@ enum Cmd {
     Set(cmd::SetArgs),
     /// Serve an array over NBD (foreground; Ctrl-C or `sbod stop` ends it cleanly).
     Serve(serve::ServeArgs),
+    /// Capacity, reliability and expected performance of a disk layout, or several side by side.
+    Plan(sbod_plan::cli::PlanArgs),
 }
 
 fn main() {
@@ -84,6 +86,8 @@ fn main() {
             Cmd::Forget(a) => cmd::forget(a).await,
             Cmd::Set(a) => cmd::set(a).await,
             Cmd::Serve(a) => serve::serve(a).await,
+            Cmd::Plan(a) => sbod_plan::cli::run(&a),
+
         }
     });
     if let Err(e) = r {

@@ -1,0 +1,615 @@
+//! `sbod plan`: the command line over the model.
+
+use std::fmt::Write as _;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+
+use crate::capacity::TibConvention;
+use crate::layout::{Layout, LayoutSpec, Level};
+use crate::plan::{Assumptions, Disk, Plan, ASSUMED_DISK_MB_S};
+use crate::reliability::{mttf_from_afr, RateSource};
+use crate::units::{self, thousands};
+
+/// The default MTTF when neither `--mttf` nor `--afr` is given: a typical enterprise
+/// nearline datasheet figure, hours.
+pub const DEFAULT_MTTF_HOURS: f64 = 2.5e6;
+
+/// Capacity, reliability and expected performance of a disk layout (`sbod plan`).
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "Examples:
+  sbod plan --disks 60 --disk-size 20TB --level raid6 --groups 6 --mttf 2.5M --years 5
+  sbod plan --disks 60 --disk-size 20TB --compare --disk-mbps 250 --disk-iops 200
+  sbod plan --disks 60 --disk-size 20TB --compare raid6:6x10 raid1:20x3 ec:8+3:5x11:s5 --json
+
+The models and their assumptions: docs/PLANNER.md.")]
+pub struct PlanArgs {
+    /// Number of disks, hot spares included.
+    #[arg(long, value_name = "N")]
+    pub disks: u32,
+
+    /// Size of one disk: 20TB, 18T, 1.92TB (TB = 10^12 bytes, as vendors count) or 16TiB.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
+    pub disk_size: u64,
+
+    /// Level: raid0, raid1, raid10, raid5, raid6, ec:K+M or concat; the compact layout
+    /// spelling of --compare (e.g. raid6:6x10) works too.
+    #[arg(long, value_name = "LEVEL", required_unless_present = "compare")]
+    pub level: Option<LayoutSpec>,
+
+    /// Stripe the volume over this many equal redundancy groups (RAID50/60 style).
+    #[arg(long, value_name = "G")]
+    pub groups: Option<u32>,
+
+    /// Copies per mirror set, for raid1 (the group size) and raid10 (default 2).
+    #[arg(long, value_name = "N")]
+    pub copies: Option<u32>,
+
+    /// Hot spares, taken from --disks.
+    #[arg(long, value_name = "S")]
+    pub spares: Option<u32>,
+
+    /// Compare layouts side by side, in the compact spelling LEVEL[:GxW][:cN][:sN]:
+    /// raid6:6x10 (6 groups of 10), raid1:20x3 (20 three-way mirrors), raid10:1x60:c3,
+    /// ec:8+3:5x11:s5 (5 groups of 11, 5 hot spares). With no layouts: raid6 groups of
+    /// about 10, 3-way mirrors, 2-way mirrors and ec:K+3 groups of about 15.
+    #[arg(long, value_name = "LAYOUT", num_args = 0.., conflicts_with_all = ["level", "groups", "copies", "spares"])]
+    pub compare: Option<Vec<LayoutSpec>>,
+
+    /// Disk mean time to failure in hours, e.g. 2.5M or 2500000 [default: 2.5M].
+    #[arg(long, value_name = "HOURS", value_parser = units::parse_hours, conflicts_with = "afr")]
+    pub mttf: Option<f64>,
+
+    /// Disk annualised failure rate instead of --mttf, e.g. 0.35% or 1.2%.
+    #[arg(long, value_name = "PERCENT", value_parser = units::parse_afr)]
+    pub afr: Option<f64>,
+
+    /// Service life in years.
+    #[arg(long, value_name = "YEARS", default_value_t = 5.0)]
+    pub years: f64,
+
+    /// The disk's sustained sequential speed, e.g. 250 or 250MB/s; scales the performance
+    /// estimate and, with --rebuild-share, gives the rebuild rate.
+    #[arg(long, value_name = "MB/s", value_parser = parse_mb_s)]
+    pub disk_mbps: Option<f64>,
+
+    /// The disk's random IOPS (at the queue depth you plan for), e.g. 200.
+    #[arg(long, value_name = "IOPS", value_parser = units::parse_number)]
+    pub disk_iops: Option<f64>,
+
+    /// Rebuild rate onto a replacement disk, e.g. 100MB/s [default: disk speed x share,
+    /// with 200 MB/s assumed when --disk-mbps is not given].
+    #[arg(long, value_name = "RATE", value_parser = parse_mb_s)]
+    pub rebuild_rate: Option<f64>,
+
+    /// Share of the disk's sequential speed a rebuild gets.
+    #[arg(long, value_name = "PERCENT", default_value = "50%", value_parser = units::parse_fraction)]
+    pub rebuild_share: f64,
+
+    /// Hours until a failed disk is replaced when there are no hot spares (with spares the
+    /// rebuild starts at once).
+    #[arg(long, value_name = "HOURS", default_value_t = 24.0)]
+    pub replace_hours: f64,
+
+    /// Count unrecoverable read errors during a rebuild with no redundancy left, at this
+    /// rate per bit read, e.g. 1e-15 (or 1e15 for "1 in 10^15 bits").
+    #[arg(long, value_name = "PER_BIT", value_parser = units::parse_ure)]
+    pub ure: Option<f64>,
+
+    /// Plan to fill usable capacity up to this share.
+    #[arg(long, value_name = "PERCENT", default_value = "90%", value_parser = units::parse_fraction)]
+    pub fill: f64,
+
+    /// Count each disk as its label's TiB rounded to 0.1 (20 TB = 18.2 TiB), as vendors'
+    /// storage calculators do, instead of exactly (18.19 TiB).
+    #[arg(long)]
+    pub label_tib: bool,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_mb_s(text: &str) -> Result<f64> {
+    Ok(units::parse_rate(text)? / 1e6)
+}
+
+/// The layouts `--compare` shows when given none, fitted to `disks`: raid6 in groups of
+/// about 10, 3-way mirrors, 2-way mirrors, and ec:K+3 in groups of about 15; disks that
+/// don't fit a whole group become hot spares.
+pub fn default_compare(disks: u32) -> Vec<LayoutSpec> {
+    let fit = |lo: u32, hi: u32, ideal: u32| -> Option<(u32, u32)> {
+        (lo..=hi.min(disks))
+            .min_by_key(|&w| {
+                // A spare disk weighs as much as two disks' distance from the ideal width.
+                let spares = (disks % w) as i64;
+                (
+                    2 * spares + (w as i64 - ideal as i64).abs(),
+                    spares,
+                    std::cmp::Reverse(w),
+                )
+            })
+            .map(|w| (disks / w, w))
+    };
+    let spec = |level: Level, (groups, width): (u32, u32)| LayoutSpec {
+        level,
+        groups: Some(groups),
+        width: Some(width),
+        copies: None,
+        spares: Some(disks - groups * width).filter(|&s| s > 0),
+    };
+    let mut out = Vec::new();
+    if let Some(gw) = fit(4, 16, 10) {
+        out.push(spec(Level::Raid6, gw));
+    }
+    for copies in [3, 2] {
+        if disks >= copies {
+            out.push(spec(Level::Raid1, (disks / copies, copies)));
+        }
+    }
+    if let Some((g, w)) = fit(7, 16, 15) {
+        out.push(spec(Level::Ec { k: w - 3, m: 3 }, (g, w)));
+    }
+    out
+}
+
+/// Merges `--groups/--copies/--spares` into the `--level` spec.
+fn single_spec(args: &PlanArgs) -> Result<LayoutSpec> {
+    let Some(mut spec) = args.level.clone() else {
+        bail!("give --level (e.g. --level raid6 --groups 6) or --compare");
+    };
+    for (flag, slot, v) in [
+        ("--groups", &mut spec.groups, args.groups),
+        ("--copies", &mut spec.copies, args.copies),
+        ("--spares", &mut spec.spares, args.spares),
+    ] {
+        if let Some(v) = v {
+            match slot {
+                Some(old) if *old != v => {
+                    bail!("{flag} {v} disagrees with the layout given to --level ({old})")
+                }
+                _ => *slot = Some(v),
+            }
+        }
+    }
+    Ok(spec)
+}
+
+/// Builds the plans `args` ask for: one, or one per compared layout.
+pub fn plans(args: &PlanArgs) -> Result<Vec<Plan>> {
+    let mttf_hours = match (args.mttf, args.afr) {
+        (Some(m), _) => m,
+        (None, Some(afr)) => mttf_from_afr(afr),
+        (None, None) => DEFAULT_MTTF_HOURS,
+    };
+    let disk = Disk {
+        size_bytes: args.disk_size,
+        mttf_hours,
+        seq_mb_s: args.disk_mbps,
+        random_iops: args.disk_iops,
+    };
+    let assumptions = Assumptions {
+        service_years: args.years,
+        fill_limit: args.fill,
+        rebuild_rate_mb_s: args.rebuild_rate,
+        rebuild_share: args.rebuild_share,
+        replace_hours: args.replace_hours,
+        ure_per_bit: args.ure,
+        tib: if args.label_tib {
+            TibConvention::Label
+        } else {
+            TibConvention::Exact
+        },
+    };
+    let specs = match &args.compare {
+        None => vec![single_spec(args)?],
+        Some(list) if list.is_empty() => {
+            let d = default_compare(args.disks);
+            if d.is_empty() {
+                bail!(
+                    "{} too few to compare redundant layouts: give at least 2",
+                    match args.disks {
+                        0 => "zero disks are".to_string(),
+                        1 => "1 disk is".to_string(),
+                        n => format!("{n} disks are"),
+                    }
+                );
+            }
+            d
+        }
+        Some(list) => list.clone(),
+    };
+    specs
+        .iter()
+        .map(|spec| {
+            let layout = Layout::resolve(spec, args.disks)
+                .with_context(|| format!("layout {} on {} disks", spec_text(spec), args.disks))?;
+            Plan::new(&layout, &disk, &assumptions)
+        })
+        .collect()
+}
+
+/// The layout as the user gave it, for error context: `raid6:6x10`, `raid10 (7 groups, 3 copies)`.
+fn spec_text(spec: &LayoutSpec) -> String {
+    let mut parts = Vec::new();
+    match (spec.groups, spec.width) {
+        (Some(g), Some(w)) => parts.push(format!("{g} groups of {w}")),
+        (Some(g), None) => parts.push(format!("{g} groups")),
+        (None, Some(w)) => parts.push(format!("groups of {w}")),
+        (None, None) => {}
+    }
+    if let Some(c) = spec.copies {
+        parts.push(format!("{c} copies"));
+    }
+    if let Some(sp) = spec.spares {
+        parts.push(format!("{sp} spares"));
+    }
+    if parts.is_empty() {
+        spec.level.to_string()
+    } else {
+        format!("{} ({})", spec.level, parts.join(", "))
+    }
+}
+
+/// JSON for `--compare`.
+#[derive(Serialize)]
+struct Comparison<'a> {
+    plans: &'a [Plan],
+}
+
+/// What `sbod plan` prints for `args`.
+pub fn render(args: &PlanArgs) -> Result<String> {
+    let plans = plans(args)?;
+    let mut out = if args.json {
+        if args.compare.is_some() {
+            serde_json::to_string_pretty(&Comparison { plans: &plans })?
+        } else {
+            serde_json::to_string_pretty(&plans[0])?
+        }
+    } else {
+        let mut t = if args.compare.is_some() {
+            compare_table(&plans)
+        } else {
+            plan_table(&plans[0])
+        };
+        if args.mttf.is_none() && args.afr.is_none() {
+            t += "\nMTTF is the default 2.5M hours (a datasheet figure; field AFRs are often 1-2%): \
+                  give --mttf or --afr for your disks.\n";
+        }
+        t
+    };
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Runs `sbod plan`.
+pub fn run(args: &PlanArgs) -> Result<()> {
+    print!("{}", render(args)?);
+    Ok(())
+}
+
+/// `1234.5` -> `1,234.50`.
+fn fixed2(v: f64) -> String {
+    let s = format!("{:.2}", v.abs());
+    let (int, frac) = s.split_once('.').unwrap_or((&s, "00"));
+    let int = thousands(int.parse::<f64>().unwrap_or(0.0));
+    format!("{}{int}.{frac}", if v < 0.0 { "-" } else { "" })
+}
+
+/// Up to one decimal, dropped when whole: `43.2`, `48`.
+fn short(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 || v >= 100.0 {
+        thousands(v)
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn hours(h: f64) -> String {
+    if h >= 100.0 || (h - h.round()).abs() < 1e-9 {
+        format!("{} h", thousands(h))
+    } else {
+        format!("{h:.1} h")
+    }
+}
+
+fn disk_line(plan: &Plan) -> String {
+    let c = &plan.capacity;
+    let tib = match c.tib_convention {
+        TibConvention::Exact => format!("{:.2} TiB", c.disk_tib),
+        TibConvention::Label => format!("{:.1} TiB by label", c.disk_tib),
+    };
+    format!(
+        "{} x {} TB disks ({tib} each)",
+        plan.layout.disks,
+        short_tb(c.disk_tb)
+    )
+}
+
+fn short_tb(tb: f64) -> String {
+    let s = format!("{tb:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn mttf_line(plan: &Plan) -> String {
+    let r = &plan.reliability;
+    format!(
+        "MTTF {} h = AFR {:.2}%",
+        thousands(r.mttf_hours),
+        r.afr * 100.0
+    )
+}
+
+fn rate_source(plan: &Plan) -> String {
+    match plan.reliability.rebuild.rate_source {
+        RateSource::Given => String::new(),
+        RateSource::Disk => format!(
+            " ({:.0}% of {} MB/s)",
+            plan.assumptions.rebuild_share * 100.0,
+            short(plan.disk.seq_mb_s.unwrap_or(0.0))
+        ),
+        RateSource::Assumed => format!(
+            " ({:.0}% of an assumed {ASSUMED_DISK_MB_S:.0} MB/s disk)",
+            plan.assumptions.rebuild_share * 100.0
+        ),
+    }
+}
+
+fn rebuild_line(plan: &Plan) -> String {
+    let rb = &plan.reliability.rebuild;
+    let source = rate_source(plan);
+    let replace = if plan.layout.spares > 0 {
+        "hot spare, rebuild starts at once".to_string()
+    } else {
+        format!("{} to replace", hours(rb.replacement_hours))
+    };
+    format!(
+        "{} per failed disk: {replace}, {} rebuild at {} MB/s{source}",
+        hours(rb.window_hours),
+        hours(rb.rebuild_hours),
+        short(rb.rate_mb_s)
+    )
+}
+
+fn survives(l: &Layout) -> String {
+    match l.level {
+        Level::Raid0 | Level::Concat => "no failure".into(),
+        Level::Raid10 => format!("{} of each {}-way mirror set", l.set_tolerates, l.set_width),
+        _ => format!(
+            "{} failure{} per group of {}",
+            l.set_tolerates,
+            if l.set_tolerates == 1 { "" } else { "s" },
+            l.set_width
+        ),
+    }
+}
+
+fn loss(p: f64) -> String {
+    if p <= 0.0 {
+        "0".into()
+    } else {
+        format!("{} ({})", units::prob(p), units::odds(p))
+    }
+}
+
+fn plan_table(plan: &Plan) -> String {
+    let (l, c, r, p) = (
+        &plan.layout,
+        &plan.capacity,
+        &plan.reliability,
+        &plan.performance,
+    );
+    let mut o = String::new();
+    let _ = writeln!(o, "sbod plan: {} as {}", disk_line(plan), l.spec);
+    let _ = writeln!(o, "  {}", l.description);
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Capacity                     TB          TiB    disks");
+    let mut row = |name: &str, s: &crate::capacity::Size, note: String| {
+        let _ = writeln!(
+            o,
+            "  {name:<17} {:>12} {:>12} {:>8}{note}",
+            fixed2(s.tb),
+            fixed2(s.tib),
+            short(s.disks)
+        );
+    };
+    row("raw", &c.raw, String::new());
+    row("hot spares", &c.spares, String::new());
+    row("after spares", &c.after_spares, String::new());
+    row("redundancy", &c.redundancy, String::new());
+    row(
+        "usable",
+        &c.usable,
+        format!("   {:.0}% of raw", c.efficiency * 100.0),
+    );
+    row(
+        &format!("at {:.0}% fill", c.fill_limit * 100.0),
+        &c.at_fill_limit,
+        String::new(),
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Reliability over {} years ({})",
+        short(r.service_years),
+        mttf_line(plan)
+    );
+    let _ = writeln!(
+        o,
+        "  disk failures     {:.2} a year, {:.2} in {} years (all {} disks)",
+        r.expected_failures_per_year,
+        r.expected_failures,
+        short(r.service_years),
+        l.disks
+    );
+    let _ = writeln!(o, "  survives          {}", survives(l));
+    let _ = writeln!(o, "  rebuild window    {}", rebuild_line(plan));
+    if let (Some(ure), Some(q)) = (r.ure_per_bit, r.ure_per_critical_rebuild) {
+        let _ = writeln!(
+            o,
+            "  URE               {ure:.0e} per bit: {} chance per rebuild with no redundancy left",
+            units::prob(q)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  data loss         {} in {} years",
+        loss(r.p_loss),
+        short(r.service_years)
+    );
+    let _ = writeln!(
+        o,
+        "                    {} per year",
+        loss(r.p_loss_per_year)
+    );
+    let _ = writeln!(
+        o,
+        "  MTTDL             {} years",
+        units::years(r.mttdl_years)
+    );
+    let _ = writeln!(o);
+    let basis = match (p.disk_mb_s, p.disk_iops) {
+        (None, None) => {
+            "in disks' worth; give --disk-mbps and --disk-iops for absolute figures".to_string()
+        }
+        (mb, io) => format!(
+            "from {} per disk",
+            [
+                mb.map(|v| format!("{} MB/s", short(v))),
+                io.map(|v| format!("{} IOPS", short(v)))
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", ")
+        ),
+    };
+    let _ = writeln!(o, "Performance (an estimate, {basis})");
+    let fig = |f: &crate::performance::Figure, unit: &str| match f.value {
+        Some(v) => format!("{:>7} disks {:>12} {unit}", short(f.disks), thousands(v)),
+        None => format!("{:>7} disks", short(f.disks)),
+    };
+    let _ = writeln!(o, "  sequential read   {}", fig(&p.seq_read, "MB/s"));
+    let _ = writeln!(o, "  sequential write  {}", fig(&p.seq_write, "MB/s"));
+    let _ = writeln!(o, "  random read       {}", fig(&p.rand_read, "IOPS"));
+    let _ = writeln!(
+        o,
+        "  random write      {}   ({} disk I/Os per write)",
+        fig(&p.rand_write, "IOPS"),
+        short(p.write_penalty)
+    );
+    o
+}
+
+fn compare_table(plans: &[Plan]) -> String {
+    let first = &plans[0];
+    let r0 = &first.reliability;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "sbod plan --compare: {}, {} years, {}",
+        disk_line(first),
+        short(r0.service_years),
+        mttf_line(first)
+    );
+    let _ = writeln!(
+        o,
+        "  {:.2} disk failures expected a year, {:.2} in {} years",
+        r0.expected_failures_per_year,
+        r0.expected_failures,
+        short(r0.service_years)
+    );
+    let _ = writeln!(o);
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |name: &str, f: &dyn Fn(&Plan) -> String| {
+        rows.push((name.to_string(), plans.iter().map(f).collect()));
+    };
+    let fill = first.capacity.fill_limit * 100.0;
+    let life = short(r0.service_years);
+    row("layout", &|p| p.layout.spec.clone());
+    row("survives per group", &|p| match p.layout.set_tolerates {
+        0 => "0".into(),
+        t => format!("{t} of {}", p.layout.set_width),
+    });
+    row("hot spares", &|p| p.layout.spares.to_string());
+    row("usable TB", &|p| fixed2(p.capacity.usable.tb));
+    row("usable TiB", &|p| fixed2(p.capacity.usable.tib));
+    row(&format!("at {fill:.0}% fill TB"), &|p| {
+        fixed2(p.capacity.at_fill_limit.tb)
+    });
+    row("usable / raw", &|p| {
+        format!("{:.0}%", p.capacity.efficiency * 100.0)
+    });
+    row("rebuild window", &|p| {
+        hours(p.reliability.rebuild.window_hours)
+    });
+    if first.reliability.ure_per_bit.is_some() {
+        row("URE per last-parity rebuild", &|p| {
+            p.reliability
+                .ure_per_critical_rebuild
+                .map_or("-".into(), units::prob)
+        });
+    }
+    row(&format!("data loss in {life} y"), &|p| {
+        units::prob(p.reliability.p_loss)
+    });
+    row("  odds", &|p| {
+        units::odds(p.reliability.p_loss).replace("1 in ", "1:")
+    });
+    row("MTTDL years", &|p| units::years(p.reliability.mttdl_years));
+    let perf = &first.performance;
+    let unit = |per: Option<f64>, u: &str| {
+        if per.is_some() {
+            u.to_string()
+        } else {
+            "disks".to_string()
+        }
+    };
+    let val = |f: &crate::performance::Figure| match f.value {
+        Some(v) => thousands(v),
+        None => short(f.disks),
+    };
+    let mb = unit(perf.disk_mb_s, "MB/s");
+    let io = unit(perf.disk_iops, "IOPS");
+    row(&format!("seq read {mb} (est.)"), &|p| {
+        val(&p.performance.seq_read)
+    });
+    row(&format!("seq write {mb} (est.)"), &|p| {
+        val(&p.performance.seq_write)
+    });
+    row(&format!("rand read {io} (est.)"), &|p| {
+        val(&p.performance.rand_read)
+    });
+    row(&format!("rand write {io} (est.)"), &|p| {
+        val(&p.performance.rand_write)
+    });
+    let label_width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..plans.len())
+        .map(|i| rows.iter().map(|(_, c)| c[i].len()).max().unwrap_or(0))
+        .collect();
+    for (name, cells) in &rows {
+        let _ = write!(o, "{name:<label_width$}");
+        for (cell, w) in cells.iter().zip(&widths) {
+            let _ = write!(o, "  {cell:>w$}");
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o);
+    let rb = &r0.rebuild;
+    let _ = writeln!(
+        o,
+        "Rebuild window: {} per disk at {} MB/s{}, plus {} to replace a disk in layouts without hot spares.",
+        hours(rb.rebuild_hours),
+        short(rb.rate_mb_s),
+        rate_source(first),
+        hours(first.assumptions.replace_hours)
+    );
+    let _ = writeln!(
+        o,
+        "Performance is an estimate from a model (docs/PLANNER.md), not a measurement."
+    );
+    o
+}
