@@ -1,1 +1,4 @@
-//! sbod-gpu
+//! sbod-gpu: GPU parity (CUDA), with the CPU codec as the fallback.
+
+pub mod emu;
+pub mod plan;
