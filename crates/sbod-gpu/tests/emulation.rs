@@ -1,6 +1,8 @@
 //! The CPU model of the GPU kernels (`sbod_gpu::emu`) against the CPU codec, on random data
 //! and random geometries. Runs everywhere: no GPU needed.
 
+#![allow(clippy::needless_range_loop)]
+
 use proptest::prelude::*;
 use sbod_codec::{Codec, Scheme};
 use sbod_gpu::emu;
