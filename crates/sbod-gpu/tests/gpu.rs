@@ -1,5 +1,7 @@
 //! The GPU path against the CPU codec. Each test that needs a CUDA device prints
-//! "skipped: no CUDA device" and returns when there is none (as on CI).
+//! "skipped: no CUDA device" and returns when there is none (as on CI), unless
+//! SBOD_REQUIRE_GPU=1 (scripts/bench-gpu.sh sets it on machines with nvidia-smi), where a
+//! missing device fails the test instead of skipping it.
 
 #![allow(clippy::needless_range_loop)]
 
@@ -10,6 +12,11 @@ fn gpu_codec(scheme: Scheme) -> Option<GpuCodec> {
     match GpuCodec::new(scheme) {
         Ok(Some(g)) => Some(g),
         Ok(None) => {
+            assert!(
+                std::env::var_os("SBOD_REQUIRE_GPU").is_none(),
+                "SBOD_REQUIRE_GPU is set but there is no CUDA device: {:?}",
+                sbod_gpu::probe().err()
+            );
             eprintln!("skipped: no CUDA device");
             None
         }
