@@ -36,14 +36,19 @@ __device__ __forceinline__ void transpose4(u32 t0, u32 t1, u32 t2, u32 t3, u32 o
 // t[b] ^= products (4 rows packed) of byte b of w, from one source's split-nibble table.
 // The 16 low-nibble words and the 16 high-nibble words each sit in 16 distinct banks,
 // so a warp's lookups never conflict: equal nibbles read the same word (broadcast).
+// Nibbles are turned into byte offsets (x4) for a whole word at once, and each byte's
+// offset is pulled out with one byte permute, so a lookup costs one ALU op and one LDS.
 __device__ __forceinline__ void gf_acc(u32 t[4], u32 w, const u32* tj)
 {
-    const u32 lo = w & 0x0f0f0f0fu;
-    const u32 hi = (w >> 4) & 0x0f0f0f0fu;
-    t[0] ^= tj[lo & 0xff] ^ tj[16 + (hi & 0xff)];
-    t[1] ^= tj[(lo >> 8) & 0xff] ^ tj[16 + ((hi >> 8) & 0xff)];
-    t[2] ^= tj[(lo >> 16) & 0xff] ^ tj[16 + ((hi >> 16) & 0xff)];
-    t[3] ^= tj[lo >> 24] ^ tj[16 + (hi >> 24)];
+    const u32 lo = (w << 2) & 0x3c3c3c3cu;
+    const u32 hi = (w >> 2) & 0x3c3c3c3cu;
+    const char* tb = (const char*)tj;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+        const u32 ol = __byte_perm(lo, 0, 0x4440 + b);
+        const u32 oh = __byte_perm(hi, 0, 0x4440 + b);
+        t[b] ^= *(const u32*)(tb + ol) ^ *(const u32*)(tb + 4 * 16 + oh);
+    }
 }
 
 // Multiply each of the 4 bytes of q by 2 in GF(2^8), polynomial 0x11d.

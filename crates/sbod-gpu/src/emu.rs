@@ -33,14 +33,16 @@ pub fn transpose4(t0: u32, t1: u32, t2: u32, t3: u32) -> [u32; 4] {
     ]
 }
 
-/// The kernels' `gf_acc`: t[b] ^= the 4 rows' products of byte b of w.
+/// The kernels' `gf_acc`: t[b] ^= the 4 rows' products of byte b of w. Offsets are in
+/// bytes (nibble * 4), pulled out of a whole word with one byte permute each.
 pub fn gf_acc(t: &mut [u32; 4], w: u32, tj: &[u32]) {
-    let lo = w & 0x0f0f_0f0f;
-    let hi = (w >> 4) & 0x0f0f_0f0f;
-    t[0] ^= tj[(lo & 0xff) as usize] ^ tj[16 + (hi & 0xff) as usize];
-    t[1] ^= tj[((lo >> 8) & 0xff) as usize] ^ tj[16 + ((hi >> 8) & 0xff) as usize];
-    t[2] ^= tj[((lo >> 16) & 0xff) as usize] ^ tj[16 + ((hi >> 16) & 0xff) as usize];
-    t[3] ^= tj[(lo >> 24) as usize] ^ tj[16 + (hi >> 24) as usize];
+    let lo = (w << 2) & 0x3c3c_3c3c;
+    let hi = (w >> 2) & 0x3c3c_3c3c;
+    for (b, tb) in t.iter_mut().enumerate() {
+        let ol = byte_perm(lo, 0, 0x4440 + b as u32);
+        let oh = byte_perm(hi, 0, 0x4440 + b as u32);
+        *tb ^= tj[ol as usize / 4] ^ tj[(4 * 16 + oh as usize) / 4];
+    }
 }
 
 /// The kernels' `mul2x4`: each byte times 2 in GF(2^8) (poly 0x11d).
