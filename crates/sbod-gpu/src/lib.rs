@@ -19,6 +19,35 @@
 //! bit-exact CPU model ([`emu`]) tested against it everywhere, and the kernels themselves
 //! are tested against it wherever a device is present.
 //!
+//! ```
+//! use sbod_codec::Scheme;
+//! use sbod_gpu::{Parity, ParityMode, ParityOptions};
+//!
+//! // `auto` runs on the CPU where there is no CUDA device (as here on CI).
+//! let parity = Parity::new(Scheme::PQ { k: 8 }, ParityMode::Auto, ParityOptions::default())?;
+//! println!("{}", parity.summary());
+//! let mut batch = parity.new_batch(64 << 10, 16)?; // 16 stripes of 8+2 x 64 KiB
+//! for stripe in 0..batch.stripes() {
+//!     for d in 0..batch.k() {
+//!         batch.chunk_of_mut(stripe, d).fill((stripe * 8 + d) as u8); // the engine's data
+//!     }
+//! }
+//! let backend = parity.encode(&mut batch)?;
+//! // Member i writes batch.shard(i): its chunks of all 16 stripes, contiguous.
+//! let q = batch.shard(9).to_vec();
+//! // Lose two members, rebuild them.
+//! let mut present = vec![true; 10];
+//! present[3] = false;
+//! present[9] = false;
+//! batch.shard_mut(3).fill(0);
+//! batch.shard_mut(9).fill(0);
+//! parity.reconstruct(&mut batch, &present)?;
+//! assert_eq!(batch.shard(9), &q[..]);
+//! assert!(batch.chunk_of(5, 3).iter().all(|&b| b == 5 * 8 + 3));
+//! # let _ = backend;
+//! # Ok::<(), sbod_gpu::Error>(())
+//! ```
+//!
 //! Hand-written because no crate does GPU Reed-Solomon in md/ISA-L-compatible form; the
 //! CUDA plumbing itself is `cudarc`.
 
