@@ -112,6 +112,7 @@ pub fn flush(dev: &Arc<dyn BlockDev>) -> impl Future<Output = io::Result<()>> + 
     )
 }
 
+pub mod fault;
 pub mod file;
 pub mod mem;
 

@@ -895,13 +895,14 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)]
     fn eio_at_ranges_rates_and_pending_sectors_heal() {
         let fault = FaultDev::new(mem(1 << 20), 1);
         let fdev: Arc<FaultDev> = Arc::new(fault);
         let d: Arc<dyn BlockDev> = fdev.clone();
         write_all(&d, 0, &[7u8; 16384], false).unwrap();
-        fdev.plan().bad_sectors = Vec::from([4096..8192]);
-        fdev.plan().read_eio = Vec::from([12288..16384]);
+        fdev.plan().bad_sectors = vec![4096..8192];
+        fdev.plan().read_eio = vec![12288..16384];
         assert!(read_all(&d, 0, 4096).is_ok());
         assert_eq!(
             read_all(&d, 0, 8192).unwrap_err().raw_os_error(),
@@ -916,7 +917,7 @@ mod tests {
         assert_eq!(s.read_errors, 2);
         assert_eq!(s.healed_bytes, 4096);
         // Writes at a range, and at a rate of 1.
-        fdev.plan().write_eio = Vec::from([0..4096]);
+        fdev.plan().write_eio = vec![0..4096];
         assert!(write_all(&d, 0, &[1u8; 4096], false).is_err());
         assert!(write_all(&d, 8192, &[1u8; 4096], false).is_ok());
         fdev.set_plan(FaultPlan {
