@@ -766,6 +766,9 @@ impl Array {
             }
             dirty = Bitmap::set_bits(&union, regions);
         }
+        if !opts.force && !opts.read_only {
+            Self::refuse_write_hole(&newest, &state, &dirty)?;
+        }
         let array = Array::build(
             newest.name.clone(),
             newest.array_uuid,
@@ -820,6 +823,40 @@ impl Array {
             array.start_processes();
         }
         Ok(array)
+    }
+
+    /// The RAID write hole: after a crash, parity in the dirty regions may not match the
+    /// data. With every member present the resync makes it match again; but a chunk that
+    /// has to be rebuilt from that parity (its member missing, failed, or not yet rebuilt
+    /// there) would come back wrong, silently. Refuse to start such an array unless forced
+    /// (md refuses a "dirty degraded array" likewise).
+    fn refuse_write_hole(sb: &Superblock, st: &State, dirty: &[u64]) -> Result<()> {
+        let g = &sb.geometry;
+        if dirty.is_empty() || !matches!(g.scheme(), Scheme::Parity { m, .. } if m > 0) {
+            return Ok(());
+        }
+        let mut at_risk = Vec::new();
+        for (i, s) in st.slots.iter().enumerate() {
+            let risky = dirty.iter().any(|&r| {
+                let end = ((r + 1) * sb.bitmap_region).min(g.member_size);
+                s.readable(end).is_none()
+            });
+            if risky {
+                at_risk.push(match &s.member {
+                    Some(m) => format!("{} ({:?})", m.path, s.state).to_lowercase(),
+                    None => format!("slot {i} (missing)"),
+                });
+            }
+        }
+        if at_risk.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Refused(format!(
+            "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} held there cannot be rebuilt reliably (the RAID write hole). Assemble it with all its members; or, to start anyway and accept that those members' data in those regions may be wrong, assemble with --force",
+            sb.name,
+            dirty.len(),
+            at_risk.join(", ")
+        )))
     }
 
     pub fn report(&self) -> AssemblyReport {

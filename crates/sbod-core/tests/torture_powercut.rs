@@ -477,3 +477,147 @@ fn the_model_judges_correctly() {
         "misplaced block"
     );
 }
+
+/// A power cut that also kills a disk: the array restarts degraded, with parity in the
+/// dirty regions possibly out of date. Data of the lost member must then either be
+/// rebuilt correctly or refused with a clear error, never returned wrong.
+fn crash_and_lose_a_member(layout_name: &str) {
+    let l = layout(layout_name);
+    let seed0 = seed();
+    let rng = Rng::new(seed0);
+    let what0 = format!("{layout_name} (SBOD_TORTURE_SEED={seed0})");
+    let mut refused = 0;
+    let mut served = 0;
+    rt(2).block_on(async {
+        for trial in 0..iters(4) {
+            let what = format!("{what0}, trial {trial}");
+            let supply = PowerSupply::new();
+            let devs: Vec<Arc<PowerCutDev>> = (0..l.members)
+                .map(|i| {
+                    PowerCutDev::new(
+                        format!("m{i}"),
+                        vec![0u8; MEMBER_SIZE as usize],
+                        &supply,
+                        Duration::from_micros(150),
+                        rng.next(),
+                    )
+                })
+                .collect();
+            let a = Array::create(spec(&l), specs(&devs)).await.expect("create");
+            let blocks = a.size() / BLOCK as u64;
+            let sh = Arc::new(Shared {
+                model: Mutex::new(Model::new(blocks)),
+                tags: AtomicU64::new(1),
+                ops: AtomicU64::new(0),
+                fig: Mutex::new(Figures::default()),
+                errors_before_cut: Mutex::new(Vec::new()),
+            });
+            // Everything written and flushed once: all of it is durable.
+            let tag = sh.tags.fetch_add(1, Ordering::Relaxed);
+            sh.model.lock().unwrap().issue(tag, 0, blocks);
+            a.write(0, AlignedBuf::from_slice(&blocks_of(tag, 0, blocks)), false)
+                .await
+                .unwrap();
+            sh.model.lock().unwrap().ack(tag, 0, blocks, false);
+            let at = sh.model.lock().unwrap().clock;
+            a.flush().await.unwrap();
+            sh.model.lock().unwrap().flushed(at);
+            let c = cutter(
+                supply.clone(),
+                sh.clone(),
+                20 + rng.below(100),
+                rng.below(400),
+                rng.next(),
+            );
+            let tasks: Vec<_> = (0..WRITERS)
+                .map(|w| {
+                    tokio::spawn(writer(
+                        a.clone(),
+                        sh.clone(),
+                        supply.clone(),
+                        w,
+                        0..blocks / UNIT,
+                        rng.next(),
+                    ))
+                })
+                .collect();
+            c.join().expect("cutter");
+            for t in tasks {
+                t.await.expect("writer panicked");
+            }
+            a.abandon().await;
+            drop(a);
+            let lost = rng.below(l.members as u64) as usize;
+            let supply = PowerSupply::new();
+            let survivors: Vec<Arc<PowerCutDev>> = devs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != lost)
+                .map(|(i, d)| {
+                    PowerCutDev::new(format!("m{i}"), d.image(), &supply, Duration::ZERO, 1)
+                })
+                .collect();
+            match Array::assemble(specs(&survivors), AssembleOptions::default()).await {
+                Err(e) => {
+                    let msg = e.to_string();
+                    assert!(
+                        matches!(e, sbod_core::Error::Refused(_))
+                            && msg.contains("not shut down cleanly")
+                            && msg.contains("--force"),
+                        "{what}: refused without saying why: {msg}"
+                    );
+                    refused += 1;
+                    // The member turns up again: with all of them, nothing is lost.
+                    let all: Vec<Arc<PowerCutDev>> = devs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, d)| {
+                            PowerCutDev::new(format!("m{i}"), d.image(), &supply, Duration::ZERO, 1)
+                        })
+                        .collect();
+                    drop(survivors);
+                    let a = Array::assemble(specs(&all), AssembleOptions::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("{what}: with every member: {e}"));
+                    verify_all(&a, &sh, &format!("{what}: every member back")).await;
+                    scrub_clean(&a, &sh, &what).await;
+                    a.close().await.unwrap();
+                }
+                Ok(a) => {
+                    assert_eq!(a.status().state, "degraded", "{what}");
+                    verify_all(&a, &sh, &format!("{what}: m{lost} lost in the crash")).await;
+                    served += 1;
+                    a.close().await.ok();
+                }
+            }
+        }
+    });
+    report(serde_json::json!({
+        "test": "powercut_and_member_lost",
+        "layout": layout_name,
+        "seed": seed0,
+        "crashes": refused + served,
+        "refused": refused,
+        "served_correctly": served,
+    }));
+}
+
+#[test]
+fn power_cut_and_member_lost_raid5() {
+    crash_and_lose_a_member("raid5");
+}
+
+#[test]
+fn power_cut_and_member_lost_raid6() {
+    crash_and_lose_a_member("raid6");
+}
+
+#[test]
+fn power_cut_and_member_lost_raid1() {
+    crash_and_lose_a_member("raid1");
+}
+
+#[test]
+fn power_cut_and_member_lost_ec() {
+    crash_and_lose_a_member("ec:3+2");
+}
