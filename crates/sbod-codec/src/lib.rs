@@ -19,10 +19,18 @@
 //! ISA-L-compatible Cauchy coding with the partial-stripe update and syndrome-based
 //! corruption location sbod needs (see ../shared/notes/crates-survey.md).
 
+pub mod bench;
+mod decode;
 pub mod gf;
 mod kernels;
+mod selftest;
 
+pub use bench::AlignedBuf;
+pub use kernels::Isa;
+
+use kernels::{Mode, Plan};
 use std::fmt;
+use std::sync::Arc;
 
 /// Which parity code a group uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,6 +76,8 @@ pub enum CodecError {
     TooManyErasures { lost: usize, m: usize },
     #[error("shard lengths differ or do not match the code's shard count")]
     Shape,
+    #[error("this CPU cannot run the {0} kernels")]
+    Unsupported(Isa),
 }
 
 /// What [`Codec::locate`] found in a stripe.
@@ -81,7 +91,8 @@ pub enum Verdict {
     Unlocatable,
 }
 
-/// An encoder/decoder for one geometry. Cheap to share between threads.
+/// An encoder/decoder for one geometry. Cheap to clone and to share between threads
+/// (clones share the encode tables and the decode-plan cache).
 #[derive(Clone)]
 pub struct Codec {
     scheme: Scheme,
@@ -89,18 +100,37 @@ pub struct Codec {
     m: usize,
     /// m rows of k coefficients.
     coef: Vec<u8>,
+    /// The parity rows prepared for the kernels.
+    enc: Arc<Plan>,
+    /// Decode plans per erasure pattern (matrix inversion and tables cost microseconds,
+    /// more than rebuilding a 4 KiB stripe).
+    decode: Arc<decode::Cache>,
 }
+
+/// Shards per thread below which [`Codec::encode_par`] does not split the work.
+pub const PAR_MIN_BYTES: usize = 64 * 1024;
 
 impl fmt::Debug for Codec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Codec")
             .field("scheme", &self.scheme)
+            .field("isa", &self.enc.isa())
             .finish()
     }
 }
 
 impl Codec {
+    /// A codec using the kernels [`Isa::selected`] picks for this CPU.
     pub fn new(scheme: Scheme) -> Result<Codec, CodecError> {
+        Codec::with_isa(scheme, Isa::selected())
+    }
+
+    /// A codec using one particular kernel family (tests and benchmarks compare them).
+    /// Unlike [`Codec::new`] there is no self-test and no fallback.
+    pub fn with_isa(scheme: Scheme, isa: Isa) -> Result<Codec, CodecError> {
+        if !isa.is_supported() {
+            return Err(CodecError::Unsupported(isa));
+        }
         let (k, m) = (scheme.k(), scheme.m());
         if k == 0 {
             return Err(CodecError::Geometry(
@@ -140,7 +170,20 @@ impl Codec {
                 c
             }
         };
-        Ok(Codec { scheme, k, m, coef })
+        let enc = Arc::new(Plan::new(isa, coef.clone(), m, k));
+        Ok(Codec {
+            scheme,
+            k,
+            m,
+            coef,
+            enc,
+            decode: Arc::new(decode::Cache::new()),
+        })
+    }
+
+    /// The kernel family this codec runs.
+    pub fn isa(&self) -> Isa {
+        self.enc.isa()
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -168,18 +211,64 @@ impl Codec {
         g
     }
 
-    /// Compute every parity shard from the data shards.
+    /// Compute every parity shard from the data shards, in one pass over the data.
     pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError> {
+        self.check_encode_shape(data, parity)?;
+        self.enc.run(data, parity, Mode::SetCold);
+        Ok(())
+    }
+
+    /// [`Codec::encode`] with the byte range split over up to `threads` threads (scoped
+    /// threads, started for this call; slices of at least [`PAR_MIN_BYTES`] per shard, so
+    /// small stripes stay on the calling thread). The result is identical to `encode`.
+    pub fn encode_par(
+        &self,
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+        threads: usize,
+    ) -> Result<(), CodecError> {
+        self.check_encode_shape(data, parity)?;
+        let len = data[0].len();
+        let threads = threads.min(len / PAR_MIN_BYTES).max(1);
+        if threads == 1 {
+            self.enc.run(data, parity, Mode::SetCold);
+            return Ok(());
+        }
+        // Slices on 4 KiB boundaries keep every slice as aligned as the buffers.
+        let chunk = len.div_ceil(threads).next_multiple_of(4096);
+        let mut slices: Vec<Vec<&mut [u8]>> = Vec::new();
+        for p in parity.iter_mut() {
+            for (t, c) in p.chunks_mut(chunk).enumerate() {
+                if slices.len() <= t {
+                    slices.push(Vec::with_capacity(self.m));
+                }
+                slices[t].push(c);
+            }
+        }
+        std::thread::scope(|scope| {
+            let mut slices = slices.into_iter().enumerate();
+            let (_, mut mine) = slices.next().expect("at least one slice");
+            for (t, mut outs) in slices {
+                let srcs: Vec<&[u8]> = data
+                    .iter()
+                    .map(|d| &d[t * chunk..(t * chunk + chunk).min(len)])
+                    .collect();
+                let enc = &self.enc;
+                scope.spawn(move || enc.run(&srcs, &mut outs, Mode::SetCold));
+            }
+            let srcs: Vec<&[u8]> = data.iter().map(|d| &d[..chunk.min(len)]).collect();
+            self.enc.run(&srcs, &mut mine, Mode::SetCold);
+        });
+        Ok(())
+    }
+
+    fn check_encode_shape(&self, data: &[&[u8]], parity: &[&mut [u8]]) -> Result<(), CodecError> {
         if data.len() != self.k || parity.len() != self.m {
             return Err(CodecError::Shape);
         }
         let len = data[0].len();
         if data.iter().any(|d| d.len() != len) || parity.iter().any(|p| p.len() != len) {
             return Err(CodecError::Shape);
-        }
-        for (r, p) in parity.iter_mut().enumerate() {
-            let row = &self.coef[r * self.k..(r + 1) * self.k];
-            kernels::dot(row, data, p);
         }
         Ok(())
     }
@@ -198,11 +287,7 @@ impl Codec {
         if parity.iter().any(|p| p.len() != old.len()) {
             return Err(CodecError::Shape);
         }
-        let mut delta = old.to_vec();
-        kernels::xor_into(&mut delta, new);
-        for (r, p) in parity.iter_mut().enumerate() {
-            kernels::mul_add(p, &delta, self.coefficient(r, data_index));
-        }
+        self.enc.run_delta(data_index, old, new, parity);
         Ok(())
     }
 
@@ -238,47 +323,11 @@ impl Codec {
         if want.iter().zip(present).any(|(w, p)| *w && *p) {
             return Err(CodecError::Shape);
         }
-        let lost_data: Vec<usize> = (0..self.k).filter(|&i| !present[i]).collect();
-        let want_data: Vec<usize> = lost_data.iter().copied().filter(|&i| want[i]).collect();
-        let want_parity: Vec<usize> = (self.k..n).filter(|&i| want[i]).collect();
-        // Lost data that a wanted parity depends on must be rebuilt too.
-        let need_data: Vec<usize> = if want_parity.is_empty() {
-            want_data.clone()
-        } else {
-            lost_data.clone()
-        };
-        if !need_data.is_empty() {
-            // Choose k survivors (data first, then parity) and invert their rows.
-            let survivors: Vec<usize> = (0..n).filter(|&i| present[i]).take(self.k).collect();
-            let g = self.generator_matrix();
-            let mut sub = Vec::with_capacity(self.k * self.k);
-            for &s in &survivors {
-                sub.extend_from_slice(&g[s * self.k..(s + 1) * self.k]);
-            }
-            let inv = gf::invert_matrix(&sub, self.k)
-                .ok_or_else(|| CodecError::Geometry("decode matrix is singular".into()))?;
-            let mut outs: Vec<Vec<u8>> = Vec::with_capacity(need_data.len());
-            {
-                let srcs: Vec<&[u8]> = survivors.iter().map(|&s| &*shards[s]).collect();
-                for &d in &need_data {
-                    let mut out = vec![0u8; len];
-                    kernels::dot(&inv[d * self.k..(d + 1) * self.k], &srcs, &mut out);
-                    outs.push(out);
-                }
-            }
-            for (&d, out) in need_data.iter().zip(outs) {
-                shards[d].copy_from_slice(&out);
-            }
+        if !want.iter().any(|w| *w) {
+            return Ok(());
         }
-        for &p in &want_parity {
-            let r = p - self.k;
-            let mut out = vec![0u8; len];
-            {
-                let data: Vec<&[u8]> = (0..self.k).map(|i| &*shards[i]).collect();
-                kernels::dot(&self.coef[r * self.k..(r + 1) * self.k], &data, &mut out);
-            }
-            shards[p].copy_from_slice(&out);
-        }
+        let plan = self.decode.get(self, present, want)?;
+        plan.run(shards);
         Ok(())
     }
 
@@ -294,15 +343,10 @@ impl Codec {
             return Err(CodecError::Shape);
         }
         // Syndromes: stored parity minus recomputed parity.
-        let mut syn: Vec<Vec<u8>> = Vec::with_capacity(self.m);
-        for r in 0..self.m {
-            let mut s = shards[self.k + r].to_vec();
-            kernels::dot_acc(
-                &self.coef[r * self.k..(r + 1) * self.k],
-                &shards[..self.k],
-                &mut s,
-            );
-            syn.push(s);
+        let mut syn: Vec<Vec<u8>> = shards[self.k..].iter().map(|s| s.to_vec()).collect();
+        {
+            let mut refs: Vec<&mut [u8]> = syn.iter_mut().map(|s| s.as_mut_slice()).collect();
+            self.enc.run(&shards[..self.k], &mut refs, Mode::Acc);
         }
         let bad_rows: Vec<usize> = (0..self.m)
             .filter(|&r| syn[r].iter().any(|&b| b != 0))

@@ -155,7 +155,7 @@ proptest! {
 #[test]
 fn xor_mismatch_is_unlocatable() {
     let codec = Codec::new(Scheme::Xor { k: 3 }).unwrap();
-    let mut s = vec![vec![1u8; 8], vec![2u8; 8], vec![3u8; 8], vec![0u8; 8]];
+    let mut s = [vec![1u8; 8], vec![2u8; 8], vec![3u8; 8], vec![0u8; 8]];
     s[3] = vec![1 ^ 2 ^ 3; 8];
     s[1][4] ^= 0x10;
     let refs: Vec<&[u8]> = s.iter().map(|v| v.as_slice()).collect();

@@ -19,6 +19,8 @@ pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     cap: usize,
+    /// Came from the pool (holds old, initialised bytes).
+    recycled: bool,
 }
 
 // SAFETY: AlignedBuf owns its allocation like a Vec<u8>.
@@ -28,16 +30,45 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// A zero-filled buffer of `len` bytes (capacity rounded up to ALIGN).
     pub fn zeroed(len: usize) -> AlignedBuf {
-        let cap = len.div_ceil(ALIGN).max(1) * ALIGN;
+        let mut b = AlignedBuf::for_overwrite(len);
+        if b.recycled {
+            b.fill(0);
+            b.recycled = false;
+        }
+        b
+    }
+
+    /// A buffer whose contents the caller will overwrite entirely (a read target, a
+    /// network payload): it may come from the pool holding old bytes, which saves zeroing
+    /// and, for large buffers, the page faults of fresh memory on every request.
+    pub fn for_overwrite(len: usize) -> AlignedBuf {
+        let mut cap = len.div_ceil(ALIGN).max(1) * ALIGN;
+        if cap <= 32 << 20 {
+            // Power-of-two capacities can be pooled and reused by any size in the class.
+            cap = cap.next_power_of_two();
+        }
+        if let Some((ptr, cap)) = pool::take(cap) {
+            return AlignedBuf {
+                ptr,
+                len,
+                cap,
+                recycled: true,
+            };
+        }
         let layout = Layout::from_size_align(cap, ALIGN).expect("buffer layout");
         // SAFETY: layout has non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len, cap }
+        AlignedBuf {
+            ptr,
+            len,
+            cap,
+            recycled: false,
+        }
     }
 
     pub fn from_slice(data: &[u8]) -> AlignedBuf {
-        let mut b = AlignedBuf::zeroed(data.len());
+        let mut b = AlignedBuf::for_overwrite(data.len());
         b.copy_from_slice(data);
         b
     }
@@ -67,9 +98,73 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if pool::give(self.ptr, self.cap) {
+            return;
+        }
         let layout = Layout::from_size_align(self.cap, ALIGN).expect("buffer layout");
-        // SAFETY: allocated in `zeroed` with this layout.
+        // SAFETY: allocated in `for_overwrite` with this layout.
         unsafe { dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+/// A recycling pool of buffers by power-of-two size class (4 KiB to 32 MiB), sharded to
+/// keep threads apart. Every pooled buffer is initialised memory (zeroed when first
+/// allocated, then written by its users), so handing it out again is sound.
+mod pool {
+    use super::ALIGN;
+    use parking_lot::Mutex;
+    use std::ptr::NonNull;
+
+    const CLASSES: usize = 14; // 4K << 0 ..= 4K << 13 = 32 MiB
+    const SHARDS: usize = 8;
+    /// Bytes each class may hold per shard.
+    const CLASS_BYTES: usize = 16 << 20;
+
+    struct Ptr(NonNull<u8>);
+    // SAFETY: the pool owns the allocations it holds.
+    unsafe impl Send for Ptr {}
+
+    #[allow(clippy::type_complexity)]
+    static POOL: [[Mutex<Vec<Ptr>>; CLASSES]; SHARDS] =
+        [const { [const { Mutex::new(Vec::new()) }; CLASSES] }; SHARDS];
+
+    fn class(cap: usize) -> Option<usize> {
+        if !cap.is_power_of_two() || cap < ALIGN {
+            return None;
+        }
+        let c = (cap / ALIGN).trailing_zeros() as usize;
+        (c < CLASSES).then_some(c)
+    }
+
+    fn shard() -> usize {
+        thread_local! { static ID: usize = {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        }}
+        ID.with(|i| *i % SHARDS)
+    }
+
+    /// A pooled buffer of exactly `cap` bytes (power-of-two capacities only).
+    pub fn take(cap: usize) -> Option<(NonNull<u8>, usize)> {
+        let c = class(cap)?;
+        let s = shard();
+        for i in 0..SHARDS {
+            if let Some(p) = POOL[(s + i) % SHARDS][c].lock().pop() {
+                return Some((p.0, cap));
+            }
+        }
+        None
+    }
+
+    /// Keep a buffer for reuse; false if the pool is full (the caller frees it).
+    pub fn give(ptr: NonNull<u8>, cap: usize) -> bool {
+        let Some(c) = class(cap) else { return false };
+        let mut v = POOL[shard()][c].lock();
+        if (v.len() + 1) * cap > CLASS_BYTES.max(cap) {
+            return false;
+        }
+        v.push(Ptr(ptr));
+        true
     }
 }
 

@@ -51,6 +51,46 @@ pub trait BlockDev: Send + Sync {
     fn close(&self) {}
 }
 
+pub(crate) fn closed_err() -> io::Error {
+    io::Error::other("member is closed")
+}
+
+/// A request with its callback; completes exactly once. If it is dropped unfinished
+/// (a channel torn down at shutdown), it completes with "member is closed".
+pub(crate) struct Pending {
+    req: Option<IoReq>,
+    done: Option<Done>,
+}
+
+impl Pending {
+    pub(crate) fn new(req: IoReq, done: Done) -> Pending {
+        Pending {
+            req: Some(req),
+            done: Some(done),
+        }
+    }
+
+    pub(crate) fn req(&self) -> &IoReq {
+        self.req.as_ref().expect("request already completed")
+    }
+
+    pub(crate) fn finish(&mut self, r: io::Result<()>) {
+        // Release the buffer before telling the engine, which may reclaim it at once.
+        self.req = None;
+        if let Some(done) = self.done.take() {
+            done(r);
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.done.is_some() {
+            self.finish(Err(closed_err()));
+        }
+    }
+}
+
 /// Submit and wait.
 pub fn io(dev: &Arc<dyn BlockDev>, req: IoReq) -> impl Future<Output = io::Result<()>> + Send {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -115,6 +155,87 @@ pub fn flush(dev: &Arc<dyn BlockDev>) -> impl Future<Output = io::Result<()>> + 
 pub mod fault;
 pub mod file;
 pub mod mem;
+pub mod uring;
 
 pub use file::{FileDev, OpenOptions};
 pub use mem::MemDev;
+pub use uring::UringDev;
+
+/// How a file or block-device member is driven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// One io_uring ring and thread per member ([`UringDev`]).
+    Uring,
+    /// A small pool of blocking threads per member ([`FileDev`]).
+    Threads,
+}
+
+/// The environment variable that forces a backend (`uring` or `threads`) for every member
+/// this process opens, for tests and benchmarks. A forced backend that cannot be set up
+/// is an error, never a silent fallback.
+pub const BACKEND_ENV: &str = "SBOD_IO";
+
+impl Backend {
+    /// The backend forced by `SBOD_IO`, if any.
+    pub fn forced() -> io::Result<Option<Backend>> {
+        match std::env::var(BACKEND_ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Ok(v) if v.is_empty() => Ok(None),
+            Ok(v) if v.eq_ignore_ascii_case("uring") => Ok(Some(Backend::Uring)),
+            Ok(v) if v.eq_ignore_ascii_case("threads") => Ok(Some(Backend::Threads)),
+            Ok(v) => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{BACKEND_ENV}={v}: expected \"uring\" or \"threads\""),
+            )),
+            Err(e) => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{BACKEND_ENV}: {e}"),
+            )),
+        }
+    }
+}
+
+/// Open a member file or block device and attach its queue (see [`attach_member`]).
+pub fn open_member(path: &std::path::Path, opts: &OpenOptions) -> io::Result<Arc<dyn BlockDev>> {
+    let opened = file::open(path, opts)?;
+    attach_member(path.display().to_string(), opened, opts)
+}
+
+/// Attach a queue to an opened member: io_uring when `opts.uring` and the kernel allows it
+/// (not disabled by sysctl `kernel.io_uring_disabled`, seccomp or age), else the worker
+/// threads, with one log line saying why. `SBOD_IO` overrides `opts.uring`.
+pub fn attach_member(
+    name: String,
+    opened: file::Opened,
+    opts: &OpenOptions,
+) -> io::Result<Arc<dyn BlockDev>> {
+    let forced = Backend::forced()?;
+    let want = forced.unwrap_or(if opts.uring {
+        Backend::Uring
+    } else {
+        Backend::Threads
+    });
+    let opened = match want {
+        Backend::Threads => opened,
+        Backend::Uring => match UringDev::try_new(name.clone(), opened) {
+            Ok(dev) => return Ok(Arc::new(dev)),
+            Err((e, _)) if forced.is_some() => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{name}: {BACKEND_ENV}=uring but io_uring cannot be used: {e}"),
+                ))
+            }
+            Err((e, opened)) => {
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!("io_uring unavailable ({e}); members use worker threads");
+                } else {
+                    tracing::debug!(member = %name, "io_uring unavailable ({e})");
+                }
+                opened
+            }
+        },
+    };
+    Ok(Arc::new(FileDev::new(name, opened, opts.threads)))
+}

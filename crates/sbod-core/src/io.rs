@@ -30,6 +30,15 @@ impl Drop for RegionGuard<'_> {
     }
 }
 
+/// A contiguous run of one member for layouts without redundancy.
+struct Direct {
+    slot: usize,
+    lock_key: usize,
+    moff: u64,
+    buf_off: u64,
+    len: u64,
+}
+
 /// A piece of new data destined for one data chunk of a stripe.
 #[derive(Clone)]
 pub(crate) struct NewData {
@@ -216,13 +225,12 @@ impl Array {
     /// Read `len` bytes at `offset`.
     pub async fn read(&self, offset: u64, len: usize) -> Result<AlignedBuf> {
         self.check_io(offset, len as u64)?;
-        let out = AlignedBuf::zeroed(len).into_shared();
+        let out = AlignedBuf::for_overwrite(len).into_shared();
         match self.geometry.scheme() {
-            Scheme::Concat => {
-                let pieces = self.concat_pieces(offset, len as u64);
-                let futs = pieces.into_iter().map(|(slot, moff, boff, n)| {
-                    let dst = out.slice(boff as usize..(boff + n) as usize);
-                    self.read_direct(slot, moff, dst)
+            Scheme::Concat | Scheme::Parity { m: 0, .. } => {
+                let futs = self.direct_pieces(offset, len as u64).into_iter().map(|d| {
+                    let dst = out.slice(d.buf_off as usize..(d.buf_off + d.len) as usize);
+                    self.read_direct(d.slot, d.moff, dst)
                 });
                 futures::future::try_join_all(futs).await?;
             }
@@ -417,7 +425,7 @@ impl Array {
         else {
             return;
         };
-        let fresh = AlignedBuf::zeroed(len as usize).into_shared();
+        let fresh = AlignedBuf::for_overwrite(len as usize).into_shared();
         if self
             .mread(&src, moff, fresh.clone(), IoClass::Foreground)
             .await
@@ -459,24 +467,11 @@ impl Array {
         data: &SharedBuf,
         fua: bool,
     ) -> Result<()> {
-        let chunk = self.geometry.chunk as u64;
         match self.geometry.scheme() {
-            Scheme::Concat => {
-                let futs =
-                    self.concat_pieces(offset, len)
-                        .into_iter()
-                        .map(|(slot, moff, boff, n)| {
-                            let src = data.slice(boff as usize..(boff + n) as usize);
-                            self.write_plain(slot, slot, moff, src, fua)
-                        });
-                futures::future::try_join_all(futs).await?;
-            }
-            Scheme::Parity { m: 0, .. } => {
-                let w = self.geometry.width as usize;
-                let futs = self.geometry.pieces(offset, len).into_iter().map(|p| {
-                    let src = data.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
-                    let slot = p.group * w + self.geometry.data_member(p.stripe, p.index);
-                    self.write_plain(slot, p.group, p.stripe * chunk + p.chunk_off, src, fua)
+            Scheme::Concat | Scheme::Parity { m: 0, .. } => {
+                let futs = self.direct_pieces(offset, len).into_iter().map(|d| {
+                    let src = data.slice(d.buf_off as usize..(d.buf_off + d.len) as usize);
+                    self.write_plain(d.slot, d.lock_key, d.moff, src, fua)
                 });
                 futures::future::try_join_all(futs).await?;
             }
@@ -510,8 +505,54 @@ impl Array {
         Ok(())
     }
 
+    /// Layouts without redundancy (raid0, concat): the pieces of a range, one member each,
+    /// with neighbours that are contiguous on the same member and in the buffer merged
+    /// into one member I/O.
+    fn direct_pieces(&self, offset: u64, len: u64) -> Vec<Direct> {
+        let chunk = self.geometry.chunk as u64;
+        let w = self.geometry.width as usize;
+        let raw: Vec<Direct> = if self.geometry.level == crate::layout::Level::Concat {
+            self.concat_pieces(offset, len)
+                .into_iter()
+                .map(|(slot, moff, buf_off, len)| Direct {
+                    slot,
+                    lock_key: slot,
+                    moff,
+                    buf_off,
+                    len,
+                })
+                .collect()
+        } else {
+            self.geometry
+                .pieces(offset, len)
+                .into_iter()
+                .map(|p| Direct {
+                    slot: p.group * w + self.geometry.data_member(p.stripe, p.index),
+                    lock_key: p.group,
+                    moff: p.stripe * chunk + p.chunk_off,
+                    buf_off: p.buf_off,
+                    len: p.len,
+                })
+                .collect()
+        };
+        let mut out: Vec<Direct> = Vec::with_capacity(raw.len());
+        for d in raw {
+            match out.last_mut() {
+                Some(l)
+                    if l.slot == d.slot
+                        && l.moff + l.len == d.moff
+                        && l.buf_off + l.len == d.buf_off =>
+                {
+                    l.len += d.len
+                }
+                _ => out.push(d),
+            }
+        }
+        out
+    }
+
     /// A write with no redundancy: one member (and its replacement, if one is being
-    /// copied: hence the lock, which orders this write with the copy of its chunk).
+    /// copied: hence the locks, which order this write with the copy of its chunks).
     async fn write_plain(
         &self,
         slot: usize,
@@ -520,10 +561,12 @@ impl Array {
         src: SharedBuf,
         fua: bool,
     ) -> Result<()> {
-        let _lock = self
-            .locks
-            .lock(lock_key, moff / self.geometry.chunk as u64)
-            .await;
+        let chunk = self.geometry.chunk as u64;
+        let mut _locks = Vec::new();
+        for t in moff / chunk..(moff + src.len() as u64).div_ceil(chunk) {
+            // Ascending order; the copy holds one lock at a time, so this cannot deadlock.
+            _locks.push(self.locks.lock(lock_key, t).await);
+        }
         let st = self.state.load_full();
         let targets: Vec<Target> = st.slots[slot]
             .write_targets()
@@ -609,7 +652,7 @@ impl Array {
         let synced = base + chunk <= self.resync_offset.load(Ordering::Acquire);
 
         let parity: Vec<SharedBuf> = (0..m)
-            .map(|_| AlignedBuf::zeroed(rl).into_shared())
+            .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
             .collect();
         let mut done = false;
         if full {
@@ -724,7 +767,7 @@ impl Array {
         let k = codec.k();
         let old: Vec<SharedBuf> = new
             .iter()
-            .map(|d| AlignedBuf::zeroed(d.src.len()).into_shared())
+            .map(|d| AlignedBuf::for_overwrite(d.src.len()).into_shared())
             .collect();
         let mut reads = Vec::new();
         for (d, o) in new.iter().zip(&old) {
@@ -771,7 +814,7 @@ impl Array {
     ) -> bool {
         let k = codec.k();
         let bufs: Vec<SharedBuf> = (0..k)
-            .map(|_| AlignedBuf::zeroed(rl).into_shared())
+            .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
             .collect();
         let mut reads = Vec::new();
         for i in 0..k {
@@ -1041,7 +1084,7 @@ impl Array {
                     batch.push((
                         s,
                         mem.clone(),
-                        AlignedBuf::zeroed(len as usize).into_shared(),
+                        AlignedBuf::for_overwrite(len as usize).into_shared(),
                     ));
                 }
             }
@@ -1086,7 +1129,7 @@ impl Array {
                 .map(|s| {
                     bufs[s]
                         .clone()
-                        .unwrap_or_else(|| AlignedBuf::zeroed(len as usize).into_shared())
+                        .unwrap_or_else(|| AlignedBuf::for_overwrite(len as usize).into_shared())
                 })
                 .collect();
             {

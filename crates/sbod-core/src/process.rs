@@ -577,7 +577,7 @@ impl Array {
                 }
             }
             Scheme::Mirror { .. } => {
-                let buf = AlignedBuf::zeroed(len as usize).into_shared();
+                let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
                 let mut ok = false;
                 for s in &slots {
                     if let Some(m) = st.slots[*s].readable(base + len) {
@@ -610,7 +610,7 @@ impl Array {
                             ))
                         })?
                         .clone();
-                    let buf = AlignedBuf::zeroed(len as usize).into_shared();
+                    let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
                     if let Err(e) = self
                         .mread(&src, base, buf.clone(), IoClass::Background)
                         .await
@@ -758,7 +758,7 @@ impl Array {
         }
         let members: Vec<Arc<Member>> = members.into_iter().map(|m| m.expect("checked")).collect();
         let bufs: Vec<SharedBuf> = (0..w)
-            .map(|_| AlignedBuf::zeroed(chunk as usize).into_shared())
+            .map(|_| AlignedBuf::for_overwrite(chunk as usize).into_shared())
             .collect();
         let futs = members
             .iter()
@@ -849,7 +849,7 @@ impl Array {
                 }
                 // Fast path: recompute parity for the whole chunk and compare.
                 let fresh: Vec<SharedBuf> = (0..m)
-                    .map(|_| AlignedBuf::zeroed(chunk as usize).into_shared())
+                    .map(|_| AlignedBuf::for_overwrite(chunk as usize).into_shared())
                     .collect();
                 {
                     let data: Vec<&[u8]> = (0..k).map(|s| slice_of(&shard_bufs[s])).collect();

@@ -1,7 +1,7 @@
 //! Opening member paths as engine devices.
 
 use anyhow::{bail, Context, Result};
-use sbod_core::dev::{file, BlockDev, FileDev};
+use sbod_core::dev::{self, file, BlockDev};
 use sbod_core::MemberSpec;
 use std::path::Path;
 use std::sync::Arc;
@@ -26,7 +26,8 @@ fn open_with(path: &str, domain: &str, opts: &file::OpenOptions) -> Result<Membe
     let p = Path::new(path);
     let opened = file::open(p, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let is_file = !opened.block_device;
-    let dev: Arc<dyn BlockDev> = Arc::new(FileDev::new(path.to_string(), opened, opts.threads));
+    let dev: Arc<dyn BlockDev> =
+        dev::attach_member(path.to_string(), opened, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(MemberSpec {
         dev,
         path: path.to_string(),

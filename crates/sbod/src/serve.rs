@@ -66,7 +66,8 @@ impl Backend for ArrayExport {
     }
 
     fn alloc(&self, len: usize) -> AlignedBuf {
-        AlignedBuf::zeroed(len)
+        // The server fills every byte from the socket.
+        AlignedBuf::for_overwrite(len)
     }
 
     async fn read(&self, offset: u64, len: u32) -> Result<AlignedBuf, NbdError> {

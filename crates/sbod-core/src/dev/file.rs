@@ -1,7 +1,7 @@
 //! Members that are regular files or block devices, driven by blocking syscalls on a small
 //! pool of threads owned by each member (the portable path; see `uring` for io_uring).
 
-use super::{BlockDev, Done, IoKind, IoReq};
+use super::{closed_err, BlockDev, Done, IoKind, IoReq, Pending};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -306,7 +306,9 @@ fn zero_range(fd: i32, block_device: bool, offset: u64, len: u64, punch: bool) -
     Ok(())
 }
 
-type Job = Option<(IoReq, Done)>;
+/// A request, or a worker's signal to stop. A request left in the channel when the member
+/// goes away completes with "member is closed" as it is dropped (see `Pending`).
+type Job = Option<Pending>;
 
 /// A member driven by its own pool of blocking worker threads.
 pub struct FileDev {
@@ -330,10 +332,9 @@ impl FileDev {
                 std::thread::Builder::new()
                     .name(format!("sbod-io-{i}"))
                     .spawn(move || {
-                        while let Ok(Some((req, done))) = rx.recv() {
-                            let r = execute(&file, block_device, &req);
-                            drop(req);
-                            done(r);
+                        while let Ok(Some(mut p)) = rx.recv() {
+                            let r = execute(&file, block_device, p.req());
+                            p.finish(r);
                         }
                     })
                     .expect("spawn member I/O thread")
@@ -357,12 +358,10 @@ impl FileDev {
 impl BlockDev for FileDev {
     fn submit(&self, req: IoReq, done: Done) {
         if self.closed.load(std::sync::atomic::Ordering::Acquire) {
-            return done(Err(io::Error::other("member is closed")));
+            return done(Err(closed_err()));
         }
-        if let Err(crossbeam_channel::SendError(Some((_, done)))) = self.tx.send(Some((req, done)))
-        {
-            done(Err(io::Error::other("member is closed")));
-        }
+        // A refused job is dropped here, which completes it.
+        let _ = self.tx.send(Some(Pending::new(req, done)));
     }
 
     fn size(&self) -> u64 {
@@ -380,8 +379,12 @@ impl BlockDev for FileDev {
         for _ in &workers {
             let _ = self.tx.send(None);
         }
+        let me = std::thread::current().id();
         for w in workers {
-            let _ = w.join();
+            // A completion callback may close its own member: never join ourselves.
+            if w.thread().id() != me {
+                let _ = w.join();
+            }
         }
     }
 }

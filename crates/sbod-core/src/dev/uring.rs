@@ -1,0 +1,548 @@
+//! Members driven by io_uring: one ring and one thread per member, its own queue.
+//!
+//! Submitters (any thread) push requests into the member's lock-free MPSC channel and wake
+//! the ring thread only when it sleeps: the thread announces sleep in an atomic flag, and the
+//! one submitter that clears the flag writes an eventfd that the ring itself reads (an
+//! io_uring read of the eventfd is always armed while the thread runs). A busy member costs
+//! submitters no syscall at all.
+//!
+//! The ring thread owns every in-flight request (with its buffer) in a slot table until the
+//! kernel posts its completion; short reads/writes and EINTR/EAGAIN are resubmitted for the
+//! remainder. In-flight operations never exceed the completion queue's size, so the CQ
+//! cannot overflow, and requests beyond the queue depth wait in the channel (backpressure).
+//! Zeroing (fallocate / BLKZEROOUT / written zeros, see `file::execute`) may block for long
+//! on some file systems and needs its fallback chain, so it runs on a helper thread started
+//! on first use, never on the ring thread.
+//!
+//! Hand-written on top of the `io-uring` crate (a thin, well-kept binding) because the
+//! runtimes built on it (tokio-uring, glommio, monoio) are stale or want to own the threads
+//! and buffers, while the engine hands us its own buffers and completion callbacks.
+
+use super::file::{self, Opened};
+use super::{closed_err, BlockDev, Done, IoKind, IoReq, Pending};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use io_uring::{opcode, squeue, types, IoUring};
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, ThreadId};
+
+/// Requests one member keeps in the kernel at once. More wait in the member's channel.
+pub const QUEUE_DEPTH: u32 = 256;
+/// One read or write never asks the kernel for more than this; the rest follows as a
+/// resubmitted remainder (io_uring lengths are 32-bit).
+const MAX_CHUNK: usize = 1 << 30;
+/// `user_data` of the eventfd read (slot indices are below QUEUE_DEPTH).
+const WAKE: u64 = u64::MAX;
+
+/// State shared between submitters, `close()` and the ring thread.
+struct Shared {
+    /// The ring thread is (about to be) blocked in the kernel: the next submitter wakes it.
+    sleeping: AtomicBool,
+    closed: AtomicBool,
+    /// Nonblocking eventfd the ring thread keeps a read armed on.
+    wake: OwnedFd,
+}
+
+impl Shared {
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to an fd we own. It cannot block
+        // (EFD_NONBLOCK) and only fails if the counter would overflow, which a pending
+        // wake-up already covers.
+        unsafe {
+            libc::write(
+                self.wake.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+    }
+}
+
+/// A member driven by its own io_uring ring and thread.
+pub struct UringDev {
+    name: String,
+    size: u64,
+    direct: bool,
+    tx: Sender<Pending>,
+    shared: Arc<Shared>,
+    thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    thread_id: ThreadId,
+}
+
+/// Can this process use io_uring for members (not disabled by `kernel.io_uring_disabled`,
+/// seccomp or an old kernel)? Checked once.
+pub fn available() -> io::Result<()> {
+    static PROBE: OnceLock<Result<(), (Option<i32>, String)>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            probe().map_err(|e| {
+                (
+                    e.raw_os_error(),
+                    format!("io_uring is not usable here: {e}"),
+                )
+            })
+        })
+        .clone()
+        .map_err(|(code, msg)| {
+            let kind = code
+                .map(|c| io::Error::from_raw_os_error(c).kind())
+                .unwrap_or(io::ErrorKind::Unsupported);
+            io::Error::new(kind, msg)
+        })
+}
+
+fn probe() -> io::Result<()> {
+    let ring = IoUring::new(4)?;
+    let mut probe = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    for (code, name) in [
+        (opcode::Read::CODE, "READ"),
+        (opcode::Write::CODE, "WRITE"),
+        (opcode::Fsync::CODE, "FSYNC"),
+    ] {
+        if !probe.is_supported(code) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("the kernel lacks IORING_OP_{name}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn new_ring() -> io::Result<IoUring> {
+    // Cooperative task running: completions are delivered when the ring thread next enters
+    // the kernel (it does so whenever it has nothing else to do) instead of interrupting it.
+    // CQ twice the SQ (the default) leaves room for every slot plus the wake-up read.
+    let coop = IoUring::builder()
+        .setup_coop_taskrun()
+        .setup_taskrun_flag()
+        .setup_submit_all()
+        .build(QUEUE_DEPTH);
+    match coop {
+        Ok(r) => Ok(r),
+        // Kernels before 5.19 refuse the flags; the plain ring works the same, a bit slower.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(QUEUE_DEPTH),
+        Err(e) => Err(e),
+    }
+}
+
+impl UringDev {
+    /// Attach an io_uring queue to an opened member.
+    pub fn new(name: String, opened: Opened) -> io::Result<UringDev> {
+        UringDev::try_new(name, opened).map_err(|(e, _)| e)
+    }
+
+    /// As `new`, but hands the member back on failure so the caller can fall back.
+    pub(crate) fn try_new(name: String, opened: Opened) -> Result<UringDev, (io::Error, Opened)> {
+        let setup = || -> io::Result<(IoUring, OwnedFd)> {
+            available()?;
+            let ring = new_ring()?;
+            ring.submitter()
+                .register_files(&[opened.file.as_raw_fd()])?;
+            // SAFETY: plain syscall; the result is checked before use.
+            let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            if efd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: efd is a fresh descriptor nobody else owns.
+            Ok((ring, unsafe { OwnedFd::from_raw_fd(efd) }))
+        };
+        let (ring, wake) = match setup() {
+            Ok(x) => x,
+            Err(e) => return Err((e, opened)),
+        };
+        let shared = Arc::new(Shared {
+            sleeping: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            wake,
+        });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let size = opened.size;
+        let direct = opened.direct;
+        let efd = shared.wake.as_raw_fd();
+        let file = Arc::new(opened.file);
+        let worker = Worker {
+            ring,
+            rx,
+            shared: shared.clone(),
+            file: file.clone(),
+            block_device: opened.block_device,
+            efd,
+            efd_buf: Box::new(0),
+            efd_armed: false,
+            slots: (0..QUEUE_DEPTH).map(|_| None).collect(),
+            free: (0..QUEUE_DEPTH).rev().collect(),
+            ready: VecDeque::new(),
+            in_kernel: 0,
+            zero: None,
+            cqes: Vec::with_capacity(2 * QUEUE_DEPTH as usize),
+            name: name.clone(),
+        };
+        let spawned = std::thread::Builder::new()
+            .name("sbod-uring".into())
+            .spawn(move || worker.run());
+        let handle = match spawned {
+            Ok(h) => h,
+            Err(e) => {
+                // The closure (and with it the worker's clone of the file) is gone.
+                let file = Arc::try_unwrap(file).expect("member file still shared");
+                let opened = Opened {
+                    file,
+                    size,
+                    block_device: opened.block_device,
+                    direct,
+                };
+                return Err((e, opened));
+            }
+        };
+        Ok(UringDev {
+            name,
+            size,
+            direct,
+            tx,
+            shared,
+            thread_id: handle.thread().id(),
+            thread: parking_lot::Mutex::new(Some(handle)),
+        })
+    }
+
+    /// Whether the member was opened with O_DIRECT.
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+}
+
+impl BlockDev for UringDev {
+    fn submit(&self, req: IoReq, done: Done) {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return done(Err(closed_err()));
+        }
+        // On a disconnected channel the returned request is dropped, which completes it.
+        if self.tx.send(Pending::new(req, done)).is_err() {
+            return;
+        }
+        // Pairs with the fence in Worker::run: either the ring thread sees this request
+        // before it sleeps, or we see its flag and wake it. Only one submitter pays.
+        fence(Ordering::SeqCst);
+        if self.shared.sleeping.load(Ordering::Relaxed)
+            && self.shared.sleeping.swap(false, Ordering::AcqRel)
+        {
+            self.shared.wake();
+        }
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.wake();
+        // From a completion callback on the ring thread itself we cannot wait for it;
+        // it sees the flag and winds down on its own.
+        if std::thread::current().id() == self.thread_id {
+            return;
+        }
+        if let Some(h) = self.thread.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for UringDev {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// One request in the kernel (or ready to go back): the request owns its buffer.
+struct Op {
+    p: Pending,
+    /// Bytes of a read/write already done.
+    progress: usize,
+}
+
+/// The ring thread's state. Only this thread touches the ring.
+struct Worker {
+    ring: IoUring,
+    rx: Receiver<Pending>,
+    shared: Arc<Shared>,
+    file: Arc<File>,
+    block_device: bool,
+    efd: RawFd,
+    /// Target of the eventfd read; boxed so its address is stable while the kernel holds it.
+    efd_buf: Box<u64>,
+    efd_armed: bool,
+    slots: Vec<Option<Op>>,
+    free: Vec<u32>,
+    /// Slots waiting for (re)submission, in order.
+    ready: VecDeque<u32>,
+    /// Slots whose SQE is in the rings (submitted or queued in the SQ).
+    in_kernel: usize,
+    zero: Option<(Sender<Pending>, JoinHandle<()>)>,
+    /// Completions being handled (kept to reuse its allocation).
+    cqes: Vec<(u64, i32)>,
+    name: String,
+}
+
+impl Worker {
+    fn run(mut self) {
+        let mut closing = false;
+        loop {
+            self.reap();
+            closing = closing || self.shared.closed.load(Ordering::Acquire);
+            if closing {
+                self.refuse_queued();
+            } else if !self.accept() {
+                // Every handle to the device is gone.
+                closing = true;
+                continue;
+            }
+            self.fill(closing);
+            if closing && self.in_kernel == 0 {
+                if !self.efd_armed {
+                    break;
+                }
+                // Complete our own wake-up read so nothing is left in the kernel.
+                self.shared.wake();
+            }
+            let cq_empty = self.ring.completion().is_empty();
+            let can_take = !closing && !self.free.is_empty() && !self.rx.is_empty();
+            if !cq_empty || !self.ready.is_empty() || can_take {
+                self.enter(0);
+                continue;
+            }
+            // Nothing to do until the kernel completes something or a submitter wakes us.
+            // Announce sleep only if a new request could be taken: with every slot busy a
+            // completion is coming anyway, and submitters need not pay for a wake-up.
+            if !closing && !self.free.is_empty() {
+                self.shared.sleeping.store(true, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
+                if !self.rx.is_empty() || self.shared.closed.load(Ordering::Relaxed) {
+                    self.shared.sleeping.store(false, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            self.enter(1);
+            self.shared.sleeping.store(false, Ordering::Relaxed);
+        }
+        if let Some((tx, h)) = self.zero.take() {
+            drop(tx);
+            let _ = h.join();
+        }
+        // Release the registered file now: a ring torn down by its last close drops it
+        // later, from a kernel worker, and the member's lock would outlive close().
+        let _ = self.ring.submitter().unregister_files();
+    }
+
+    /// Submit what is queued in the SQ and optionally wait for completions.
+    fn enter(&mut self, want: usize) {
+        match self.ring.submit_and_wait(want) {
+            Ok(_) => {}
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                // Out of kernel resources or completions to reap first: reap and retry.
+                Some(libc::EAGAIN) | Some(libc::EBUSY) => std::thread::yield_now(),
+                _ => {
+                    tracing::error!(member = %self.name, "io_uring_enter failed: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            },
+        }
+    }
+
+    /// Take new requests while slots are free. Returns false once the device is dropped.
+    fn accept(&mut self) -> bool {
+        while !self.free.is_empty() {
+            let p = match self.rx.try_recv() {
+                Ok(p) => p,
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            };
+            self.start(p);
+        }
+        true
+    }
+
+    fn start(&mut self, mut p: Pending) {
+        let empty = match &p.req().kind {
+            IoKind::Read { buf } | IoKind::Write { buf, .. } => buf.is_empty(),
+            IoKind::Flush => false,
+            IoKind::Zero { .. } => return self.zero(p),
+        };
+        if empty {
+            return p.finish(Ok(()));
+        }
+        let slot = self.free.pop().expect("a free slot");
+        self.slots[slot as usize] = Some(Op { p, progress: 0 });
+        self.ready.push_back(slot);
+    }
+
+    /// Hand a zeroing request to the helper thread (started on first use).
+    fn zero(&mut self, p: Pending) {
+        if self.zero.is_none() {
+            let (tx, rx) = crossbeam_channel::unbounded::<Pending>();
+            let file = self.file.clone();
+            let block_device = self.block_device;
+            let spawned = std::thread::Builder::new()
+                .name("sbod-uring-zero".into())
+                .spawn(move || {
+                    for mut p in rx {
+                        let r = file::execute(&file, block_device, p.req());
+                        p.finish(r);
+                    }
+                });
+            match spawned {
+                Ok(h) => self.zero = Some((tx, h)),
+                Err(e) => {
+                    let mut p = p;
+                    return p.finish(Err(e));
+                }
+            }
+        }
+        if let Some((tx, _)) = &self.zero {
+            // The helper only exits when we drop tx; a failed send completes p on drop.
+            let _ = tx.send(p);
+        }
+    }
+
+    /// Shutting down: everything not yet in the kernel fails; what is in flight finishes.
+    fn refuse_queued(&mut self) {
+        while let Ok(p) = self.rx.try_recv() {
+            drop(p);
+        }
+        while let Some(slot) = self.ready.pop_front() {
+            if let Some(mut op) = self.slots[slot as usize].take() {
+                op.p.finish(Err(closed_err()));
+            }
+            self.free.push(slot);
+        }
+    }
+
+    /// Push ready slots (and the wake-up read) into the SQ while it has room.
+    fn fill(&mut self, closing: bool) {
+        if !self.efd_armed && !closing {
+            let e = opcode::Read::new(types::Fd(self.efd), &mut *self.efd_buf as *mut u64 as _, 8)
+                .build()
+                .user_data(WAKE);
+            // SAFETY: efd_buf is a heap u64 owned by this worker, which outlives the read:
+            // run() only returns once no read is armed.
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                self.efd_armed = true;
+            }
+        }
+        while let Some(&slot) = self.ready.front() {
+            let e = self.sqe(slot);
+            // SAFETY: the SQE points into the op's buffer; the op (holding an Arc to that
+            // buffer) stays in its slot until the kernel posts the completion.
+            if unsafe { self.ring.submission().push(&e) }.is_err() {
+                // SQ full: submit and come back for the rest.
+                break;
+            }
+            self.ready.pop_front();
+            self.in_kernel += 1;
+        }
+    }
+
+    fn sqe(&self, slot: u32) -> squeue::Entry {
+        let op = self.slots[slot as usize].as_ref().expect("op in slot");
+        let req = op.p.req();
+        let fd = types::Fixed(0);
+        let e = match &req.kind {
+            IoKind::Read { buf } => {
+                let len = (buf.len() - op.progress).min(MAX_CHUNK);
+                // SAFETY (pointer arithmetic): progress < buf.len().
+                let ptr = unsafe { buf.as_mut_ptr().add(op.progress) };
+                opcode::Read::new(fd, ptr, len as u32)
+                    .offset(req.offset + op.progress as u64)
+                    .build()
+            }
+            IoKind::Write { buf, fua } => {
+                let len = (buf.len() - op.progress).min(MAX_CHUNK);
+                // SAFETY (pointer arithmetic): progress < buf.len().
+                let ptr = unsafe { buf.as_ptr().add(op.progress) };
+                opcode::Write::new(fd, ptr, len as u32)
+                    .offset(req.offset + op.progress as u64)
+                    .rw_flags(if *fua { libc::RWF_DSYNC } else { 0 })
+                    .build()
+            }
+            IoKind::Flush => opcode::Fsync::new(fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+            IoKind::Zero { .. } => unreachable!("zeroing runs on the helper thread"),
+        };
+        e.user_data(slot as u64)
+    }
+
+    /// Handle every posted completion.
+    fn reap(&mut self) {
+        let cq = self.ring.completion();
+        if cq.overflow() > 0 {
+            // Cannot happen while in-flight ops fit the CQ; with IORING_FEAT_NODROP the
+            // kernel would keep them anyway and hand them over on the next enter.
+            tracing::warn!(member = %self.name, "io_uring completion queue overflowed");
+        }
+        let mut done = std::mem::take(&mut self.cqes);
+        done.extend(cq.map(|c| (c.user_data(), c.result())));
+        for &(ud, res) in &done {
+            if ud == WAKE {
+                self.efd_armed = false;
+                continue;
+            }
+            self.complete(ud as u32, res);
+        }
+        done.clear();
+        self.cqes = done;
+    }
+
+    fn complete(&mut self, slot: u32, res: i32) {
+        self.in_kernel -= 1;
+        let op = self.slots[slot as usize]
+            .as_mut()
+            .expect("completion for a live op");
+        let outcome: Option<io::Result<()>> = if res == -libc::EINTR || res == -libc::EAGAIN {
+            None
+        } else if res < 0 {
+            Some(Err(io::Error::from_raw_os_error(-res)))
+        } else {
+            match &op.p.req().kind {
+                IoKind::Read { buf } | IoKind::Write { buf, .. } => {
+                    let write = matches!(op.p.req().kind, IoKind::Write { .. });
+                    if res == 0 {
+                        Some(Err(if write {
+                            io::Error::new(io::ErrorKind::WriteZero, "member accepted no bytes")
+                        } else {
+                            io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "read past the end of the member",
+                            )
+                        }))
+                    } else {
+                        op.progress += res as usize;
+                        (op.progress >= buf.len()).then_some(Ok(()))
+                    }
+                }
+                _ => Some(Ok(())),
+            }
+        };
+        match outcome {
+            // Short transfer or a transient error: send the remainder again.
+            None => self.ready.push_back(slot),
+            Some(r) => {
+                let mut op = self.slots[slot as usize].take().expect("live op");
+                self.free.push(slot);
+                op.p.finish(r);
+            }
+        }
+    }
+}
