@@ -1034,7 +1034,9 @@ impl Array {
             pending.extend(self.persist(&new, false).await);
             self.cancel_process_on_failure();
         }
-        self.wake.notify_one();
+        // notify_waiters: the sweeper waits on `wake` too, and notify_one could hand the
+        // wake-up to it instead of the supervisor (a spare then waited 5 s to start).
+        self.wake.notify_waiters();
     }
 
     fn mark_failed(st: &mut State, m: &Arc<Member>) -> bool {
@@ -1198,7 +1200,9 @@ impl Array {
         for m in lost {
             self.fail_member(&m, "superblock write failed").await;
         }
-        self.wake.notify_one();
+        // notify_waiters: the sweeper waits on `wake` too, and notify_one could hand the
+        // wake-up to it instead of the supervisor (a spare then waited 5 s to start).
+        self.wake.notify_waiters();
         Ok(())
     }
 
@@ -1247,7 +1251,9 @@ impl Array {
         for m in lost {
             self.fail_member(&m, "superblock write failed").await;
         }
-        self.wake.notify_one();
+        // notify_waiters: the sweeper waits on `wake` too, and notify_one could hand the
+        // wake-up to it instead of the supervisor (a spare then waited 5 s to start).
+        self.wake.notify_waiters();
         Ok(())
     }
 
