@@ -632,6 +632,7 @@ impl Array {
                 desc.join("; ")
             )));
         }
+        Self::refuse_disagreeing(&found)?;
         // The newest superblock is the truth.
         let newest = found
             .iter()
@@ -823,6 +824,58 @@ impl Array {
             array.start_processes();
         }
         Ok(array)
+    }
+
+    /// What never changes in an array's life must read the same on every member: a member
+    /// that says otherwise carries a damaged (or forged) superblock, whatever its checksum
+    /// says, and must not decide the layout (the newest superblock would).
+    fn refuse_disagreeing(found: &[(MemberSpec, Superblock)]) -> Result<()> {
+        type Ident = (Geometry, u64, u32, u64);
+        let ident = |sb: &Superblock| -> Ident {
+            (
+                sb.geometry.clone(),
+                sb.bitmap_region,
+                sb.bitmap_bytes,
+                sb.created,
+            )
+        };
+        let mut kinds: Vec<(Ident, Vec<&str>)> = Vec::new();
+        for (m, sb) in found {
+            let k = ident(sb);
+            match kinds.iter_mut().find(|(x, _)| *x == k) {
+                Some((_, v)) => v.push(&m.path),
+                None => kinds.push((k, vec![&m.path])),
+            }
+        }
+        if kinds.len() < 2 {
+            return Ok(());
+        }
+        kinds.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+        let name = &found[0].1.name;
+        if kinds[0].1.len() == kinds[1].1.len() {
+            let desc: Vec<String> = kinds
+                .iter()
+                .map(|((g, ..), v)| {
+                    format!(
+                        "{} say {} chunk {} data at {}",
+                        v.join(", "),
+                        g.level,
+                        g.chunk,
+                        g.data_offset
+                    )
+                })
+                .collect();
+            return Err(Error::Refused(format!(
+                "the members of '{name}' disagree about its layout ({}): some superblocks are damaged; compare them with `sbod examine` and assemble with the members that agree",
+                desc.join("; ")
+            )));
+        }
+        let odd: Vec<&str> = kinds[1..].iter().flat_map(|(_, v)| v.clone()).collect();
+        Err(Error::Refused(format!(
+            "the superblock of {} disagrees with the other members of '{name}' about the array's layout (level, chunk, sizes or bitmap): it is damaged. Assemble without {}; the array runs degraded and rebuilds onto it once it is wiped and added back (compare with `sbod examine`)",
+            odd.join(", "),
+            if odd.len() == 1 { "it" } else { "them" }
+        )))
     }
 
     /// The RAID write hole: after a crash, parity in the dirty regions may not match the
