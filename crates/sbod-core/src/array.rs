@@ -632,6 +632,7 @@ impl Array {
                 desc.join("; ")
             )));
         }
+        Self::refuse_disagreeing(&found)?;
         // The newest superblock is the truth.
         let newest = found
             .iter()
@@ -766,6 +767,9 @@ impl Array {
             }
             dirty = Bitmap::set_bits(&union, regions);
         }
+        if !opts.force && !opts.read_only {
+            Self::refuse_write_hole(&newest, &state, &dirty)?;
+        }
         let array = Array::build(
             newest.name.clone(),
             newest.array_uuid,
@@ -820,6 +824,92 @@ impl Array {
             array.start_processes();
         }
         Ok(array)
+    }
+
+    /// What never changes in an array's life must read the same on every member: a member
+    /// that says otherwise carries a damaged (or forged) superblock, whatever its checksum
+    /// says, and must not decide the layout (the newest superblock would).
+    fn refuse_disagreeing(found: &[(MemberSpec, Superblock)]) -> Result<()> {
+        type Ident = (Geometry, u64, u32, u64);
+        let ident = |sb: &Superblock| -> Ident {
+            (
+                sb.geometry.clone(),
+                sb.bitmap_region,
+                sb.bitmap_bytes,
+                sb.created,
+            )
+        };
+        let mut kinds: Vec<(Ident, Vec<&str>)> = Vec::new();
+        for (m, sb) in found {
+            let k = ident(sb);
+            match kinds.iter_mut().find(|(x, _)| *x == k) {
+                Some((_, v)) => v.push(&m.path),
+                None => kinds.push((k, vec![&m.path])),
+            }
+        }
+        if kinds.len() < 2 {
+            return Ok(());
+        }
+        kinds.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+        let name = &found[0].1.name;
+        if kinds[0].1.len() == kinds[1].1.len() {
+            let desc: Vec<String> = kinds
+                .iter()
+                .map(|((g, ..), v)| {
+                    format!(
+                        "{} say {} chunk {} data at {}",
+                        v.join(", "),
+                        g.level,
+                        g.chunk,
+                        g.data_offset
+                    )
+                })
+                .collect();
+            return Err(Error::Refused(format!(
+                "the members of '{name}' disagree about its layout ({}): some superblocks are damaged; compare them with `sbod examine` and assemble with the members that agree",
+                desc.join("; ")
+            )));
+        }
+        let odd: Vec<&str> = kinds[1..].iter().flat_map(|(_, v)| v.clone()).collect();
+        Err(Error::Refused(format!(
+            "the superblock of {} disagrees with the other members of '{name}' about the array's layout (level, chunk, sizes or bitmap): it is damaged. Assemble without {}; the array runs degraded and rebuilds onto it once it is wiped and added back (compare with `sbod examine`)",
+            odd.join(", "),
+            if odd.len() == 1 { "it" } else { "them" }
+        )))
+    }
+
+    /// The RAID write hole: after a crash, parity in the dirty regions may not match the
+    /// data. With every member present the resync makes it match again; but a chunk that
+    /// has to be rebuilt from that parity (its member missing, failed, or not yet rebuilt
+    /// there) would come back wrong, silently. Refuse to start such an array unless forced
+    /// (md refuses a "dirty degraded array" likewise).
+    fn refuse_write_hole(sb: &Superblock, st: &State, dirty: &[u64]) -> Result<()> {
+        let g = &sb.geometry;
+        if dirty.is_empty() || !matches!(g.scheme(), Scheme::Parity { m, .. } if m > 0) {
+            return Ok(());
+        }
+        let mut at_risk = Vec::new();
+        for (i, s) in st.slots.iter().enumerate() {
+            let risky = dirty.iter().any(|&r| {
+                let end = ((r + 1) * sb.bitmap_region).min(g.member_size);
+                s.readable(end).is_none()
+            });
+            if risky {
+                at_risk.push(match &s.member {
+                    Some(m) => format!("{} ({:?})", m.path, s.state).to_lowercase(),
+                    None => format!("slot {i} (missing)"),
+                });
+            }
+        }
+        if at_risk.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Refused(format!(
+            "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} held there cannot be rebuilt reliably (the RAID write hole). Assemble it with all its members; or, to start anyway and accept that those members' data in those regions may be wrong, assemble with --force",
+            sb.name,
+            dirty.len(),
+            at_risk.join(", ")
+        )))
     }
 
     pub fn report(&self) -> AssemblyReport {
@@ -997,7 +1087,9 @@ impl Array {
             pending.extend(self.persist(&new, false).await);
             self.cancel_process_on_failure();
         }
-        self.wake.notify_one();
+        // notify_waiters: the sweeper waits on `wake` too, and notify_one could hand the
+        // wake-up to it instead of the supervisor (a spare then waited 5 s to start).
+        self.wake.notify_waiters();
     }
 
     fn mark_failed(st: &mut State, m: &Arc<Member>) -> bool {
@@ -1161,7 +1253,9 @@ impl Array {
         for m in lost {
             self.fail_member(&m, "superblock write failed").await;
         }
-        self.wake.notify_one();
+        // notify_waiters: the sweeper waits on `wake` too, and notify_one could hand the
+        // wake-up to it instead of the supervisor (a spare then waited 5 s to start).
+        self.wake.notify_waiters();
         Ok(())
     }
 
@@ -1210,7 +1304,9 @@ impl Array {
         for m in lost {
             self.fail_member(&m, "superblock write failed").await;
         }
-        self.wake.notify_one();
+        // notify_waiters: the sweeper waits on `wake` too, and notify_one could hand the
+        // wake-up to it instead of the supervisor (a spare then waited 5 s to start).
+        self.wake.notify_waiters();
         Ok(())
     }
 

@@ -157,6 +157,7 @@ pub fn flush(dev: &Arc<dyn BlockDev>) -> impl Future<Output = io::Result<()>> + 
     )
 }
 
+pub mod fault;
 pub mod file;
 pub mod mem;
 pub mod uring;

@@ -54,6 +54,22 @@ fn os_err(what: &str, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
 }
 
+/// Retry `busy()` while it says the device is held, for a few seconds. A process that
+/// was killed with I/O in flight keeps its member files locked (and block devices claimed)
+/// until the kernel has torn its io_uring down, a few to tens of milliseconds after it is
+/// reaped; a restart in that window must not take the member for one in use (and assemble
+/// without it). Returns whether it is still busy.
+fn busy_for_a_moment(mut busy: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while busy() {
+        if t.elapsed() > std::time::Duration::from_secs(3) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    false
+}
+
 /// Open a member: O_DIRECT if possible, exclusively, and learn its size.
 pub fn open(path: &Path, opts: &OpenOptions) -> io::Result<Opened> {
     let meta = std::fs::metadata(path)
@@ -83,7 +99,14 @@ pub fn open(path: &Path, opts: &OpenOptions) -> io::Result<Opened> {
             .open(path)
     };
     let mut direct = opts.direct;
-    let file = match open_with(direct) {
+    let mut first = None;
+    busy_for_a_moment(|| {
+        let r = open_with(direct);
+        let busy = matches!(&r, Err(e) if e.raw_os_error() == Some(libc::EBUSY));
+        first = Some(r);
+        busy
+    });
+    let file = match first.expect("tried once") {
         Ok(f) => f,
         Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
             direct = false;
@@ -107,16 +130,29 @@ pub fn open(path: &Path, opts: &OpenOptions) -> io::Result<Opened> {
         } else {
             libc::LOCK_EX
         };
-        // SAFETY: fd is open.
-        if unsafe { libc::flock(fd, lock | libc::LOCK_NB) } != 0 {
+        let mut failed = None;
+        busy_for_a_moment(|| {
+            // SAFETY: fd is open.
+            if unsafe { libc::flock(fd, lock | libc::LOCK_NB) } == 0 {
+                failed = None;
+                return false;
+            }
             let e = io::Error::last_os_error();
+            let busy = e.raw_os_error() == Some(libc::EWOULDBLOCK);
+            failed = Some(e);
+            busy
+        });
+        if let Some(e) = failed {
             if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 return Err(io::Error::new(
                     io::ErrorKind::ResourceBusy,
                     format!("{} is in use by another sbod process", path.display()),
                 ));
             }
-            return Err(os_err("lock", path));
+            return Err(io::Error::new(
+                e.kind(),
+                format!("lock {}: {e}", path.display()),
+            ));
         }
     }
     let size = if block_device {
