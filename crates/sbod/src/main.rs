@@ -2,6 +2,7 @@
 
 mod cmd;
 mod control;
+mod lab;
 mod members;
 mod output;
 mod serve;
@@ -49,6 +50,11 @@ enum Cmd {
     Set(cmd::SetArgs),
     /// Serve an array over NBD (foreground; Ctrl-C or `sbod stop` ends it cleanly).
     Serve(serve::ServeArgs),
+    /// Measure an array with fio through its life cycle against a no-RAID baseline.
+    Bench(lab::BenchArgs),
+    /// The storage lab on file-backed members it creates (and removes): a short benchmark
+    /// through the whole life cycle with a report.
+    Demo(lab::DemoArgs),
 }
 
 fn main() {
@@ -84,6 +90,8 @@ fn main() {
             Cmd::Forget(a) => cmd::forget(a).await,
             Cmd::Set(a) => cmd::set(a).await,
             Cmd::Serve(a) => serve::serve(a).await,
+            Cmd::Bench(a) => lab::bench(a).await,
+            Cmd::Demo(a) => lab::demo(a).await,
         }
     });
     if let Err(e) = r {
