@@ -174,7 +174,7 @@ pub fn ratio_overview(r: &Report) -> String {
                 .cell(p, &w.id, w.iodepth)
                 .and_then(|c| c.vs_baseline.as_ref())
             {
-                ymax = ymax.max(if by_bandwidth(w) { x.bw_bytes } else { x.iops } * 1.15);
+                ymax = ymax.max(if by_bandwidth(w) { x.bw_bytes } else { x.iops } * 1.4);
             }
         }
     }

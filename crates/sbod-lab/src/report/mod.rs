@@ -46,7 +46,9 @@ pub fn fmt_bytes(b: f64) -> String {
 
 /// A count with k/M suffixes.
 pub fn fmt_count(x: f64) -> String {
-    if x >= 1e6 {
+    if x == 0.0 {
+        "0".into()
+    } else if x >= 1e6 {
         format!("{:.2}M", x / 1e6)
     } else if x >= 1e4 {
         format!("{:.1}k", x / 1e3)
