@@ -284,6 +284,36 @@ fn ctrl_c_in_device_down_rebuilds_before_exiting() {
     env.assert_clean();
 }
 
+#[test]
+fn ctrl_c_stops_the_demo_and_removes_its_members() {
+    let env = Env::new();
+    let mut child = env
+        .cmd(&["demo", "--quick", "--dir", "demo", "--reps", "10"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        seen.push(l.clone());
+        if l.starts_with("baseline ") && l.contains("randread-4k") {
+            break;
+        }
+    }
+    assert!(env.p("demo/members").exists(), "{seen:#?}");
+    unsafe {
+        libc_kill(child.id() as i32, 2);
+    }
+    let _rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let st = child.wait().unwrap();
+    assert!(!st.success());
+    assert!(!env.p("demo/members").exists(), "members left behind");
+    assert_eq!(read_report(&env.p("demo/report"))["incomplete"], true);
+    env.assert_clean();
+}
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
