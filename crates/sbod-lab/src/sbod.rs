@@ -55,8 +55,11 @@ pub struct SbodBackend {
     /// Existing array: its registration was dropped for the baseline and it must be created
     /// again on its members.
     must_recreate: bool,
-    /// Existing array: a member the run replaced (what the array holds now instead).
+    /// Demo: member files the run created (removed at the end).
     created_files: Vec<PathBuf>,
+    /// The replacement given to `sbod bench` was refused: rebuild in place instead, so the
+    /// array is restored anyway.
+    replacement_failed: bool,
 }
 
 fn uri(sock: &Path) -> String {
@@ -77,6 +80,7 @@ impl SbodBackend {
             original: None,
             must_recreate: false,
             created_files: Vec::new(),
+            replacement_failed: false,
         })
     }
 
@@ -115,10 +119,11 @@ impl SbodBackend {
             .output()
             .with_context(|| format!("running {}", self.exe.display()))?;
         if !o.status.success() {
+            let err = String::from_utf8_lossy(&o.stderr);
             bail!(
-                "sbod {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&o.stderr).trim()
+                "{} (from `sbod {}`)",
+                err.trim().trim_start_matches("sbod: "),
+                args.join(" ")
             );
         }
         Ok(String::from_utf8_lossy(&o.stdout).to_string())
@@ -393,6 +398,15 @@ impl Backend for SbodBackend {
                 if state != "optimal" && state != "resyncing" && state != "rebuilding" {
                     bail!("'{name}' is {state}: sbod bench needs a whole array (rebuild or replace the failed members first)");
                 }
+                if let Setup::Existing {
+                    replacement: Some(r),
+                    ..
+                } = &self.setup
+                {
+                    if !Path::new(r).exists() {
+                        bail!("the replacement {r} does not exist");
+                    }
+                }
                 v
             }
         };
@@ -538,12 +552,16 @@ impl Backend for SbodBackend {
             Setup::Existing {
                 replacement: Some(r),
                 ..
-            } => {
+            } if !self.replacement_failed => {
                 let r = r.clone();
-                self.sbod(
+                let res = self.sbod(
                     sd.as_deref(),
                     &["replace".into(), name, failed.into(), r.clone()],
-                )?;
+                );
+                if res.is_err() {
+                    self.replacement_failed = true;
+                }
+                res?;
                 Ok(r)
             }
             _ => {

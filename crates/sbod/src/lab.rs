@@ -118,6 +118,9 @@ fn watch_signals(cancel: Cancel, progress_note: &'static str) {
 }
 
 fn finish(o: Outcome) -> Result<()> {
+    if o.report.runs.is_empty() {
+        return o.result;
+    }
     println!();
     println!("{}", report::array_line(&o.report));
     println!();

@@ -285,6 +285,43 @@ fn ctrl_c_in_device_down_rebuilds_before_exiting() {
 }
 
 #[test]
+fn a_refused_replacement_still_leaves_the_array_whole() {
+    let env = Env::new();
+    small_array(&env);
+    // Too small to replace a 24M member: sbod replace refuses it mid-run.
+    std::fs::write(env.p("tiny.img"), vec![0u8; 1 << 20]).unwrap();
+    let o = env
+        .cmd(&[
+            "bench",
+            "vol",
+            "--read-only",
+            "--phases",
+            "device-down,device-rebuild",
+            "--workloads",
+            "randread-4k",
+            "--reps",
+            "1",
+            "--runtime",
+            "1",
+            "--ramp",
+            "0",
+            "--replacement",
+            "tiny.img",
+            "--out",
+            "rep",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("replace"), "{err}");
+    let s = env.status("vol");
+    assert_eq!(s["state"], "optimal", "{s}");
+    assert!(!s.to_string().contains("tiny.img"));
+    env.assert_clean();
+}
+
+#[test]
 fn ctrl_c_stops_the_demo_and_removes_its_members() {
     let env = Env::new();
     let mut child = env
