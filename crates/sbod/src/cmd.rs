@@ -15,7 +15,7 @@ use sbod_core::{Array, AssembleOptions, CreateSpec};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn size_arg(s: &str) -> Result<u64, String> {
+pub(crate) fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
 

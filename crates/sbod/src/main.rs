@@ -2,6 +2,7 @@
 
 mod cmd;
 mod control;
+mod lab;
 mod members;
 mod output;
 mod serve;
@@ -51,6 +52,11 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Capacity, reliability and expected performance of a disk layout, or several side by side.
     Plan(sbod_plan::cli::PlanArgs),
+    /// Measure an array with fio through its life cycle against a no-RAID baseline.
+    Bench(lab::BenchArgs),
+    /// The storage lab on file-backed members it creates (and removes): a short benchmark
+    /// through the whole life cycle with a report.
+    Demo(lab::DemoArgs),
 }
 
 fn main() {
@@ -87,7 +93,8 @@ fn main() {
             Cmd::Set(a) => cmd::set(a).await,
             Cmd::Serve(a) => serve::serve(a).await,
             Cmd::Plan(a) => sbod_plan::cli::run(&a),
-
+            Cmd::Bench(a) => lab::bench(a).await,
+            Cmd::Demo(a) => lab::demo(a).await,
         }
     });
     if let Err(e) = r {

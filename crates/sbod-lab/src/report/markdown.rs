@@ -1,0 +1,217 @@
+//! The Markdown summary.
+
+use super::*;
+use crate::schema::{phase_title, Report, BASELINE, NOMINAL};
+use std::fmt::Write;
+
+fn cell_text(r: &Report, w: &Workload, phase: &str) -> String {
+    let Some(c) = r.cell(phase, &w.id, w.iodepth) else {
+        return "-".into();
+    };
+    let (v, unit) = headline(w, c);
+    let mut s = format!("{} {unit}", fmt_count(v));
+    if let Some(rt) = &c.vs_baseline {
+        let x = if by_bandwidth(w) {
+            rt.bw_bytes
+        } else {
+            rt.iops
+        };
+        write!(s, " ({x:.2})").unwrap();
+    }
+    if c.flagged {
+        s.push_str(" ⚠");
+    }
+    s
+}
+
+/// The headline table: each workload through the life cycle, ratios to BASELINE in
+/// parentheses, NOMINAL tail latency and efficiency.
+pub fn summary_table(r: &Report) -> String {
+    let phases = measured_phases(r);
+    let mut s = String::new();
+    write!(s, "| workload |").unwrap();
+    for p in &phases {
+        write!(s, " {} |", phase_title(p)).unwrap();
+    }
+    let lat_phase = if phases.contains(&NOMINAL) {
+        NOMINAL
+    } else {
+        BASELINE
+    };
+    writeln!(
+        s,
+        " {} p99 | {} IOPS/CPU% |",
+        phase_title(lat_phase),
+        phase_title(lat_phase)
+    )
+    .unwrap();
+    write!(s, "|---|").unwrap();
+    for _ in &phases {
+        write!(s, "---:|").unwrap();
+    }
+    writeln!(s, "---:|---:|").unwrap();
+    for w in main_workloads(r) {
+        write!(s, "| {} |", w.title).unwrap();
+        for p in &phases {
+            write!(s, " {} |", cell_text(r, w, p)).unwrap();
+        }
+        let c = r.cell(lat_phase, &w.id, w.iodepth);
+        writeln!(
+            s,
+            " {} | {} |",
+            c.map(|c| fmt_ns(c.mean.lat_p99_ns)).unwrap_or("-".into()),
+            c.filter(|c| c.mean.iops_per_cpu_pct > 0.0)
+                .map(|c| fmt_count(c.mean.iops_per_cpu_pct))
+                .unwrap_or("-".into())
+        )
+        .unwrap();
+    }
+    s
+}
+
+/// The whole Markdown report.
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    writeln!(s, "# sbod {}: {}\n", r.mode, array_line(r)).unwrap();
+    writeln!(
+        s,
+        "{} on {} ({} CPUs, {} memory, kernel {}), {}; {} x {:.1} s per measurement (+{:.1} s ramp), precondition {}, working set {}.\n",
+        r.started,
+        if r.machine.cpu_model.is_empty() { "?" } else { &r.machine.cpu_model },
+        r.machine.cpus,
+        fmt_bytes(r.machine.memory_bytes as f64),
+        r.machine.kernel,
+        r.tool.fio_version,
+        r.settings.repetitions,
+        r.settings.runtime_secs,
+        r.settings.ramp_secs,
+        r.settings.precondition,
+        fmt_bytes(r.settings.working_set_bytes as f64),
+    )
+    .unwrap();
+    if r.incomplete {
+        writeln!(
+            s,
+            "**The run did not finish: the numbers below are partial.**\n"
+        )
+        .unwrap();
+    }
+    writeln!(s, "## Summary\n").unwrap();
+    writeln!(
+        s,
+        "Mean of the repetitions; in parentheses the ratio to BASELINE (the same members, no RAID); ⚠ marks a COV above {:.0}%.\n",
+        r.settings.cov_threshold * 100.0
+    )
+    .unwrap();
+    s.push_str(&summary_table(r));
+    if let Some(l) = rebuild_line(r) {
+        writeln!(s, "\n{l}.").unwrap();
+    }
+    let phases = measured_phases(r);
+    writeln!(s, "\n## Latency (mean / p99 / p99.9)\n").unwrap();
+    write!(s, "| workload |").unwrap();
+    for p in &phases {
+        write!(s, " {} |", phase_title(p)).unwrap();
+    }
+    writeln!(s).unwrap();
+    write!(s, "|---|").unwrap();
+    for _ in &phases {
+        write!(s, "---:|").unwrap();
+    }
+    writeln!(s).unwrap();
+    for w in main_workloads(r) {
+        write!(s, "| {} |", w.title).unwrap();
+        for p in &phases {
+            match r.cell(p, &w.id, w.iodepth) {
+                Some(c) => write!(
+                    s,
+                    " {} / {} / {} |",
+                    fmt_ns(c.mean.lat_mean_ns),
+                    fmt_ns(c.mean.lat_p99_ns),
+                    fmt_ns(c.mean.lat_p999_ns)
+                )
+                .unwrap(),
+                None => write!(s, " - |").unwrap(),
+            }
+        }
+        writeln!(s).unwrap();
+    }
+    writeln!(
+        s,
+        "\n## Efficiency (sbod server CPU usr+sys, IOPS per CPU%)\n"
+    )
+    .unwrap();
+    write!(s, "| workload |").unwrap();
+    for p in &phases {
+        write!(s, " {} |", phase_title(p)).unwrap();
+    }
+    writeln!(s).unwrap();
+    write!(s, "|---|").unwrap();
+    for _ in &phases {
+        write!(s, "---:|").unwrap();
+    }
+    writeln!(s).unwrap();
+    for w in main_workloads(r) {
+        write!(s, "| {} |", w.title).unwrap();
+        for p in &phases {
+            match r.cell(p, &w.id, w.iodepth) {
+                Some(c) => write!(
+                    s,
+                    " {:.0}% / {} |",
+                    c.mean.server_cpu_pct,
+                    fmt_count(c.mean.iops_per_cpu_pct)
+                )
+                .unwrap(),
+                None => write!(s, " - |").unwrap(),
+            }
+        }
+        writeln!(s).unwrap();
+    }
+    for w in sweep_workloads(r) {
+        writeln!(s, "\n## {}\n", w.title).unwrap();
+        write!(s, "| QD |").unwrap();
+        for p in &phases {
+            write!(s, " {} IOPS | {} p99 |", phase_title(p), phase_title(p)).unwrap();
+        }
+        writeln!(s).unwrap();
+        write!(s, "|---:|").unwrap();
+        for _ in &phases {
+            write!(s, "---:|---:|").unwrap();
+        }
+        writeln!(s).unwrap();
+        for qd in &r.settings.qd_sweep {
+            write!(s, "| {qd} |").unwrap();
+            for p in &phases {
+                match r.cell(p, &w.id, *qd) {
+                    Some(c) => write!(
+                        s,
+                        " {} | {} |",
+                        fmt_count(c.mean.iops),
+                        fmt_ns(c.mean.lat_p99_ns)
+                    )
+                    .unwrap(),
+                    None => write!(s, " - | - |").unwrap(),
+                }
+            }
+            writeln!(s).unwrap();
+        }
+    }
+    if !r.flags.is_empty() {
+        writeln!(s, "\n## High variation\n").unwrap();
+        for f in &r.flags {
+            writeln!(s, "- {f}").unwrap();
+        }
+    }
+    if !r.notes.is_empty() {
+        writeln!(s, "\n## Notes\n").unwrap();
+        for n in &r.notes {
+            writeln!(s, "- {n}").unwrap();
+        }
+    }
+    writeln!(
+        s,
+        "\nBASELINE serves each member alone through sbod (one-member raid0) and runs the workload on all of them at once, with the same total queue depth as the RAID job: spread over min(QD, members) members, each at an equal share rounded up. See docs/LAB.md."
+    )
+    .unwrap();
+    s
+}

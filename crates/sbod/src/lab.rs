@@ -1,0 +1,239 @@
+//! `sbod demo` and `sbod bench`: the storage lab (crate sbod-lab), wired to the command line
+//! and to Ctrl-C.
+
+use anyhow::{anyhow, Result};
+use clap::Args;
+use sbod_lab::orchestrate::{Cancel, Precondition, RebuildRate};
+use sbod_lab::{report, BenchOptions, DemoOptions, Outcome};
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Folder for the demo's member files (removed afterwards) and its report (kept).
+    #[arg(long, default_value = "sbod-demo")]
+    pub dir: PathBuf,
+    /// The CI version: tiny members, 1-second runs, two workloads (well under a minute).
+    #[arg(long)]
+    pub quick: bool,
+    /// RAID level of the demo array.
+    #[arg(long, default_value = "raid6")]
+    pub level: String,
+    /// Number of members (default 8; 6 with --quick).
+    #[arg(long)]
+    pub members: Option<u32>,
+    /// Size of each member file (default 1G, less when the folder's file system is short).
+    #[arg(long, value_parser = crate::cmd::size_arg)]
+    pub size_each: Option<u64>,
+    /// Seconds per measurement.
+    #[arg(long)]
+    pub runtime: Option<f64>,
+    /// Repetitions per measurement.
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Add a queue-depth sweep (4K random read at QD 1, 4, 16, 64).
+    #[arg(long)]
+    pub qd_sweep: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The array to measure (registered, not being served: bench serves it itself).
+    pub name: String,
+    /// Accept that the run overwrites the volume's data (write workloads, preconditioning)
+    /// and, for BASELINE, the members themselves: the array is created again on them
+    /// afterwards, with the same layout and no data.
+    #[arg(long)]
+    pub destructive: bool,
+    /// Read workloads only, no BASELINE, no preconditioning: the data survives.
+    #[arg(long, conflicts_with = "destructive")]
+    pub read_only: bool,
+    /// Workloads to run (comma separated; default all): randread-4k, randwrite-4k,
+    /// randrw70-4k, seqread-128k, seqwrite-128k, seqread-1m, seqwrite-1m, mixed-bssplit,
+    /// qd1-randread-4k, qd1-randwrite-4k.
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// Phases to run (comma separated; default all): baseline, nominal, device-down,
+    /// device-rebuild.
+    #[arg(long, value_delimiter = ',')]
+    pub phases: Vec<String>,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 30.0)]
+    pub runtime: f64,
+    /// Seconds of ramp before each measurement.
+    #[arg(long, default_value_t = 5.0)]
+    pub ramp: f64,
+    /// Repetitions per measurement.
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Flag measurements whose IOPS vary more than this (coefficient of variation).
+    #[arg(long, default_value_t = 0.05)]
+    pub cov_threshold: f64,
+    /// none, seq (one sequential pass) or full (two sequential passes and a random one).
+    #[arg(long, default_value = "full")]
+    pub precondition: Precondition,
+    /// Address only the first SIZE of the volume (default: all of it).
+    #[arg(long, value_parser = crate::cmd::size_arg)]
+    pub working_set: Option<u64>,
+    /// Add queue-depth sweeps (4K random read and write) at these depths, e.g.
+    /// 1,2,4,8,16,32,64,128,256.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_missing_value = "1,2,4,8,16,32,64,128,256")]
+    pub qd_sweep: Option<Vec<u32>>,
+    /// Rebuild rate during DEVICE REBUILD: a rate (e.g. 200M), "span" (as slow as makes
+    /// the rebuild last the phase's workloads) or "default" (the array's own settings).
+    #[arg(long, default_value = "default")]
+    pub rebuild_rate: String,
+    /// Rebuild onto this device instead of the failed member itself (it joins the array).
+    #[arg(long)]
+    pub replacement: Option<String>,
+    /// The member to fail for DEVICE DOWN (default: the one in the last slot).
+    #[arg(long)]
+    pub fail: Option<String>,
+    /// Folder for the reports (default sbod-bench-NAME).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Ctrl-C and SIGTERM count into `cancel`: the first stops the measurements, the second
+/// stops waiting for a rebuild that restores the array.
+fn watch_signals(cancel: Cancel, progress_note: &'static str) {
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => return,
+            };
+        loop {
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => { if r.is_err() { return; } }
+                _ = term.recv() => {}
+            }
+            cancel.request();
+            if cancel.count() == 1 {
+                eprintln!("\nstopping: {progress_note}");
+            } else {
+                eprintln!("\nstopping now");
+            }
+        }
+    });
+}
+
+fn finish(o: Outcome) -> Result<()> {
+    if o.report.runs.is_empty() {
+        return o.result;
+    }
+    println!();
+    println!("{}", report::array_line(&o.report));
+    println!();
+    print!("{}", report::summary_table(&o.report));
+    if let Some(l) = report::rebuild_line(&o.report) {
+        println!("\n{l}.");
+    }
+    for f in &o.report.flags {
+        println!("⚠ {f}");
+    }
+    if let Some(w) = &o.written {
+        println!();
+        println!("HTML report: {}", w.html.display());
+        println!("summary:     {}", w.markdown.display());
+        println!("JSON:        {}", w.json.display());
+    }
+    o.result
+}
+
+pub async fn demo(a: DemoArgs) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let dir = if a.dir.is_absolute() {
+        a.dir.clone()
+    } else {
+        std::env::current_dir()?.join(&a.dir)
+    };
+    std::fs::create_dir_all(&dir)?;
+    let o = DemoOptions {
+        dir: dir.clone(),
+        quick: a.quick,
+        level: a.level,
+        members: a.members,
+        size_each: a.size_each,
+        runtime: a.runtime,
+        reps: a.reps,
+        qd_sweep: a.qd_sweep,
+        sbod_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let (setup, cfg) = sbod_lab::demo_plan(&o, sbod_lab::machine::free_bytes(&dir))?;
+    if let sbod_lab::sbod::Setup::Fresh {
+        members,
+        size_each,
+        level,
+        ..
+    } = &setup
+    {
+        eprintln!(
+            "sbod demo: {members} file members of {} in {level}, in {}; {} workloads x {} repetitions x {:.0} s through BASELINE, NOMINAL, DEVICE DOWN and DEVICE REBUILD",
+            report::fmt_bytes(*size_each as f64),
+            dir.join("members").display(),
+            cfg.workloads.len(),
+            cfg.reps,
+            cfg.runtime
+        );
+    }
+    let cancel = Cancel::new();
+    watch_signals(
+        cancel.clone(),
+        "stopping the servers and removing the demo's members (Ctrl-C again to hurry)",
+    );
+    let out = dir.join("report");
+    let o = tokio::task::spawn_blocking(move || {
+        let mut progress = sbod_lab::progress::BarProgress::new();
+        sbod_lab::execute(exe, setup, cfg, cancel, &mut progress, &out)
+    })
+    .await
+    .map_err(|e| anyhow!("lab thread: {e}"))??;
+    let members_dir = dir.join("members");
+    let _ = std::fs::remove_dir(&members_dir);
+    finish(o)
+}
+
+pub async fn bench(a: BenchArgs) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let rebuild_rate = match a.rebuild_rate.as_str() {
+        "default" => RebuildRate::Default,
+        "span" => RebuildRate::Span,
+        r => {
+            RebuildRate::Fixed(crate::cmd::size_arg(r).map_err(|e| anyhow!("--rebuild-rate: {e}"))?)
+        }
+    };
+    let o = BenchOptions {
+        name: a.name.clone(),
+        destructive: a.destructive,
+        read_only: a.read_only,
+        workloads: a.workloads,
+        phases: a.phases,
+        runtime: a.runtime,
+        ramp: a.ramp,
+        reps: a.reps,
+        cov_threshold: a.cov_threshold,
+        precondition: a.precondition,
+        working_set: a.working_set,
+        qd_sweep: a.qd_sweep,
+        rebuild_rate,
+        replacement: a.replacement,
+        fail_member: a.fail,
+        sbod_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let (setup, cfg) = sbod_lab::bench_plan(&o)?;
+    let out = a
+        .out
+        .unwrap_or_else(|| PathBuf::from(format!("sbod-bench-{}", a.name)));
+    let cancel = Cancel::new();
+    watch_signals(
+        cancel.clone(),
+        "stopping fio; a failed member is rebuilt before sbod bench exits (Ctrl-C again to leave the rebuild to the next sbod serve)",
+    );
+    let o = tokio::task::spawn_blocking(move || {
+        let mut progress = sbod_lab::progress::BarProgress::new();
+        sbod_lab::execute(exe, setup, cfg, cancel, &mut progress, &out)
+    })
+    .await
+    .map_err(|e| anyhow!("lab thread: {e}"))??;
+    finish(o)
+}
