@@ -912,6 +912,14 @@ impl Array {
         )))
     }
 
+    /// Wake the background supervisor (and the sweeper) to look at the state again.
+    /// `notify_waiters`, not `notify_one`: both loops wait on `wake`, and `notify_one` could
+    /// hand the wake-up to the sweeper instead of the supervisor (a spare then waited 5 s to
+    /// start). A `Notified` created before this call sees it even if not yet polled.
+    pub(crate) fn kick(&self) {
+        self.wake.notify_waiters();
+    }
+
     pub fn report(&self) -> AssemblyReport {
         self.report.lock().clone()
     }
@@ -1087,9 +1095,7 @@ impl Array {
             pending.extend(self.persist(&new, false).await);
             self.cancel_process_on_failure();
         }
-        // notify_waiters: the sweeper waits on `wake` too, and notify_one could hand the
-        // wake-up to it instead of the supervisor (a spare then waited 5 s to start).
-        self.wake.notify_waiters();
+        self.kick();
     }
 
     fn mark_failed(st: &mut State, m: &Arc<Member>) -> bool {
@@ -1253,9 +1259,7 @@ impl Array {
         for m in lost {
             self.fail_member(&m, "superblock write failed").await;
         }
-        // notify_waiters: the sweeper waits on `wake` too, and notify_one could hand the
-        // wake-up to it instead of the supervisor (a spare then waited 5 s to start).
-        self.wake.notify_waiters();
+        self.kick();
         Ok(())
     }
 
@@ -1304,9 +1308,7 @@ impl Array {
         for m in lost {
             self.fail_member(&m, "superblock write failed").await;
         }
-        // notify_waiters: the sweeper waits on `wake` too, and notify_one could hand the
-        // wake-up to it instead of the supervisor (a spare then waited 5 s to start).
-        self.wake.notify_waiters();
+        self.kick();
         Ok(())
     }
 
@@ -1321,7 +1323,7 @@ impl Array {
         if let Some(p) = self.process.lock().clone() {
             p.cancel();
         }
-        self.wake.notify_waiters();
+        self.kick();
         let tasks = std::mem::take(&mut *self.tasks.lock());
         for t in &tasks {
             t.abort();
@@ -1358,7 +1360,7 @@ impl Array {
         if let Some(p) = self.process.lock().clone() {
             p.cancel();
         }
-        self.wake.notify_waiters();
+        self.kick();
         let tasks = std::mem::take(&mut *self.tasks.lock());
         for t in tasks {
             let _ = t.await;

@@ -123,6 +123,7 @@ fn nbdcopy_fio_and_qemu_img_move_real_data() {
         "--size=8M",
         "--offset_increment=8M",
         "--verify=crc32c",
+        "--verify_state_save=0",
         "--do_verify=1",
         "--group_reporting",
     ]));

@@ -25,7 +25,7 @@ fn good_client(
         while !stop.load(Ordering::Relaxed) {
             let off = (i % 1024) * 4096;
             let data: Vec<u8> = (0..8192).map(|j| (i as usize * 7 + j) as u8).collect();
-            assert_eq!(c.write(off, &data, i % 3 == 0), 0);
+            assert_eq!(c.write(off, &data, i.is_multiple_of(3)), 0);
             assert_eq!(
                 c.read(off, 8192).unwrap(),
                 data,

@@ -167,7 +167,7 @@ fn life_cycle_through_real_clients() {
         .trim()
         .parse()
         .unwrap();
-    assert_eq!(size, 6 * 39 << 20);
+    assert_eq!(size, (6 * 39) << 20);
     let src = env.p("src.img");
     let data: Vec<u8> = (0..size as u32)
         .map(|i| (i.wrapping_mul(2246822519) >> 11) as u8)
@@ -191,6 +191,7 @@ fn life_cycle_through_real_clients() {
             &format!("--offset={FIO_OFF}"),
             &format!("--size={FIO_LEN}"),
             "--verify=crc32c",
+            "--verify_state_save=0",
             "--do_verify=1",
             "--verify_fatal=1",
             "--loops=3",
