@@ -813,7 +813,21 @@ impl Array {
                 }
             }
         }
+        // The start (and with it the unclean mark the write-intent bitmap relies on) must
+        // be on the members before anything is written. If so many members refused the
+        // superblock write that the array failed, it never started: say so rather than
+        // hand out an array that serves nothing and whose start left no trace.
+        if let Some(why) = array.state.load_full().failed.clone() {
+            if !opts.force {
+                array.abandon().await;
+                return Err(Error::Failed(format!(
+                    "'{}' failed while starting: {why}. Check the members' paths and health, then assemble again",
+                    array.name
+                )));
+            }
+        }
         *array.report.lock() = report;
+
         if !dirty.is_empty() {
             let (bytes, n) = array.resync_regions(&dirty).await?;
             let mut r = array.report.lock();

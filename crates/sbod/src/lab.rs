@@ -35,10 +35,102 @@ pub struct DemoArgs {
     pub qd_sweep: bool,
 }
 
+/// `sbod bench NAME` (an array through its life cycle) or `sbod bench codec` (the parity
+/// codec alone).
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchCmd {
+    #[command(subcommand)]
+    pub what: Option<BenchWhat>,
+    #[command(flatten)]
+    pub array: BenchArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchWhat {
+    /// Measure sbod's parity codec on this CPU (no disks): XOR, P+Q and Cauchy K+M encode,
+    /// decode and update, cache-resident and streaming, against the memory-copy ceiling.
+    /// scripts/bench-codec.sh runs the same beside ISA-L and klauspost/reedsolomon.
+    Codec(CodecArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CodecArgs {
+    /// Print the report as JSON (schema: sbod_codec::bench::Report).
+    #[arg(long)]
+    pub json: bool,
+    /// Longer rounds for steadier figures (about ten times the default run).
+    #[arg(long)]
+    pub long: bool,
+    /// Kernels to measure (portable, avx2, avx512, gfni, gfni-avx2, gfni-avx512; default:
+    /// the best this CPU has).
+    #[arg(long)]
+    pub isa: Option<String>,
+    /// Only the cases whose name contains TEXT (e.g. "10+4", "encode", "xor").
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Shard sizes (comma separated, e.g. 4K,64K,1M).
+    #[arg(long, value_delimiter = ',', value_parser = crate::cmd::size_arg)]
+    pub sizes: Vec<u64>,
+    /// Size of the streaming working set (well above the last-level cache).
+    #[arg(long, default_value = "256M", value_parser = crate::cmd::size_arg)]
+    pub stream: u64,
+}
+
+/// `sbod bench codec`.
+pub fn bench_codec(a: CodecArgs) -> Result<()> {
+    use sbod_codec::bench;
+    let mut opts = if a.long {
+        bench::Options::long()
+    } else {
+        bench::Options::default()
+    };
+    if let Some(isa) = &a.isa {
+        let isa: sbod_codec::Isa = isa.parse().map_err(|e: String| anyhow!("--isa: {e}"))?;
+        if !isa.is_supported() {
+            return Err(anyhow!(
+                "--isa {isa}: this CPU lacks it (it has: {})",
+                sbod_codec::Isa::supported()
+                    .iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        opts.isa = Some(isa);
+    }
+    if let Some(f) = &a.filter {
+        opts.cases
+            .retain(|c| format!("{} {}", c.scheme, c.op).contains(f.as_str()));
+        if opts.cases.is_empty() {
+            return Err(anyhow!(
+                "--filter {f:?} matches no case (try xor, p+q, 10+4, encode, decode, update)"
+            ));
+        }
+    }
+    if !a.sizes.is_empty() {
+        opts.shard_sizes = a.sizes.iter().map(|&s| s as usize).collect();
+        if let Some(s) = opts.shard_sizes.iter().find(|&&s| s == 0 || s % 64 != 0) {
+            return Err(anyhow!(
+                "--sizes: a shard of {s} bytes is not a multiple of 64"
+            ));
+        }
+    }
+    opts.stream_bytes = a.stream as usize;
+    let report = bench::run(&opts);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        bench::print_table(&report);
+    }
+    Ok(())
+}
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// The array to measure (registered, not being served: bench serves it itself).
-    pub name: String,
+    #[arg(required = true)]
+    pub name: Option<String>,
     /// Accept that the run overwrites the volume's data (write workloads, preconditioning)
     /// and, for BASELINE, the members themselves: the array is created again on them
     /// afterwards, with the same layout and no data.
@@ -194,6 +286,11 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
 }
 
 pub async fn bench(a: BenchArgs) -> Result<()> {
+    let name = a
+        .name
+        .clone()
+        .ok_or_else(|| anyhow!("which array? `sbod bench NAME` (or `sbod bench codec`)"))?;
+
     let exe = std::env::current_exe()?;
     let rebuild_rate = match a.rebuild_rate.as_str() {
         "default" => RebuildRate::Default,
@@ -203,7 +300,7 @@ pub async fn bench(a: BenchArgs) -> Result<()> {
         }
     };
     let o = BenchOptions {
-        name: a.name.clone(),
+        name: name.clone(),
         destructive: a.destructive,
         read_only: a.read_only,
         workloads: a.workloads,
@@ -223,7 +320,7 @@ pub async fn bench(a: BenchArgs) -> Result<()> {
     let (setup, cfg) = sbod_lab::bench_plan(&o)?;
     let out = a
         .out
-        .unwrap_or_else(|| PathBuf::from(format!("sbod-bench-{}", a.name)));
+        .unwrap_or_else(|| PathBuf::from(format!("sbod-bench-{name}")));
     let cancel = Cancel::new();
     watch_signals(
         cancel.clone(),

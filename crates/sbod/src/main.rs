@@ -53,7 +53,7 @@ enum Cmd {
     /// Capacity, reliability and expected performance of a disk layout, or several side by side.
     Plan(sbod_plan::cli::PlanArgs),
     /// Measure an array with fio through its life cycle against a no-RAID baseline.
-    Bench(lab::BenchArgs),
+    Bench(lab::BenchCmd),
     /// The storage lab on file-backed members it creates (and removes): a short benchmark
     /// through the whole life cycle with a report.
     Demo(lab::DemoArgs),
@@ -93,7 +93,11 @@ fn main() {
             Cmd::Set(a) => cmd::set(a).await,
             Cmd::Serve(a) => serve::serve(a).await,
             Cmd::Plan(a) => sbod_plan::cli::run(&a),
-            Cmd::Bench(a) => lab::bench(a).await,
+            Cmd::Bench(a) => match a.what {
+                Some(lab::BenchWhat::Codec(c)) => lab::bench_codec(c),
+                None => lab::bench(a.array).await,
+            },
+
             Cmd::Demo(a) => lab::demo(a).await,
         }
     });

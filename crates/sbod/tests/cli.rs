@@ -249,3 +249,44 @@ fn bad_input_gets_clear_errors_and_harms_nothing() {
     assert_eq!(e.status("vol4")["state"], "optimal");
     assert!(Path::new(&e.path("state/arrays/vol4.json")).exists());
 }
+
+#[test]
+fn bench_codec_reports_its_figures() {
+    let e = Env::new();
+    let out = e.ok(&[
+        "bench", "codec", "--json", "--filter", "p+q", "--sizes", "4K,64K", "--stream", "8M",
+    ]);
+    let v: Value = serde_json::from_str(&out).expect("JSON");
+    assert!(v["isa"].is_string(), "{v}");
+    assert!(v["ceiling"]["traffic_gbps"].as_f64().unwrap() > 0.0, "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    // p+q encode, decode and update; two shard sizes; cache and streaming.
+    assert_eq!(rows.len(), 3 * 2 * 2, "{v}");
+    for r in rows {
+        assert!(r["case"].as_str().unwrap().contains("p+q"), "{r}");
+        assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(
+            [4096, 65536].contains(&r["shard_bytes"].as_u64().unwrap()),
+            "{r}"
+        );
+    }
+    // The table names the kernels and the cases.
+    let t = e.ok(&[
+        "bench", "codec", "--filter", "xor", "--sizes", "4K", "--stream", "8M",
+    ]);
+    assert!(
+        t.contains("xor 7+1 encode") && t.contains("memory ceiling"),
+        "{t}"
+    );
+    // Bad requests say what would work.
+    assert!(e
+        .fails(&["bench", "codec", "--filter", "nothing-like-it"])
+        .contains("matches no case"));
+    assert!(e
+        .fails(&["bench", "codec", "--isa", "sse9"])
+        .contains("unknown codec ISA"));
+    assert!(e
+        .fails(&["bench", "codec", "--sizes", "100"])
+        .contains("multiple of 64"));
+    assert!(e.fails(&["bench"]).contains("NAME"));
+}
