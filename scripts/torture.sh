@@ -113,13 +113,14 @@ if sk:
 fl = [r for r in rows if "faults" in r and "test" in r and r.get("test") not in ("powercut",)]
 if fl:
     print("### Member faults\n")
-    print("| test | faults injected | sectors repaired by rewrite | members failed | rebuilds | bytes verified | bit flips injected / found / repaired | clear errors | wrong data |")
+    print("| test | faults injected | sectors repaired by rewrite | members failed | rebuilds | bytes verified | bit flips injected / found / repaired (not locatable by design) | clear errors | wrong data |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in fl:
         f = r["faults"]
         fs = ", ".join(f"{k} {v}" for k, v in f.items()) if isinstance(f, dict) else str(f)
         print(f"| {r['test']} | {fs} | {r['repaired_sectors']} | {r['members_failed']} | {r['rebuilds']} | {mib(r['bytes_verified'])} "
-              f"| {r['flips_injected']} / {r['flips_found']} / {r['flips_repaired']} | {r['clear_errors_returned']} | {r['wrong_data_returned']} |")
+              f"| {r['flips_injected']} / {r['flips_found']} / {r['flips_repaired']} ({r['flips_unrecoverable_by_design']}) | {r['clear_errors_returned']} | {r['wrong_data_returned']} |")
+
     print()
 fz = [r for r in rows if "inputs" in r or r.get("suite") == "nbd-fuzz"]
 if fz:

@@ -487,6 +487,13 @@ fn main() {
         isal_decode_setup_us,
         rows,
     };
+    if let Some(p) = &json_out {
+        std::fs::write(
+            p,
+            serde_json::to_string_pretty(&report).expect("serialisable"),
+        )
+        .unwrap_or_else(|e| panic!("writing {}: {e}", p.display()));
+    }
     if json {
         println!(
             "{}",

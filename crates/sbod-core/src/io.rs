@@ -325,11 +325,12 @@ impl Array {
             return Err(Error::Failed(why.clone()));
         }
         let base = p.stripe * chunk;
-        if base + chunk > self.resync_offset.load(Ordering::Acquire) {
-            return Err(Error::Failed(
-                "a member is missing in a region whose parity is not yet synced: data there cannot be rebuilt".into(),
-            ));
-        }
+        // Beyond the initial resync's progress, parity is only known to match the data in
+        // rows that were written since creation: writes there always compute parity from
+        // the whole row (reconstruct-write, see `write_stripe`), never from old parity. So
+        // every byte a client wrote reconstructs exactly; a never-written row reads as
+        // whatever the members held before creation (zeros on members sbod created), as md
+        // does after an interrupted initial sync.
         let shards = self
             .gather(
                 &st,

@@ -44,7 +44,10 @@ pub struct ProcessHandle {
     pub started: Instant,
     cancel: AtomicBool,
     finished: AtomicBool,
+    /// How long it ran, once it has ended.
+    ended_after: parking_lot::Mutex<Option<std::time::Duration>>,
     error: parking_lot::Mutex<Option<String>>,
+
     pub regions: parking_lot::Mutex<Vec<MismatchRegion>>,
     notify: tokio::sync::Notify,
 }
@@ -78,6 +81,7 @@ impl ProcessHandle {
             started: Instant::now(),
             cancel: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            ended_after: parking_lot::Mutex::new(None),
             error: parking_lot::Mutex::new(None),
             regions: parking_lot::Mutex::new(Vec::new()),
             notify: tokio::sync::Notify::new(),
@@ -98,6 +102,7 @@ impl ProcessHandle {
 
     fn finish(&self, err: Option<String>) {
         *self.error.lock() = err;
+        *self.ended_after.lock() = Some(self.started.elapsed());
         self.finished.store(true, Ordering::Release);
         self.notify.notify_waiters();
     }
@@ -116,7 +121,13 @@ impl ProcessHandle {
     pub fn status(&self) -> ProcessStatus {
         let done = self.done.load(Ordering::Relaxed);
         let total = self.total.load(Ordering::Relaxed);
-        let elapsed = self.started.elapsed().as_secs_f64();
+        // A finished process keeps the duration it ran, and the rate it ran at.
+        let elapsed = self
+            .ended_after
+            .lock()
+            .unwrap_or_else(|| self.started.elapsed())
+            .as_secs_f64();
+
         let rate = if elapsed > 0.0 {
             done as f64 / elapsed
         } else {
@@ -1010,4 +1021,24 @@ fn rebuild_targets(st: &State) -> Vec<(usize, Arc<Member>, Arc<AtomicU64>)> {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finished_process_keeps_its_duration_and_rate() {
+        let h = ProcessHandle::new(ProcessKind::Check, 1000);
+        h.done.store(1000, Ordering::Relaxed);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        h.finish(None);
+        let a = h.status();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let b = h.status();
+        assert!(a.finished && b.finished);
+        assert_eq!(a.elapsed_secs, b.elapsed_secs);
+        assert_eq!(a.rate, b.rate);
+        assert!(a.elapsed_secs >= 0.005 && a.eta_secs.is_none(), "{a:?}");
+    }
 }
