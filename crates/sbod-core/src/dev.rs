@@ -162,7 +162,7 @@ pub mod file;
 pub mod mem;
 pub mod uring;
 
-pub use file::{FileDev, OpenOptions};
+pub use file::{FileDev, InlineDev, OpenOptions};
 pub use mem::MemDev;
 pub use uring::UringDev;
 
@@ -173,9 +173,11 @@ pub enum Backend {
     Uring,
     /// A small pool of blocking threads per member ([`FileDev`]).
     Threads,
+    /// The submitting thread does the I/O ([`InlineDev`]): members in memory (tmpfs).
+    Inline,
 }
 
-/// The environment variable that forces a backend (`uring` or `threads`) for every member
+/// The environment variable that forces a backend (`uring`, `threads` or `inline`) for every member
 /// this process opens, for tests and benchmarks. A forced backend that cannot be set up
 /// is an error, never a silent fallback.
 pub const BACKEND_ENV: &str = "SBOD_IO";
@@ -188,9 +190,10 @@ impl Backend {
             Ok(v) if v.is_empty() => Ok(None),
             Ok(v) if v.eq_ignore_ascii_case("uring") => Ok(Some(Backend::Uring)),
             Ok(v) if v.eq_ignore_ascii_case("threads") => Ok(Some(Backend::Threads)),
+            Ok(v) if v.eq_ignore_ascii_case("inline") => Ok(Some(Backend::Inline)),
             Ok(v) => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{BACKEND_ENV}={v}: expected \"uring\" or \"threads\""),
+                format!("{BACKEND_ENV}={v}: expected \"uring\", \"threads\" or \"inline\""),
             )),
             Err(e) => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -206,22 +209,26 @@ pub fn open_member(path: &std::path::Path, opts: &OpenOptions) -> io::Result<Arc
     attach_member(path.display().to_string(), opened, opts)
 }
 
-/// Attach a queue to an opened member: io_uring when `opts.uring`, the kernel allows it
-/// (not disabled by sysctl `kernel.io_uring_disabled`, seccomp or age) and the member
-/// supports nonblocking I/O (see [`uring::nowait_io`]); else the worker threads, with one
-/// log line saying why. `SBOD_IO` overrides all of that.
+/// Attach a queue to an opened member: a member in memory (a file on tmpfs or ramfs) does
+/// its I/O inline on the submitting thread; otherwise io_uring when `opts.uring`, the
+/// kernel allows it (not disabled by sysctl `kernel.io_uring_disabled`, seccomp or age)
+/// and the member supports nonblocking I/O (see [`uring::nowait_io`]); else the worker
+/// threads, with one log line saying why. `SBOD_IO` overrides all of that.
 pub fn attach_member(
     name: String,
     opened: file::Opened,
     opts: &OpenOptions,
 ) -> io::Result<Arc<dyn BlockDev>> {
     let forced = Backend::forced()?;
-    let want = forced.unwrap_or(if opts.uring {
+    let want = forced.unwrap_or(if file::in_memory(&opened) {
+        Backend::Inline
+    } else if opts.uring {
         Backend::Uring
     } else {
         Backend::Threads
     });
     let opened = match want {
+        Backend::Inline => return Ok(Arc::new(InlineDev::new(name, opened))),
         Backend::Threads => opened,
         Backend::Uring if forced.is_none() && !uring::nowait_io(&opened) => {
             static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

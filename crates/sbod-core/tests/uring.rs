@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sbod_core::buf::SharedBuf;
 use sbod_core::dev::{
-    self, file, Backend, BlockDev, Done, FileDev, IoClass, IoKind, IoReq, UringDev,
+    self, file, Backend, BlockDev, Done, FileDev, InlineDev, IoClass, IoKind, IoReq, UringDev,
 };
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Level, MemberSpec};
 use std::io;
@@ -24,10 +24,10 @@ const HANG: Duration = Duration::from_secs(60);
 
 fn backends() -> Vec<Backend> {
     match sbod_core::dev::uring::available() {
-        Ok(()) => vec![Backend::Uring, Backend::Threads],
+        Ok(()) => vec![Backend::Uring, Backend::Threads, Backend::Inline],
         Err(e) => {
-            eprintln!("io_uring not usable here ({e}): testing the threads backend only");
-            vec![Backend::Threads]
+            eprintln!("io_uring not usable here ({e}): testing the threads and inline backends");
+            vec![Backend::Threads, Backend::Inline]
         }
     }
 }
@@ -46,6 +46,7 @@ fn open(path: &Path, backend: Backend) -> Arc<dyn BlockDev> {
     match backend {
         Backend::Uring => Arc::new(UringDev::new(name, opened).unwrap()),
         Backend::Threads => Arc::new(FileDev::new(name, opened, opts.threads)),
+        Backend::Inline => Arc::new(InlineDev::new(name, opened)),
     }
 }
 
@@ -444,10 +445,11 @@ fn close_and_drop_from_a_callback() {
     }
 }
 
-/// `open_member` picks the queue: threads when asked, when the file is not O_DIRECT, or
-/// where the file system has no nonblocking I/O (io_uring would punt every request to its
-/// kernel workers); io_uring otherwise, when the kernel allows it. (Skipped under SBOD_IO,
-/// which overrides the choice.)
+/// `open_member` picks the queue: inline for members in memory (tmpfs: a page copy costs
+/// less than a hand-off to another thread); else threads when asked, when the file is not
+/// O_DIRECT, or where the file system has no nonblocking I/O (io_uring would punt every
+/// request to its kernel workers); io_uring otherwise, when the kernel allows it. (Skipped
+/// under SBOD_IO, which overrides the choice.)
 #[test]
 fn open_member_selects_a_backend() {
     if std::env::var_os(dev::BACKEND_ENV).is_some_and(|v| !v.is_empty()) {
@@ -469,37 +471,49 @@ fn open_member_selects_a_backend() {
         d.close();
         q
     };
+    // The temporary directory may itself be on tmpfs.
+    let memory = is_tmpfs(dir.path());
     let no_uring = file::OpenOptions {
         uring: false,
         ..Default::default()
     };
-    assert_eq!(queue(&no_uring), "threads");
+    let threads = if memory { "inline" } else { "threads" };
+    assert_eq!(queue(&no_uring), threads);
     let buffered = file::OpenOptions {
         direct: false,
         ..Default::default()
     };
-    assert_eq!(queue(&buffered), "threads");
+    assert_eq!(queue(&buffered), threads);
     let opened = file::open(&path, &file::OpenOptions::default()).unwrap();
-    let expect =
-        if !opened.direct || !dev::uring::nowait_io(&opened) || dev::uring::available().is_err() {
-            "threads"
-        } else {
-            "uring"
-        };
+    let expect = if memory {
+        "inline"
+    } else if !opened.direct || !dev::uring::nowait_io(&opened) || dev::uring::available().is_err()
+    {
+        "threads"
+    } else {
+        "uring"
+    };
     drop(opened);
     assert_eq!(queue(&file::OpenOptions::default()), expect);
     eprintln!("{}: {expect}", dir.path().display());
 
-    // tmpfs has no nonblocking I/O (on kernels that give it O_DIRECT at all).
+    // tmpfs has no nonblocking I/O (on kernels that give it O_DIRECT at all), and is
+    // memory: its members do their I/O on the submitting thread. Closing releases the file.
     let shm = Path::new("/dev/shm");
     if is_tmpfs(shm) {
         let dir = tempfile::tempdir_in(shm).unwrap();
         let path = make_file(dir.path(), "m", 8 * BLOCK as u64);
         let opened = file::open(&path, &file::OpenOptions::default()).unwrap();
         assert!(!dev::uring::nowait_io(&opened), "tmpfs claims RWF_NOWAIT");
+        assert!(file::in_memory(&opened));
         let d = dev::attach_member("shm".into(), opened, &file::OpenOptions::default()).unwrap();
-        assert_eq!(d.queue(), "threads");
+        assert_eq!(d.queue(), "inline");
+        assert!(file::open(&path, &file::OpenOptions::default()).is_err());
         d.close();
+        assert!(file::open(&path, &file::OpenOptions::default()).is_ok());
+        let (tx, rx) = mpsc::channel();
+        d.submit(req(0, IoKind::Flush), tracked(0, &tx));
+        assert!(collect(&rx, 1).pop().unwrap().is_err(), "I/O after close");
     }
 }
 

@@ -434,3 +434,74 @@ impl Drop for FileDev {
         self.close();
     }
 }
+
+/// Whether a member file lives in memory (tmpfs, ramfs): its reads and writes are page
+/// copies that never wait for a device.
+pub fn in_memory(opened: &Opened) -> bool {
+    if opened.block_device {
+        return false;
+    }
+    // SAFETY: fstatfs fills the zeroed struct we pass; the fd is open.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(opened.file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    // ramfs's magic (0x858458f6, linux/magic.h) is not in the libc crate.
+    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6_u32 as libc::c_long;
+    st.f_type == libc::TMPFS_MAGIC || st.f_type as libc::c_long == RAMFS_MAGIC
+}
+
+/// A member whose I/O is done on the submitting thread: for files in memory (tmpfs,
+/// ramfs), where a 4 KiB `pread` is a page copy of about a microsecond and handing the
+/// request to a worker thread and back costs several (a futex wake and two context switches
+/// per request; see docs/PERFORMANCE.md, "NBD server"). Nothing is shared with other
+/// members, and there is no queue to be a bottleneck: each submitter does its own I/O.
+/// (SPDK's malloc bdev completes inline for the same reason.)
+pub struct InlineDev {
+    name: String,
+    size: u64,
+    /// Taken out by `close`, which releases the file (and its lock) once the requests
+    /// running on other threads have finished with it.
+    file: arc_swap::ArcSwapOption<File>,
+    block_device: bool,
+}
+
+impl InlineDev {
+    pub fn new(name: String, opened: Opened) -> InlineDev {
+        InlineDev {
+            name,
+            size: opened.size,
+            file: arc_swap::ArcSwapOption::from_pointee(opened.file),
+            block_device: opened.block_device,
+        }
+    }
+}
+
+impl BlockDev for InlineDev {
+    fn submit(&self, req: IoReq, done: Done) {
+        let file = self.file.load();
+        let Some(file) = file.as_ref() else {
+            return done(Err(closed_err()));
+        };
+        let r = execute(file, self.block_device, &req);
+        // Release the buffer before telling the engine, which may reclaim it at once.
+        drop(req);
+        done(r)
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn queue(&self) -> &'static str {
+        "inline"
+    }
+
+    fn close(&self) {
+        self.file.store(None);
+    }
+}
