@@ -1,8 +1,9 @@
 //! The server: listeners, the handshake, and the transmission phase.
 //!
-//! Per connection, one task reads requests and spawns each as its own task (so one slow
-//! request never holds up others; replies go out in completion order), and one task writes
-//! replies, coalescing small ones. In-flight work per connection is bounded by a byte
+//! Per connection, one task reads requests and runs each in its own task (so one slow
+//! request never holds up others; replies go out in completion order); a small request
+//! that completes at its first poll is answered from the reader without a task of its own.
+//! One task writes replies, coalescing small ones. In-flight work per connection is bounded by a byte
 //! budget, so one client cannot exhaust memory. A malformed request closes only its own
 //! connection.
 
@@ -77,6 +78,8 @@ pub struct Stats {
 const INFLIGHT_BUDGET: u32 = 256 << 20;
 /// Requests in flight per connection.
 const INFLIGHT_REQUESTS: usize = 512;
+/// Requests up to this many bytes are first polled on the connection's reader task.
+const INLINE_POLL_MAX: u32 = 64 << 10;
 /// A WRITE payload over the export's limit is drained (to keep the stream in sync) up to
 /// this size; beyond it the connection is dropped as a denial of service.
 const DRAIN_LIMIT: u32 = 64 << 20;
@@ -635,12 +638,24 @@ where
             .expect("semaphore open");
         let slot = slots.clone().acquire_owned().await.expect("semaphore open");
         let (neg, tx, stats, rmw) = (neg.clone(), tx.clone(), stats.clone(), rmw.clone());
-        tokio::spawn(async move {
+        let mut work = Box::pin(async move {
             let reply = execute(&neg, req, payload, &stats, &rmw).await;
             let _ = tx.send(reply).await;
             drop(permit);
             drop(slot);
         });
+        // Poll a small request once here: one that completes without waiting (a member
+        // in memory, an error) is answered without a task of its own, which measured as one
+        // scheduling hand-off too many per 4 KiB request (docs/PERFORMANCE.md). Anything
+        // that waits goes on in its own task, so a slow request never holds up the next
+        // ones; large transfers always get their own task, so their copying can run on
+        // another core while this one reads the next request.
+        let ready = cost <= INLINE_POLL_MAX
+            && std::future::poll_fn(|cx| std::task::Poll::Ready(work.as_mut().poll(cx).is_ready()))
+                .await;
+        if !ready {
+            tokio::spawn(work);
+        }
     }
     // Let in-flight requests finish, then close the writer.
     let _ = slots.acquire_many(INFLIGHT_REQUESTS as u32).await;
