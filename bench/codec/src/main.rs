@@ -374,7 +374,7 @@ fn main() {
 
     let mut cases = Case::peer();
     if let Some(f) = &filter {
-        cases.retain(|c| format!("{} {}", c.scheme, c.op).contains(f.as_str()));
+        cases.retain(|c| c.name().contains(f.as_str()));
     }
 
     let mut pool = Pool::new();
@@ -459,7 +459,7 @@ fn main() {
                     .map(|r| r.gbps)
                     .reduce(f64::max);
                 rows.push(Row {
-                    case: format!("{} {}", case.scheme, case.op),
+                    case: case.name(),
                     shard_bytes: shard,
                     working_set: ws,
                     working_set_bytes: set_bytes,

@@ -439,6 +439,11 @@ pub struct Case {
 }
 
 impl Case {
+    /// What reports call the case, e.g. "cauchy 10+4 encode" (and what `--filter` matches).
+    pub fn name(&self) -> String {
+        format!("{} {}", self.scheme, self.op)
+    }
+
     /// The cases scripts/bench-codec.sh compares with ISA-L and klauspost/reedsolomon:
     /// 7+1 XOR, 8+2 P+Q, and 10+2, 10+4, 16+4 Cauchy encode and decode of 1 and 2 lost.
     pub fn peer() -> Vec<Case> {
@@ -642,7 +647,7 @@ pub fn run(opts: &Options) -> Report {
                     opts.timing,
                 );
                 rows.push(Row {
-                    case: format!("{} {}", case.scheme, case.op),
+                    case: case.name(),
                     k: case.scheme.k(),
                     m: case.scheme.m(),
                     op: case.op,

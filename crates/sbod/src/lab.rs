@@ -100,8 +100,7 @@ pub fn bench_codec(a: CodecArgs) -> Result<()> {
         opts.isa = Some(isa);
     }
     if let Some(f) = &a.filter {
-        opts.cases
-            .retain(|c| format!("{} {}", c.scheme, c.op).contains(f.as_str()));
+        opts.cases.retain(|c| c.name().contains(f.as_str()));
         if opts.cases.is_empty() {
             return Err(anyhow!(
                 "--filter {f:?} matches no case (try xor, p+q, 10+4, encode, decode, update)"
