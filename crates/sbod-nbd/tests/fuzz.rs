@@ -13,7 +13,7 @@ use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sbod_nbd::proto::*;
-use sbod_nbd::{Listen, MemBackend, Server};
+use sbod_nbd::MemBackend;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -343,37 +343,11 @@ fn fuzzed_sessions_harm_nothing() {
         default_hook(info);
     }));
 
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("nbd.sock");
     let fuzzed = Arc::new(MemBackend::new(SIZE));
     let guard = Arc::new(MemBackend::new(SIZE));
-    let server = Server::new(vec![
-        ("mem".to_string(), fuzzed.clone()),
-        ("guard".to_string(), guard.clone()),
-    ]);
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let s2 = sock.clone();
-    let thread = std::thread::spawn(move || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async move {
-                server
-                    .serve(vec![Listen::Unix(s2)], async move {
-                        let _ = rx.await;
-                    })
-                    .await
-                    .unwrap();
-            });
-    });
-    for _ in 0..200 {
-        if UnixStream::connect(&sock).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut srv =
+        TestServer::start_exports(vec![("mem", fuzzed.clone()), ("guard", guard.clone())]);
+    let sock = srv.sock.clone();
 
     let fig = Figures::default();
     let mut runner = TestRunner::new(Config {
@@ -389,8 +363,7 @@ fn fuzzed_sessions_harm_nothing() {
     assert_eq!(c.write(0, &data, true), 0);
     assert_eq!(c.read(0, 8192).unwrap(), data);
     c.disconnect();
-    let _ = tx.send(());
-    thread.join().unwrap();
+    srv.stop();
     let _ = std::panic::take_hook();
 
     r.unwrap_or_else(|e| panic!("{e}"));

@@ -25,10 +25,21 @@ impl TestServer {
     }
 
     pub fn start_with(backend: Arc<MemBackend>) -> TestServer {
+        Self::start_exports(vec![("mem", backend)])
+    }
+
+    /// A server with several exports; `backend` is the first.
+    pub fn start_exports(exports: Vec<(&str, Arc<MemBackend>)>) -> TestServer {
+        let backend = exports[0].1.clone();
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("nbd.sock");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = Server::new(vec![("mem".to_string(), backend.clone())]);
+        let server = Server::new(
+            exports
+                .into_iter()
+                .map(|(name, b)| (name.to_string(), b))
+                .collect(),
+        );
         let stats = server.stats();
         let s2 = sock.clone();
         let thread = std::thread::spawn(move || {
