@@ -76,6 +76,14 @@ from collections import defaultdict
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 scale, secs = sys.argv[2], int(sys.argv[3])
 mib = lambda b: f"{b / 2**20:,.0f} MiB"
+
+
+def verified(r):
+    return f"{r['durable_blocks_verified'] + r['unflushed_blocks_verified']:,} ({mib(r['bytes_verified'])})"
+
+def resynced(r):
+    space = r['member_space_at_restarts']
+    return f"{mib(r['resynced_bytes'])} / {mib(space)} ({100 * r['resynced_bytes'] / max(1, space):.1f}%)"
 print(f"Run: `scripts/torture.sh --scale {scale}` ({secs // 60} min on this machine).\n")
 
 pc = [r for r in rows if r.get("test") == "powercut"]
@@ -86,8 +94,7 @@ if pc:
     for r in pc:
         print(f"| {r['layout']} | {r['crashes']} | {r['cuts_during_assembly']} | {r['writes_acked']} ({r['fua_acked']}) | {r['flushes_acked']} "
               f"| {r['unflushed_landed']} / {r['unflushed_torn']} / {r['unflushed_dropped']} "
-              f"| {r['durable_blocks_verified'] + r['unflushed_blocks_verified']:,} ({mib(r['bytes_verified'])}) "
-              f"| {mib(r['resynced_bytes'])} / {mib(r['member_space_at_restarts'])} ({100 * r['resynced_bytes'] / max(1, r['member_space_at_restarts']):.1f}%) "
+              f"| {verified(r)} | {resynced(r)} "
               f"| {r['scrubs_clean']} | {r['lost']} |")
     print()
 pl = [r for r in rows if r.get("test") == "powercut_and_member_lost"]
@@ -106,8 +113,7 @@ if sk:
     for r in sk:
         print(f"| {r['layout']} | {r['crashes']} ({r['kills_while_writing']} / {r['kills_while_starting']} / {r['kills_while_scrubbing']}) "
               f"| {r['writes_acked']} ({r['fua_acked']}) | {r['flushes_acked']} | {r['restarts_verified']} ({r['unclean_restarts']}) "
-              f"| {r['durable_blocks_verified'] + r['unflushed_blocks_verified']:,} ({mib(r['bytes_verified'])}) "
-              f"| {mib(r['resynced_bytes'])} / {mib(r['member_space_at_restarts'])} ({100 * r['resynced_bytes'] / max(1, r['member_space_at_restarts']):.1f}%) "
+              f"| {verified(r)} | {resynced(r)} "
               f"| {r['scrubs']} ({r['scrub_mismatches']}) | {r['lost_blocks']} |")
     print()
 fl = [r for r in rows if "faults" in r and "test" in r and r.get("test") not in ("powercut",)]
@@ -120,7 +126,6 @@ if fl:
         fs = ", ".join(f"{k} {v}" for k, v in f.items()) if isinstance(f, dict) else str(f)
         print(f"| {r['test']} | {fs} | {r['repaired_sectors']} | {r['members_failed']} | {r['rebuilds']} | {mib(r['bytes_verified'])} "
               f"| {r['flips_injected']} / {r['flips_found']} / {r['flips_repaired']} ({r['flips_unrecoverable_by_design']}) | {r['clear_errors_returned']} | {r['wrong_data_returned']} |")
-
     print()
 fz = [r for r in rows if "inputs" in r or r.get("suite") == "nbd-fuzz"]
 if fz:
