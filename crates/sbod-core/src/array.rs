@@ -827,7 +827,6 @@ impl Array {
             }
         }
         *array.report.lock() = report;
-
         if !dirty.is_empty() {
             let (bytes, n) = array.resync_regions(&dirty).await?;
             let mut r = array.report.lock();

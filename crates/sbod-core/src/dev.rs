@@ -177,8 +177,8 @@ pub enum Backend {
     Inline,
 }
 
-/// The environment variable that forces a backend (`uring`, `threads` or `inline`) for every member
-/// this process opens, for tests and benchmarks. A forced backend that cannot be set up
+/// The environment variable that forces a backend (`uring`, `threads` or `inline`) for
+/// every member this process opens, for tests and benchmarks. A forced backend that cannot be set up
 /// is an error, never a silent fallback.
 pub const BACKEND_ENV: &str = "SBOD_IO";
 

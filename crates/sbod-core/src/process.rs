@@ -47,7 +47,6 @@ pub struct ProcessHandle {
     /// How long it ran, once it has ended.
     ended_after: parking_lot::Mutex<Option<std::time::Duration>>,
     error: parking_lot::Mutex<Option<String>>,
-
     pub regions: parking_lot::Mutex<Vec<MismatchRegion>>,
     notify: tokio::sync::Notify,
 }
@@ -127,7 +126,6 @@ impl ProcessHandle {
             .lock()
             .unwrap_or_else(|| self.started.elapsed())
             .as_secs_f64();
-
         let rate = if elapsed > 0.0 {
             done as f64 / elapsed
         } else {

@@ -3,8 +3,8 @@
 //! Per connection, one task reads requests and runs each in its own task (so one slow
 //! request never holds up others; replies go out in completion order); a small request
 //! that completes at its first poll is answered from the reader without a task of its own.
-//! One task writes replies, coalescing small ones. In-flight work per connection is bounded by a byte
-//! budget, so one client cannot exhaust memory. A malformed request closes only its own
+//! One task writes replies, coalescing small ones. In-flight work per connection is bounded
+//! by a byte budget, so one client cannot exhaust memory. A malformed request closes only its own
 //! connection.
 
 use crate::backend::{Backend, ExportInfo, NbdError};

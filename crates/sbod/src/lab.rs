@@ -289,7 +289,6 @@ pub async fn bench(a: BenchArgs) -> Result<()> {
         .name
         .clone()
         .ok_or_else(|| anyhow!("which array? `sbod bench NAME` (or `sbod bench codec`)"))?;
-
     let exe = std::env::current_exe()?;
     let rebuild_rate = match a.rebuild_rate.as_str() {
         "default" => RebuildRate::Default,

@@ -97,7 +97,6 @@ fn main() {
                 Some(lab::BenchWhat::Codec(c)) => lab::bench_codec(c),
                 None => lab::bench(a.array).await,
             },
-
             Cmd::Demo(a) => lab::demo(a).await,
         }
     });
