@@ -244,12 +244,14 @@ fn every_erasure_pattern_every_variant() {
 }
 
 /// Shards long enough, and aligned, for the streaming-store path, and with more sources
-/// than one kernel pass takes (the source-group passes).
+/// than one kernel pass takes (the source-group passes); an odd number of 128-byte blocks
+/// (kernels unrolled past one block finish with a shorter pass) and a short tail.
 #[test]
 fn long_shards_match_portable() {
-    let len = 300 * 1024 + 4096 + 64;
+    let len = 300 * 1024 + 4096 + 128 + 64;
     for scheme in [
         Scheme::Xor { k: 3 },
+        Scheme::Cauchy { k: 6, m: 1 },
         Scheme::PQ { k: 4 },
         Scheme::Cauchy { k: 4, m: 3 },
         Scheme::Cauchy { k: 2, m: 10 },
