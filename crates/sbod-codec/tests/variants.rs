@@ -244,8 +244,8 @@ fn every_erasure_pattern_every_variant() {
 }
 
 /// Shards long enough, and aligned, for the streaming-store path, and with more sources
-/// than one kernel pass takes (the source-group passes); an odd number of 128-byte blocks
-/// (kernels unrolled past one block finish with a shorter pass) and a short tail.
+/// than one kernel pass takes (the source-group passes), with an odd number of 128-byte
+/// blocks and a tail shorter than one.
 #[test]
 fn long_shards_match_portable() {
     let len = 300 * 1024 + 4096 + 128 + 64;

@@ -44,15 +44,9 @@ macro_rules! gf_kernels {
         /// Zen 3 with 4 KiB shards: XOR 7+1 cache-resident 0.89 -> 1.01 of ISA-L, P+Q and
         /// the streaming rows unchanged within noise; at 64 KiB the prefetches still help).
         const PF_MIN: usize = 32 * 1024;
-        /// Ranges shorter than this run the dot product [`STEP_U`] vectors per pass
-        /// whatever the output count's unroll factor (see [`dot_u`]).
-        const WIDE_MIN: usize = 32 * 1024;
 
-        /// Bytes per block of the dot-product kernel: callers pass ranges of whole
-        /// blocks. A pass of more than `STEP` bytes per source ([`dot`]'s unroll factor
-        /// above `STEP_U`) does the last few blocks with `STEP_U`.
-        pub(crate) const STEP: usize = W * STEP_U;
-        const STEP_U: usize = 4;
+        /// Bytes per block of the dot-product kernel (every unroll factor divides it).
+        pub(crate) const STEP: usize = W * 4;
         /// Bytes per block of the XOR kernel.
         pub(crate) const XSTEP: usize = W * 4;
         /// Bytes per block of the P+Q kernel.
@@ -193,41 +187,10 @@ macro_rules! gf_kernels {
         ) {
             match (outs.len(), delta) {
                 $(
-                    ($n, false) => dot_u::<$n, $u, $tf, false>(tab, srcs, outs, start, end, store),
-                    ($n, true) => dot_u::<$n, $u, $tf, true>(tab, srcs, outs, start, end, store),
+                    ($n, false) => dot_n::<$n, $u, $tf, false>(tab, srcs, outs, start, end, store),
+                    ($n, true) => dot_n::<$n, $u, $tf, true>(tab, srcs, outs, start, end, store),
                 )*
                 (n, _) => unreachable!("{n} outputs in one kernel pass"),
-            }
-        }
-
-        /// [`dot_n`] with `U` vectors per pass where whole passes fit, and `STEP_U` for
-        /// the rest of the range (a multiple of `STEP`). Ranges under `WIDE_MIN` take
-        /// `STEP_U` throughout: with short shards that come from memory, a narrower pass
-        /// lets the out-of-order window reach more sources at once (measured on Zen 3,
-        /// decode of 1 lost with 4 KiB shards streaming: 0.86-0.93 of ISA-L with 8 vectors,
-        /// 0.97-1.04 with 4; from cache the same).
-        #[target_feature(enable = $feat)]
-        #[inline]
-        unsafe fn dot_u<const N: usize, const U: usize, const TABLES_FIRST: bool, const DELTA: bool>(
-            tab: *const u8,
-            srcs: &[&[u8]],
-            outs: &[*mut u8],
-            start: usize,
-            end: usize,
-            store: Store,
-        ) {
-            // The tail is a whole number of STEP blocks only if U is a multiple of STEP_U.
-            const { assert!(U <= STEP_U || U % STEP_U == 0) };
-            if U <= STEP_U {
-                return dot_n::<N, U, TABLES_FIRST, DELTA>(tab, srcs, outs, start, end, store);
-            }
-            if end - start < WIDE_MIN {
-                return dot_n::<N, STEP_U, TABLES_FIRST, DELTA>(tab, srcs, outs, start, end, store);
-            }
-            let mid = start + (end - start) / (W * U) * (W * U);
-            dot_n::<N, U, TABLES_FIRST, DELTA>(tab, srcs, outs, start, mid, store);
-            if mid < end {
-                dot_n::<N, STEP_U, TABLES_FIRST, DELTA>(tab, srcs, outs, mid, end, store);
             }
         }
 
@@ -458,13 +421,9 @@ pub(crate) mod avx2 {
         xor(xor(_mm256_add_epi8(q, q), fold), d)
     }
 
-    // One output: 8 vectors per pass on long ranges (8 accumulators, 2 tables, the mask
-    // and 3 temporaries fill the 16 registers). Measured on Zen 3 against 4 vectors
-    // (bench/codec, 8 rounds each, best round): decodes of 1 lost with 64 KiB and 1 MiB
-    // shards from cache 0-13% faster, mostly 5-8%; streaming rows unchanged within noise.
     gf_kernels!(
         "avx2",
-        [(1, 8, true), (2, 4, true), (3, 2, false), (4, 2, false)]
+        [(1, 4, true), (2, 4, true), (3, 2, false), (4, 2, false)]
     );
 }
 
