@@ -11,8 +11,8 @@
 #   scripts/bench-codec-ab.sh REV [--rounds N] [--filter TEXT]... [--sizes 4096,65536,...]
 #
 # --filter may be given several times (rows matching any). Defaults: 4 rounds, every row,
-# shard sizes 4 KiB, 64 KiB and 1 MiB. Not part of the
-# test suite; needs what scripts/bench-codec.sh needs, and REV must have bench/codec.
+# shard sizes 4 KiB, 64 KiB and 1 MiB. Not part of the test suite; needs what
+# scripts/bench-codec.sh needs, and REV must have bench/codec.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 REV [--rounds N] [--filter TEXT]... [--sizes LIST]" >&2; exit 2; }
