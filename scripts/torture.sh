@@ -84,61 +84,65 @@ def verified(r):
 def resynced(r):
     space = r['member_space_at_restarts']
     return f"{mib(r['resynced_bytes'])} / {mib(space)} ({100 * r['resynced_bytes'] / max(1, space):.1f}%)"
-print(f"Run: `scripts/torture.sh --scale {scale}` ({secs // 60} min on this machine).\n")
+def table(title, cols, rs, cells):
+    """One Markdown table (title, header, a row of cells per figure), if there are figures."""
+    if not rs:
+        return
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rs:
+        print("| " + " | ".join(str(c) for c in cells(r)) + " |")
 
-pc = [r for r in rows if r.get("test") == "powercut"]
-if pc:
-    print("### Power cuts (unflushed member writes dropped or torn)\n")
-    print("| layout | power cuts | of them during assembly | writes acked (FUA) | flushes | unflushed writes at the cut: landed / torn / dropped | blocks verified | resynced / member space | scrubs clean | lost |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in pc:
-        print(f"| {r['layout']} | {r['crashes']} | {r['cuts_during_assembly']} | {r['writes_acked']} ({r['fua_acked']}) | {r['flushes_acked']} "
-              f"| {r['unflushed_landed']} / {r['unflushed_torn']} / {r['unflushed_dropped']} "
-              f"| {verified(r)} | {resynced(r)} "
-              f"| {r['scrubs_clean']} | {r['lost']} |")
-    print()
-pl = [r for r in rows if r.get("test") == "powercut_and_member_lost"]
-if pl:
-    print("### Power cut and a member lost at once\n")
-    print("| layout | crashes | served correctly | refused (clear error) | wrong data |")
-    print("|---|---|---|---|---|")
-    for r in pl:
-        print(f"| {r['layout']} | {r['crashes']} | {r['served_correctly']} | {r['refused']} | 0 |")
-    print()
-sk = [r for r in rows if r.get("test") == "sigkill"]
-if sk:
-    print("### SIGKILL of `sbod serve` under libnbd clients\n")
-    print("| layout | kills (writing / starting / scrubbing) | writes acked (FUA) | flushes | restarts verified (unclean) | blocks verified | resynced / member space | scrubs (mismatches) | lost |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in sk:
-        print(f"| {r['layout']} | {r['crashes']} ({r['kills_while_writing']} / {r['kills_while_starting']} / {r['kills_while_scrubbing']}) "
-              f"| {r['writes_acked']} ({r['fua_acked']}) | {r['flushes_acked']} | {r['restarts_verified']} ({r['unclean_restarts']}) "
-              f"| {verified(r)} | {resynced(r)} "
-              f"| {r['scrubs']} ({r['scrub_mismatches']}) | {r['lost_blocks']} |")
-    print()
-fl = [r for r in rows if "faults" in r and "test" in r and r.get("test") not in ("powercut",)]
-if fl:
-    print("### Member faults\n")
-    print("| test | faults injected | sectors repaired by rewrite | members failed | rebuilds | bytes verified | bit flips injected / found / repaired (not locatable by design) | clear errors | wrong data |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in fl:
-        f = r["faults"]
-        fs = ", ".join(f"{k} {v}" for k, v in f.items()) if isinstance(f, dict) else str(f)
-        print(f"| {r['test']} | {fs} | {r['repaired_sectors']} | {r['members_failed']} | {r['rebuilds']} | {mib(r['bytes_verified'])} "
-              f"| {r['flips_injected']} / {r['flips_found']} / {r['flips_repaired']} ({r['flips_unrecoverable_by_design']}) | {r['clear_errors_returned']} | {r['wrong_data_returned']} |")
-    print()
-fz = [r for r in rows if "inputs" in r or r.get("suite") == "nbd-fuzz"]
-if fz:
-    print("### Hostile input\n")
-    print("| target | inputs | outcomes |")
-    print("|---|---|---|")
-    for r in fz:
-        if r.get("suite") == "nbd-fuzz":
-            print(f"| NBD handshake and requests (sessions over a socket) | {r['sessions']} ({r['mutated']} mutated, {mib(r['bytes_sent'])} sent) | panics {r['panics']}, hangs {r['hangs']}, other export touched: never, well-behaved client served after |")
-        else:
-            o = r["outcomes"]
-            os_ = ", ".join(f"{k}: {v}" for k, v in sorted(o.items())) if isinstance(o, dict) else str(o)
-            print(f"| {r['test']} | {r['inputs']} | {os_} |")
+def by_test(name):
+    return [r for r in rows if r.get("test") == name]
+
+def faults(r):
+    f = r["faults"]
+    return ", ".join(f"{k} {v}" for k, v in f.items()) if isinstance(f, dict) else str(f)
+
+def hostile(r):
+    if r.get("suite") == "nbd-fuzz":
+        return ["NBD handshake and requests (sessions over a socket)",
+                f"{r['sessions']} ({r['mutated']} mutated, {mib(r['bytes_sent'])} sent)",
+                f"panics {r['panics']}, hangs {r['hangs']}, other export touched: never, well-behaved client served after"]
+    o = r["outcomes"]
+    return [r["test"], r["inputs"],
+            ", ".join(f"{k}: {v}" for k, v in sorted(o.items())) if isinstance(o, dict) else str(o)]
+
+print(f"Run: `scripts/torture.sh --scale {scale}` ({secs // 60} min on this machine).")
+table("Power cuts (unflushed member writes dropped or torn)",
+      ["layout", "power cuts", "of them during assembly", "writes acked (FUA)", "flushes",
+       "unflushed writes at the cut: landed / torn / dropped", "blocks verified",
+       "resynced / member space", "scrubs clean", "lost"],
+      by_test("powercut"),
+      lambda r: [r["layout"], r["crashes"], r["cuts_during_assembly"], f"{r['writes_acked']} ({r['fua_acked']})",
+                 r["flushes_acked"], f"{r['unflushed_landed']} / {r['unflushed_torn']} / {r['unflushed_dropped']}",
+                 verified(r), resynced(r), r["scrubs_clean"], r["lost"]])
+table("Power cut and a member lost at once",
+      ["layout", "crashes", "served correctly", "refused (clear error)", "wrong data"],
+      by_test("powercut_and_member_lost"),
+      lambda r: [r["layout"], r["crashes"], r["served_correctly"], r["refused"], 0])
+table("SIGKILL of `sbod serve` under libnbd clients",
+      ["layout", "kills (writing / starting / scrubbing)", "writes acked (FUA)", "flushes",
+       "restarts verified (unclean)", "blocks verified", "resynced / member space",
+       "scrubs (mismatches)", "lost"],
+      by_test("sigkill"),
+      lambda r: [r["layout"], f"{r['crashes']} ({r['kills_while_writing']} / {r['kills_while_starting']} / {r['kills_while_scrubbing']})",
+                 f"{r['writes_acked']} ({r['fua_acked']})", r["flushes_acked"],
+                 f"{r['restarts_verified']} ({r['unclean_restarts']})", verified(r), resynced(r),
+                 f"{r['scrubs']} ({r['scrub_mismatches']})", r["lost_blocks"]])
+table("Member faults",
+      ["test", "faults injected", "sectors repaired by rewrite", "members failed", "rebuilds",
+       "bytes verified", "bit flips injected / found / repaired (not locatable by design)",
+       "clear errors", "wrong data"],
+      [r for r in rows if "faults" in r and "test" in r and r.get("test") not in ("powercut",)],
+      lambda r: [r["test"], faults(r), r["repaired_sectors"], r["members_failed"], r["rebuilds"],
+                 mib(r["bytes_verified"]),
+                 f"{r['flips_injected']} / {r['flips_found']} / {r['flips_repaired']} ({r['flips_unrecoverable_by_design']})",
+                 r["clear_errors_returned"], r["wrong_data_returned"]])
+table("Hostile input", ["target", "inputs", "outcomes"],
+      [r for r in rows if "inputs" in r or r.get("suite") == "nbd-fuzz"], hostile)
 EOF
 cat "$out/summary.md"
 echo "torture.sh: figures in $out/figures.jsonl, summary in $out/summary.md" >&2
