@@ -9,7 +9,6 @@ use crate::locks::StripeLocks;
 use crate::process::ProcessHandle;
 use crate::superblock::{self, MemberEntry, Role, Slot, SlotState, Superblock};
 use arc_swap::ArcSwap;
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -171,42 +170,7 @@ pub struct AssembleOptions {
     pub read_only: bool,
 }
 
-/// Tunables a user can change on a running array.
-#[derive(Clone, Debug, Serialize)]
-pub struct Settings {
-    /// Background bytes/s when foreground I/O is active (0 = no floor).
-    pub rebuild_min_rate: u64,
-    /// Background bytes/s ceiling (0 = unlimited).
-    pub rebuild_max_rate: u64,
-    /// Read errors a member may have before it is failed.
-    pub max_read_errors: u64,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            rebuild_min_rate: 50 << 20,
-            rebuild_max_rate: 0,
-            max_read_errors: 20,
-        }
-    }
-}
-
-/// What assembly had to do.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct AssemblyReport {
-    /// The array was not shut down cleanly.
-    pub unclean: bool,
-    /// Bytes of member space resynced from the write-intent bitmap.
-    pub resynced_bytes: u64,
-    pub resynced_regions: u64,
-    /// Members that were stale or re-added and are rebuilt.
-    pub rebuilding: Vec<String>,
-    /// Members given but not used, with the reason.
-    pub ignored: Vec<(String, String)>,
-    /// Slots with no member.
-    pub missing: Vec<usize>,
-}
+pub use sbod_types::{AssemblyReport, Settings};
 
 pub struct Array {
     pub name: String,
@@ -1414,62 +1378,20 @@ impl Array {
     }
 }
 
-/// What `sbod status --json` reports.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Status {
-    pub name: String,
-    pub uuid: String,
-    pub level: String,
-    /// optimal / degraded / rebuilding / resyncing / failed
-    pub state: String,
-    pub failed_reason: Option<String>,
-    pub size: u64,
-    pub chunk: u32,
-    pub groups: u32,
-    pub width: u32,
-    pub redundancy: usize,
-    pub event: u64,
-    pub members: Vec<MemberStatus>,
-    pub process: Option<crate::process::ProcessStatus>,
-    pub last_process: Option<crate::process::ProcessStatus>,
-    pub bitmap_region: Option<u64>,
-    pub dirty_regions: u64,
-    pub resync_offset: Option<u64>,
-    pub assembly: AssemblyReport,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct MemberStatus {
-    pub slot: Option<usize>,
-    pub group: Option<usize>,
-    pub path: Option<String>,
-    pub uuid: Option<String>,
-    /// active / failed / spare / rebuilding / missing / replacing
-    pub state: String,
-    pub domain: String,
-    pub size: u64,
-    pub read_errors: u64,
-    pub write_errors: u64,
-    pub checksum_errors: u64,
-    pub repaired: u64,
-    pub reads: u64,
-    pub writes: u64,
-    /// Rebuilding/replacing: bytes of member data valid so far.
-    pub recovered: Option<u64>,
-}
+pub use sbod_types::{ArrayState, MemberState, MemberStatus, Status};
 
 impl Array {
     pub fn status(&self) -> Status {
         let st = self.state.load_full();
         let w = self.geometry.width as usize;
         let mut members = Vec::new();
-        let ms =
-            |m: &Arc<Member>, slot: Option<usize>, state: &str, rec: Option<u64>| MemberStatus {
+        let ms = |m: &Arc<Member>, slot: Option<usize>, state: MemberState, rec: Option<u64>| {
+            MemberStatus {
                 slot,
                 group: slot.map(|s| s / w),
                 path: Some(m.path.clone()),
                 uuid: Some(m.uuid.to_string()),
-                state: state.into(),
+                state,
                 domain: m.domain.clone(),
                 size: m.size,
                 read_errors: m.stats.read_errors.load(Ordering::Relaxed),
@@ -1479,32 +1401,37 @@ impl Array {
                 reads: m.stats.reads.load(Ordering::Relaxed),
                 writes: m.stats.writes.load(Ordering::Relaxed),
                 recovered: rec,
-            };
+            }
+        };
         let mut rebuilding = false;
         for (i, s) in st.slots.iter().enumerate() {
             match (&s.member, s.state) {
-                (Some(m), SlotState::Active) => members.push(ms(m, Some(i), "active", None)),
+                (Some(m), SlotState::Active) => {
+                    members.push(ms(m, Some(i), MemberState::Active, None))
+                }
                 (Some(m), SlotState::Rebuilding) => {
                     rebuilding = true;
                     members.push(ms(
                         m,
                         Some(i),
-                        "rebuilding",
+                        MemberState::Rebuilding,
                         Some(s.recovery.load(Ordering::Relaxed)),
                     ))
                 }
-                (Some(m), SlotState::Failed) => members.push(ms(m, Some(i), "failed", None)),
+                (Some(m), SlotState::Failed) => {
+                    members.push(ms(m, Some(i), MemberState::Failed, None))
+                }
                 (None, state) => members.push(MemberStatus {
                     slot: Some(i),
                     group: Some(i / w),
                     path: None,
                     uuid: s.entry.as_ref().map(|e| e.uuid.to_string()),
                     state: if state == SlotState::Empty {
-                        "empty".into()
+                        MemberState::Empty
                     } else if self.report.lock().missing.contains(&i) {
-                        "missing".into()
+                        MemberState::Missing
                     } else {
-                        "failed".into()
+                        MemberState::Failed
                     },
 
                     domain: s
@@ -1521,35 +1448,42 @@ impl Array {
                     writes: 0,
                     recovered: None,
                 }),
-                (Some(m), SlotState::Empty) => members.push(ms(m, Some(i), "missing", None)),
+                (Some(m), SlotState::Empty) => {
+                    members.push(ms(m, Some(i), MemberState::Missing, None))
+                }
             }
             if let Some((m, r)) = &s.replacement {
                 rebuilding = true;
-                members.push(ms(m, Some(i), "replacing", Some(r.load(Ordering::Relaxed))));
+                members.push(ms(
+                    m,
+                    Some(i),
+                    MemberState::Replacing,
+                    Some(r.load(Ordering::Relaxed)),
+                ));
             }
         }
         for m in &st.spares {
-            members.push(ms(m, None, "spare", None));
+            members.push(ms(m, None, MemberState::Spare, None));
         }
         let degraded = st.slots.iter().any(|s| s.state != SlotState::Active);
         let resync = self.resync_offset.load(Ordering::Relaxed);
         let process = self.process.lock().as_ref().map(|p| p.status());
         let state = if st.failed.is_some() {
-            "failed"
+            ArrayState::Failed
         } else if rebuilding {
-            "rebuilding"
+            ArrayState::Rebuilding
         } else if degraded {
-            "degraded"
+            ArrayState::Degraded
         } else if resync != u64::MAX {
-            "resyncing"
+            ArrayState::Resyncing
         } else {
-            "optimal"
+            ArrayState::Optimal
         };
         Status {
             name: self.name.clone(),
             uuid: self.uuid.to_string(),
-            level: self.geometry.level.to_string(),
-            state: state.into(),
+            level: self.geometry.level,
+            state,
             failed_reason: st.failed.clone(),
             size: self.size,
             chunk: self.geometry.chunk,

@@ -9,15 +9,14 @@ use crate::state::{self, Registry};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sbod_core::array::{self as core_array, Status};
-use sbod_core::layout::{parse_size, Level};
+use sbod_core::layout::Level;
 use sbod_core::process::ProcessStatus;
 use sbod_core::{Array, AssembleOptions, CreateSpec};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) fn size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s)
-}
+/// Sizes on the command line follow the one rule of `sbod_types::size`.
+pub(crate) use sbod_types::size::{parse_rate as rate_arg, parse_size as size_arg};
 
 #[derive(Args, Debug)]
 pub struct CreateArgs {
@@ -149,11 +148,11 @@ pub struct NameArgs {
 #[derive(Args, Debug)]
 pub struct SetArgs {
     pub name: String,
-    /// Background rate floor while clients are busy (e.g. 50M; 0 = none).
-    #[arg(long, value_parser = size_arg)]
+    /// Background rate floor while clients are busy, bytes/s (e.g. 50M or 50M/s; 0 = none).
+    #[arg(long, value_parser = rate_arg)]
     pub rebuild_min_rate: Option<u64>,
-    /// Background rate ceiling (e.g. 500M; 0 = unlimited).
-    #[arg(long, value_parser = size_arg)]
+    /// Background rate ceiling, bytes/s (e.g. 500M; 0 = unlimited).
+    #[arg(long, value_parser = rate_arg)]
     pub rebuild_max_rate: Option<u64>,
 }
 
