@@ -210,6 +210,60 @@ pub struct SetArgs {
     pub rebuild_max_rate: Option<Size>,
 }
 
+/// `sbod create NAME --level L MEMBER...`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateArgs {
+    pub name: String,
+    pub level: crate::Level,
+    /// Chunk (stripe unit) per member.
+    #[serde(default = "default_chunk")]
+    pub chunk: Size,
+    #[serde(default = "one")]
+    pub groups: u32,
+    /// The last N members are hot spares.
+    #[serde(default)]
+    pub spares: usize,
+    /// Copies per mirror set (raid10).
+    #[serde(default = "two")]
+    pub copies: u32,
+    /// Create missing member files of this size.
+    #[serde(default)]
+    pub size_each: Option<Size>,
+    /// Failure domain of each member, in order (empty: none).
+    #[serde(default)]
+    pub domains: Vec<String>,
+    #[serde(default)]
+    pub bitmap_region: Option<Size>,
+    #[serde(default)]
+    pub assume_clean: bool,
+    #[serde(default)]
+    pub force: bool,
+    pub members: Vec<String>,
+}
+
+fn default_chunk() -> Size {
+    Size(64 << 10)
+}
+fn one() -> u32 {
+    1
+}
+fn two() -> u32 {
+    2
+}
+
+/// `sbod assemble [--name N] [--force] MEMBER...`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssembleArgs {
+    /// Register under this name (default: the superblocks' name).
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub force: bool,
+    pub members: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,8 +52,8 @@ pub use event::{Event, EventKind};
 pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};
 pub use status::{
-    ArrayState, AssemblyReport, MemberState, MemberStatus, MismatchRegion, ProcessKind,
-    ProcessStatus, Settings, Status,
+    ArrayState, ArrayStatus, AssemblyReport, MemberState, MemberStatus, MismatchRegion,
+    ProcessKind, ProcessStatus, Settings, Status,
 };
 
 /// A value that did not parse, with a message that says what would have been accepted.

@@ -140,6 +140,15 @@ pub struct AssemblyReport {
     pub missing: Vec<usize>,
 }
 
+/// One array as `sbod status --json` and `GET /api/v1/arrays[/NAME]` list it: its status,
+/// and whether a process serves it now.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ArrayStatus {
+    #[serde(flatten)]
+    pub status: Status,
+    pub running: bool,
+}
+
 /// Tunables a user can change on a running array.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {

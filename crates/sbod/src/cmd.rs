@@ -1,19 +1,16 @@
 //! The array commands: create, assemble, status, examine, fail, remove, add, replace,
-//! scrub, stop, set. Each reaches a running array through its control socket, or opens the
-//! array in this process when nothing serves it.
+//! scrub, stop, forget, set. Each is a call to the management library (sbod-mgmt), which
+//! reaches a running array through its control socket or opens the array in this process;
+//! this file holds only the arguments and the words printed.
 
-use crate::control::{self, Request};
-use crate::members;
 use crate::output;
-use crate::state::{self, Registry};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
-use sbod_core::array::{self as core_array, Status};
-use sbod_core::layout::Level;
-use sbod_core::process::ProcessStatus;
-use sbod_core::{Array, AssembleOptions, CreateSpec};
+use sbod_core::layout::{human, Level};
+use sbod_mgmt::{registry, Manager, Offline, Reporter, Via};
+use sbod_types::control as req;
+use sbod_types::control::Size;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Sizes on the command line follow the one rule of `sbod_types::size`.
 pub(crate) use sbod_types::size::{parse_rate as rate_arg, parse_size as size_arg};
@@ -156,142 +153,57 @@ pub struct SetArgs {
     pub rebuild_max_rate: Option<u64>,
 }
 
-/// Record the array's current members.
-pub fn save_registry(array: &Array) -> Result<()> {
-    let st = array.state();
-    let mut failed = Vec::new();
-    for s in &st.slots {
-        if s.state == sbod_core::superblock::SlotState::Failed {
-            if let Some(m) = &s.member {
-                failed.push(state::FailedMember {
-                    path: m.path.clone(),
-                    uuid: m.uuid.to_string(),
-                });
-            }
-        }
-    }
-    let members: Vec<String> = st.live_members().iter().map(|m| m.path.clone()).collect();
-    // Keep earlier failures while their slot still records them.
-    let recorded: Vec<String> = st
-        .slots
-        .iter()
-        .filter_map(|s| s.entry.as_ref().map(|e| e.uuid.to_string()))
-        .collect();
-    let mut prev_failed = state::load(&array.name)
-        .map(|r| r.failed)
-        .unwrap_or_default();
-    prev_failed.retain(|f| {
-        !members.contains(&f.path)
-            && recorded.contains(&f.uuid)
-            && !failed.iter().any(|x| x.uuid == f.uuid)
-    });
-    failed.extend(prev_failed);
-    state::save(&Registry {
-        name: array.name.clone(),
-        uuid: array.uuid.to_string(),
-        members,
-        failed,
-    })
+/// The CLI's reporter: notes on stderr, progress as a bar.
+struct Terminal {
+    bar: parking_lot::Mutex<Option<indicatif::ProgressBar>>,
 }
 
-/// Open a registered array in this process.
-pub async fn open_offline(name: &str, opts: AssembleOptions) -> Result<Arc<Array>> {
-    let reg = state::load(name)?;
-    let mut specs = Vec::new();
-    for p in &reg.members {
-        let r = if opts.read_only {
-            members::open_read_only(p)
-        } else {
-            members::open(p, "")
-        };
-        match r {
-            Ok(s) => specs.push(s),
-            Err(e) => eprintln!("warning: {e}; assembling '{name}' without it"),
+impl Reporter for Terminal {
+    fn note(&self, msg: &str) {
+        eprintln!("{msg}");
+    }
+
+    fn progress(&self, what: &str, done: u64, total: u64) {
+        let mut b = self.bar.lock();
+        let bar = b.get_or_insert_with(|| output::progress_bar(what));
+        bar.set_length(total.max(1));
+        bar.set_position(done);
+    }
+
+    fn progress_done(&self) {
+        if let Some(b) = self.bar.lock().take() {
+            b.finish_and_clear();
         }
     }
-    if specs.is_empty() {
-        bail!("none of the members of '{name}' could be opened");
-    }
-    let a = Array::assemble(specs, opts).await?;
-    if a.uuid.to_string() != reg.uuid {
-        bail!(
-            "the members registered as '{name}' now belong to another array ({})",
-            a.uuid
-        );
-    }
-    let rep = a.report();
-    if rep.resynced_regions > 0 {
-        eprintln!(
-            "{name}: not shut down cleanly; resynced {} region(s), {} of member space",
-            rep.resynced_regions,
-            sbod_core::layout::human(rep.resynced_bytes)
-        );
-    }
-    for (p, why) in &rep.ignored {
-        eprintln!("warning: {p}: {why}");
-    }
-    Ok(a)
+}
+
+/// The management library as the CLI uses it: long work on an array nothing serves runs
+/// here, in the foreground, with a progress bar.
+pub fn manager() -> Manager {
+    Manager::new(
+        Arc::new(Terminal {
+            bar: parking_lot::Mutex::new(None),
+        }),
+        Offline::Foreground,
+    )
 }
 
 pub async fn create(args: CreateArgs) -> Result<()> {
-    if state::exists(&args.name) {
-        bail!(
-            "an array named '{}' is already registered; choose another name, or `sbod stop {}` and remove its registration with `sbod forget {}`",
-            args.name,
-            args.name,
-            args.name
-        );
-    }
-    if args.chunk > u32::MAX as u64 {
-        bail!("chunk too large");
-    }
-    if !args.domains.is_empty() && args.domains.len() != args.members.len() {
-        bail!(
-            "--domains lists {} labels for {} members: give one label per member, in order",
-            args.domains.len(),
-            args.members.len()
-        );
-    }
-    let created = match args.size_each {
-        Some(sz) => members::create_files(&args.members, sz)?,
-        None => {
-            for m in &args.members {
-                members::check_exists(m)?;
-            }
-            Vec::new()
-        }
-    };
-    let fresh = created.len() == args.members.len();
-    let r = create_on(&args, fresh).await;
-    if r.is_err() {
-        members::remove_created(&created);
-    }
-    r
-}
-
-async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
-    let mut specs = Vec::new();
-    for (i, m) in args.members.iter().enumerate() {
-        let abs = state::absolute(std::path::Path::new(m))?;
-        let dom = args.domains.get(i).cloned().unwrap_or_default();
-        specs.push(members::open(&abs, &dom)?);
-    }
-    let spec = CreateSpec {
+    let a = req::CreateArgs {
         name: args.name.clone(),
         level: args.level,
-        chunk: args.chunk as u32,
+        chunk: Size(args.chunk),
         groups: args.groups,
         spares: args.spares,
         copies: args.copies,
-        bitmap_region: args.bitmap_region,
-        assume_clean: args.assume_clean || fresh,
+        size_each: args.size_each.map(Size),
+        domains: args.domains,
+        bitmap_region: args.bitmap_region.map(Size),
+        assume_clean: args.assume_clean,
         force: args.force,
+        members: args.members,
     };
-    let array = Array::create(spec, specs).await?;
-    save_registry(&array)?;
-    let status = array.status();
-    let needs_sync = status.resync_offset.is_some();
-    array.close().await?;
+    let status = manager().create(&a).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
@@ -300,9 +212,9 @@ async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
             args.name,
             output::layout_desc(&status),
             status.members.len(),
-            sbod_core::layout::human(status.size)
+            human(status.size)
         );
-        if needs_sync {
+        if status.resync_offset.is_some() {
             println!("initial parity sync runs in the background while the array is served (sbod serve {})", args.name);
         }
         println!("serve it with: sbod serve {}", args.name);
@@ -311,68 +223,22 @@ async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
 }
 
 pub async fn assemble(args: AssembleArgs) -> Result<()> {
-    let mut specs = Vec::new();
-    for m in &args.members {
-        let abs = state::absolute(std::path::Path::new(m))?;
-        specs.push(members::open(&abs, "")?);
-    }
-    let array = Array::assemble(
-        specs,
-        AssembleOptions {
+    let (st, rep) = manager()
+        .assemble(&req::AssembleArgs {
+            name: args.name,
             force: args.force,
-            ..Default::default()
-        },
-    )
-    .await?;
-    if let Some(n) = &args.name {
-        if n != &array.name {
-            eprintln!(
-                "note: the superblocks name this array '{}'; registering it as '{n}'",
-                array.name
-            );
-        }
-    }
-    let name = args.name.clone().unwrap_or_else(|| array.name.clone());
-    if let Ok(reg) = state::load(&name) {
-        if reg.uuid != array.uuid.to_string() && !args.force {
-            array.close().await.ok();
-            bail!(
-                "'{name}' is already registered for another array ({}); use --name to pick another name or --force to replace the registration",
-                reg.uuid
-            );
-        }
-    }
-    if control::running(&name).await {
-        array.close().await.ok();
-        bail!("'{name}' is being served right now; stop it first");
-    }
-    let rep = array.report();
-    // Rebuild stale members now, with progress, so the array is whole when we return.
-    let rebuilding = array
-        .status()
-        .members
-        .iter()
-        .any(|m| m.state == "rebuilding" || m.state == "replacing");
-    let mut reg_array = array.clone();
-    if rebuilding {
-        run_with_progress(&array, "rebuild", array.rebuild_now()).await?;
-        reg_array = array.clone();
-    }
-    let st = reg_array.status();
-    let mut reg_name_array = st.clone();
-    reg_name_array.name = name.clone();
-    save_registry_as(&reg_array, &name)?;
-    array.close().await?;
+            members: args.members,
+        })
+        .await?;
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"status": reg_name_array, "assembly": rep})
-            )?
+            serde_json::to_string_pretty(&serde_json::json!({"status": st, "assembly": rep}))?
         );
     } else {
         println!(
-            "assembled {name}: {} ({})",
+            "assembled {}: {} ({})",
+            st.name,
             output::layout_desc(&st),
             st.state
         );
@@ -380,7 +246,7 @@ pub async fn assemble(args: AssembleArgs) -> Result<()> {
             println!(
                 "  not shut down cleanly: resynced {} region(s), {}",
                 rep.resynced_regions,
-                sbod_core::layout::human(rep.resynced_bytes)
+                human(rep.resynced_bytes)
             );
         }
         for p in &rep.rebuilding {
@@ -396,95 +262,39 @@ pub async fn assemble(args: AssembleArgs) -> Result<()> {
     Ok(())
 }
 
-fn save_registry_as(array: &Array, name: &str) -> Result<()> {
-    save_registry(array)?;
-    if name != array.name {
-        let mut r = state::load(&array.name)?;
-        state::forget(&array.name)?;
-        r.name = name.to_string();
-        state::save(&r)?;
-    }
-    Ok(())
-}
-
-/// Status of a named array: from its server, or read from its members.
-pub async fn fetch_status(name: &str) -> Result<(Status, bool)> {
-    if let Some(v) = control::call(name, &Request::Status).await? {
-        return Ok((
-            serde_json::from_value(v).context("status from the server")?,
-            true,
-        ));
-    }
-    let a = open_offline(
-        name,
-        AssembleOptions {
-            read_only: true,
-            ..Default::default()
-        },
-    )
-    .await?;
-    let s = a.status();
-    a.close().await.ok();
-    Ok((s, false))
-}
-
 pub async fn status(args: StatusArgs) -> Result<()> {
+    let m = manager();
     let names = match &args.name {
         Some(n) => vec![n.clone()],
-        None => state::list()?,
+        None => m.list()?,
     };
     if names.is_empty() && !args.json {
         println!(
             "no arrays (state directory {})",
-            state::state_dir().display()
+            registry::state_dir().display()
         );
         return Ok(());
     }
     let mut all = Vec::new();
     for n in &names {
-        let (mut s, running) = fetch_status(n).await?;
-        if let Ok(reg) = state::load(n) {
-            for m in s.members.iter_mut() {
-                if m.path.is_none() {
-                    m.path = m.uuid.as_deref().and_then(|u| reg.failed_path(u));
-                }
-            }
-        }
-        all.push((s, running));
+        all.push(m.status(n).await?);
     }
     if args.json {
-        let v: Vec<serde_json::Value> = all
-            .iter()
-            .map(|(s, r)| {
-                let mut v = serde_json::to_value(s).expect("status serialises");
-                v["running"] = serde_json::Value::Bool(*r);
-                v
-            })
-            .collect();
         if args.name.is_some() {
-            println!("{}", serde_json::to_string_pretty(&v[0])?);
+            println!("{}", serde_json::to_string_pretty(&all[0])?);
         } else {
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            println!("{}", serde_json::to_string_pretty(&all)?);
         }
     } else {
-        for (s, r) in &all {
-            output::print_status(s, *r);
+        for s in &all {
+            output::print_status(&s.status, s.running);
         }
     }
     Ok(())
 }
 
 pub async fn examine(args: ExamineArgs) -> Result<()> {
-    let mut out = Vec::new();
-    for p in &args.members {
-        let spec = members::open_read_only(p)?;
-        let sb = core_array::read_superblock(&spec.dev).await;
-        spec.dev.close();
-        match sb {
-            Ok(sb) => out.push((p.clone(), Ok(sb))),
-            Err(e) => out.push((p.clone(), Err(e.to_string()))),
-        }
-    }
+    let out = manager().examine(&args.members).await;
     if args.json {
         let v: Vec<serde_json::Value> = out
             .iter()
@@ -512,236 +322,77 @@ pub async fn examine(args: ExamineArgs) -> Result<()> {
     Ok(())
 }
 
-/// Name a member the way the engine knows it: an absolute path, or the uuid of a failed
-/// member that is no longer open.
-fn member_ref(name: &str, p: &str) -> String {
-    let abs = state::absolute(std::path::Path::new(p)).unwrap_or_else(|_| p.to_string());
-    if let Ok(reg) = state::load(name) {
-        if let Some(u) = reg.failed_uuid(&abs) {
-            return u;
-        }
-    }
-    abs
-}
-
 pub async fn fail(args: MemberArgs) -> Result<()> {
-    let member = member_ref(&args.name, &args.member);
-    if control::call(
-        &args.name,
-        &Request::Fail {
-            member: member.clone(),
-        },
-    )
-    .await?
-    .is_some()
-    {
-        println!(
+    let a = req::MemberArgs {
+        member: args.member.clone(),
+    };
+    match manager().fail(&args.name, &a).await? {
+        Via::Served => println!(
             "{}: {} failed; the array keeps serving",
             args.name, args.member
-        );
-        return Ok(());
+        ),
+        Via::Offline => println!("{}: {} marked failed", args.name, args.member),
     }
-    let a = open_offline(
-        &args.name,
-        AssembleOptions {
-            no_processes: true,
-            ..Default::default()
-        },
-    )
-    .await?;
-    let r = a.fail(&member).await;
-    save_registry(&a)?;
-    a.close().await.ok();
-    r?;
-    println!("{}: {} marked failed", args.name, args.member);
     Ok(())
 }
 
 pub async fn remove(args: MemberArgs) -> Result<()> {
-    let member = member_ref(&args.name, &args.member);
-    if control::call(
-        &args.name,
-        &Request::Remove {
-            member: member.clone(),
-        },
-    )
-    .await?
-    .is_some()
-    {
-        println!("{}: {} removed", args.name, args.member);
-        return Ok(());
-    }
-    let a = open_offline(
-        &args.name,
-        AssembleOptions {
-            no_processes: true,
-            ..Default::default()
-        },
-    )
-    .await?;
-    let r = a.remove(&member).await;
-    save_registry(&a)?;
-    a.close().await.ok();
-    r?;
+    let a = req::MemberArgs {
+        member: args.member.clone(),
+    };
+    manager().remove(&args.name, &a).await?;
     println!("{}: {} removed", args.name, args.member);
     Ok(())
 }
 
-fn prepare_new(path: &str, size: Option<u64>) -> Result<String> {
-    if let Some(sz) = size {
-        let _ = members::create_files(&[path.to_string()], sz)?;
-    }
-
-    members::check_exists(path)?;
-    state::absolute(std::path::Path::new(path))
-}
-
 pub async fn add(args: AddArgs) -> Result<()> {
-    let paths: Vec<String> = args
-        .members
-        .iter()
-        .map(|p| prepare_new(p, args.size))
-        .collect::<Result<_>>()?;
-    if control::running(&args.name).await {
-        for p in &paths {
-            control::call(
-                &args.name,
-                &Request::Add {
-                    member: p.clone(),
-                    domain: args.domain.clone(),
-                    force: args.force,
-                },
-            )
-            .await?;
-            println!("{}: added {p}", args.name);
-        }
-        return Ok(());
-    }
-    let a = open_offline(
-        &args.name,
-        AssembleOptions {
-            no_processes: true,
-            ..Default::default()
-        },
-    )
-    .await?;
-    let mut result = Ok(());
-    for p in &paths {
-        let spec = members::open(p, &args.domain)?;
-        if let Err(e) = a.add(spec, args.force).await {
-            result = Err(anyhow!(e));
-            break;
-        }
+    let a = req::AddArgs {
+        members: args.members,
+        domain: args.domain,
+        size: args.size.map(Size),
+        force: args.force,
+    };
+    let (_, added) = manager().add(&args.name, &a).await?;
+    for p in added {
         println!("{}: added {p}", args.name);
     }
-    if result.is_ok() && a.status().members.iter().any(|m| m.state == "rebuilding") {
-        result = run_with_progress(&a, "rebuild", a.rebuild_now()).await;
-    }
-    save_registry(&a)?;
-    a.close().await.ok();
-    result
+    Ok(())
 }
 
 pub async fn replace(args: ReplaceArgs) -> Result<()> {
-    let new = prepare_new(&args.new, args.size)?;
-    let old = member_ref(&args.name, &args.old);
-    if control::running(&args.name).await {
-        control::call(
-            &args.name,
-            &Request::Replace {
-                old,
-                new: new.clone(),
-                force: args.force,
-            },
-        )
-        .await?;
-        println!(
-            "{}: rebuilding {} to replace {}",
-            args.name, args.new, args.old
-        );
-        if args.wait {
-            wait_remote(&args.name, "rebuild", |s| {
-                s.process
-                    .as_ref()
-                    .is_some_and(|p| p.kind == sbod_core::process::ProcessKind::Rebuild)
-                    || s.state == "rebuilding"
-            })
-            .await?;
-            println!("{}: replacement complete", args.name);
-        } else {
-            println!("watch it with: sbod status {}", args.name);
+    let a = req::ReplaceArgs {
+        old: args.old.clone(),
+        new: args.new.clone(),
+        size: args.size.map(Size),
+        force: args.force,
+    };
+    match manager().replace(&args.name, &a, args.wait).await? {
+        Via::Served => {
+            println!(
+                "{}: rebuilding {} to replace {}",
+                args.name, args.new, args.old
+            );
+            if args.wait {
+                println!("{}: replacement complete", args.name);
+            } else {
+                println!("watch it with: sbod status {}", args.name);
+            }
         }
-        return Ok(());
+        Via::Offline => println!("{}: {} replaced by {}", args.name, args.old, args.new),
     }
-    let a = open_offline(
-        &args.name,
-        AssembleOptions {
-            no_processes: true,
-            ..Default::default()
-        },
-    )
-    .await?;
-    let spec = members::open(&new, "")?;
-    let mut r = a
-        .replace(&old, spec, args.force)
-        .await
-        .map_err(|e| anyhow!(e));
-    if r.is_ok() {
-        save_registry(&a)?;
-        r = run_with_progress(&a, "rebuild", a.rebuild_now()).await;
-    }
-    save_registry(&a)?;
-    a.close().await.ok();
-    r?;
-    println!("{}: {} replaced by {}", args.name, args.old, args.new);
     Ok(())
 }
 
 pub async fn scrub(args: ScrubArgs) -> Result<()> {
-    let kind = if args.repair { "repair" } else { "check" };
-    let result: ProcessStatus = if control::call(
-        &args.name,
-        &Request::Scrub {
-            repair: args.repair,
-        },
-    )
-    .await?
-    .is_some()
-    {
-        let s = wait_remote(&args.name, kind, |s| {
-            s.process.as_ref().is_some_and(|p| {
-                matches!(
-                    p.kind,
-                    sbod_core::process::ProcessKind::Check
-                        | sbod_core::process::ProcessKind::Repair
-                )
-            })
-        })
-        .await?;
-        s.last_process
-            .ok_or_else(|| anyhow!("the server did not report the scrub's result"))?
-    } else {
-        let a = open_offline(
+    let result = manager()
+        .scrub(
             &args.name,
-            AssembleOptions {
-                no_processes: true,
-                ..Default::default()
+            &req::ScrubArgs {
+                repair: args.repair,
             },
+            true,
         )
         .await?;
-        let r = async {
-            let h = a.start_scrub(args.repair)?;
-            run_with_progress(&a, kind, async {
-                h.wait().await;
-                Ok(())
-            })
-            .await?;
-            Ok::<_, anyhow::Error>(h.status())
-        }
-        .await;
-        a.close().await.ok();
-        r?
-    };
     if let Some(e) = &result.error {
         bail!("scrub of '{}' stopped: {e}", args.name);
     }
@@ -754,27 +405,16 @@ pub async fn scrub(args: ScrubArgs) -> Result<()> {
 }
 
 pub async fn stop(args: NameArgs) -> Result<()> {
-    if control::call(&args.name, &Request::Stop).await?.is_none() {
-        state::load(&args.name)?;
+    if manager().stop(&args.name).await? {
+        println!("{} stopped", args.name);
+    } else {
         println!("{} is not running", args.name);
-        return Ok(());
     }
-    for _ in 0..600 {
-        if !control::running(&args.name).await {
-            println!("{} stopped", args.name);
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("{} did not stop within 60 s", args.name)
+    Ok(())
 }
 
 pub async fn forget(args: NameArgs) -> Result<()> {
-    if control::running(&args.name).await {
-        bail!("{} is being served; stop it first", args.name);
-    }
-    state::load(&args.name)?;
-    state::forget(&args.name)?;
+    manager().forget(&args.name).await?;
     println!(
         "{} forgotten (its members keep their superblocks; `sbod assemble` brings it back)",
         args.name
@@ -783,76 +423,11 @@ pub async fn forget(args: NameArgs) -> Result<()> {
 }
 
 pub async fn set(args: SetArgs) -> Result<()> {
-    let req = Request::Set {
-        rebuild_min_rate: args.rebuild_min_rate,
-        rebuild_max_rate: args.rebuild_max_rate,
+    let a = req::SetArgs {
+        rebuild_min_rate: args.rebuild_min_rate.map(Size),
+        rebuild_max_rate: args.rebuild_max_rate.map(Size),
     };
-    match control::call(&args.name, &req).await? {
-        Some(v) => {
-            println!("{}", serde_json::to_string_pretty(&v)?);
-            Ok(())
-        }
-        None => bail!(
-            "{} is not running: settings apply to a served array (sbod serve {})",
-            args.name,
-            args.name
-        ),
-    }
-}
-
-/// Run a foreground process, drawing a progress bar from the array's current process.
-pub async fn run_with_progress<F>(array: &Arc<Array>, what: &str, fut: F) -> Result<()>
-where
-    F: std::future::Future<Output = sbod_core::Result<()>>,
-{
-    let bar = output::progress_bar(what);
-    let a = array.clone();
-    let b = bar.clone();
-    let ticker = tokio::spawn(async move {
-        loop {
-            if let Some(p) = a.current_process() {
-                let s = p.status();
-                b.set_length(s.total.max(1));
-                b.set_position(s.done);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    });
-    let r = fut.await;
-    ticker.abort();
-    if let Some(p) = array.current_process() {
-        let s = p.status();
-        bar.set_length(s.total.max(1));
-        bar.set_position(s.done);
-    }
-    bar.finish_and_clear();
-    r.map_err(|e| anyhow!(e))
-}
-
-/// Poll a running server until the process `active` describes is over; draws progress.
-async fn wait_remote(name: &str, what: &str, active: impl Fn(&Status) -> bool) -> Result<Status> {
-    let bar = output::progress_bar(what);
-    let mut seen = false;
-    let mut idle_polls = 0;
-    loop {
-        let v = control::call(name, &Request::Status)
-            .await?
-            .ok_or_else(|| anyhow!("the server for '{name}' went away"))?;
-        let s: Status = serde_json::from_value(v)?;
-        if let Some(p) = &s.process {
-            bar.set_length(p.total.max(1));
-            bar.set_position(p.done);
-        }
-        if active(&s) {
-            seen = true;
-            idle_polls = 0;
-        } else {
-            idle_polls += 1;
-            if seen || idle_polls > 3 {
-                bar.finish_and_clear();
-                return Ok(s);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let s = manager().set(&args.name, &a).await?;
+    println!("{}", serde_json::to_string_pretty(&s)?);
+    Ok(())
 }

@@ -1,12 +1,9 @@
 //! The `sbod` command.
 
 mod cmd;
-mod control;
 mod lab;
-mod members;
 mod output;
 mod serve;
-mod state;
 
 use clap::{Parser, Subcommand};
 
