@@ -11,6 +11,7 @@ pub mod local;
 pub mod manager;
 pub mod members;
 pub mod metrics;
+pub mod monitor;
 pub mod registry;
 
 pub use error::{err, kind_of, Error, ErrorKind};

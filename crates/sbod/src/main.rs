@@ -2,6 +2,7 @@
 
 mod cmd;
 mod lab;
+mod monitor;
 mod output;
 mod serve;
 
@@ -47,6 +48,8 @@ enum Cmd {
     Set(cmd::SetArgs),
     /// Serve an array over NBD (foreground; Ctrl-C or `sbod stop` ends it cleanly).
     Serve(serve::ServeArgs),
+    /// Watch arrays and deliver their events to a program, syslog and a webhook.
+    Monitor(monitor::MonitorArgs),
     /// Capacity, reliability and expected performance of a disk layout, or several side by side.
     Plan(sbod_plan::cli::PlanArgs),
     /// Measure an array with fio through its life cycle against a no-RAID baseline.
@@ -89,6 +92,7 @@ fn main() {
             Cmd::Forget(a) => cmd::forget(a).await,
             Cmd::Set(a) => cmd::set(a).await,
             Cmd::Serve(a) => serve::serve(a).await,
+            Cmd::Monitor(a) => monitor::monitor(a).await,
             Cmd::Plan(a) => sbod_plan::cli::run(&a),
             Cmd::Bench(a) => match a.what {
                 Some(lab::BenchWhat::Codec(c)) => lab::bench_codec(c),
