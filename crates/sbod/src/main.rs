@@ -5,6 +5,7 @@ mod lab;
 mod monitor;
 mod output;
 mod serve;
+mod web;
 
 use clap::{Parser, Subcommand};
 
@@ -50,6 +51,8 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Watch arrays and deliver their events to a program, syslog and a webhook.
     Monitor(monitor::MonitorArgs),
+    /// HTTP API, Prometheus metrics and a dashboard for every registered array.
+    Web(web::WebArgs),
     /// Capacity, reliability and expected performance of a disk layout, or several side by side.
     Plan(sbod_plan::cli::PlanArgs),
     /// Measure an array with fio through its life cycle against a no-RAID baseline.
@@ -93,6 +96,7 @@ fn main() {
             Cmd::Set(a) => cmd::set(a).await,
             Cmd::Serve(a) => serve::serve(a).await,
             Cmd::Monitor(a) => monitor::monitor(a).await,
+            Cmd::Web(a) => web::web(a).await,
             Cmd::Plan(a) => sbod_plan::cli::run(&a),
             Cmd::Bench(a) => match a.what {
                 Some(lab::BenchWhat::Codec(c)) => lab::bench_codec(c),
