@@ -78,28 +78,39 @@ pub fn diff(prev: &Status, cur: &Status) -> Vec<Event> {
     let key = |m: &sbod_types::MemberStatus| m.uuid.clone().or_else(|| m.path.clone());
     let before: HashMap<_, _> = prev.members.iter().map(|m| (key(m), m)).collect();
     for m in &cur.members {
+        let who = member_name(m);
+        // A spare or a new member rebuilt into a slot and made active (mdadm's SpareActive),
+        // also when the whole rebuild fell between two looks.
+        let was = before.get(&key(m)).map(|p| p.state);
+        if m.state == MemberState::Active
+            && m.slot.is_some()
+            && was.is_none_or(|w| {
+                matches!(
+                    w,
+                    MemberState::Spare | MemberState::Rebuilding | MemberState::Replacing
+                )
+            })
+        {
+            out.push(event(
+                EventKind::SpareActivated,
+                cur,
+                Some(&who),
+                format!(
+                    "{}: {who} rebuilt and active in slot {}",
+                    cur.name,
+                    m.slot.unwrap_or(0)
+                ),
+            ));
+        }
         let Some(p) = before.get(&key(m)) else {
             continue;
         };
-        let who = member_name(m);
         if m.state == MemberState::Failed && p.state != MemberState::Failed {
             out.push(event(
                 EventKind::MemberFailed,
                 cur,
                 Some(&who),
                 format!("{}: member {who} failed", cur.name),
-            ));
-        }
-        if p.state == MemberState::Spare && m.slot.is_some() {
-            out.push(event(
-                EventKind::SpareActivated,
-                cur,
-                Some(&who),
-                format!(
-                    "{}: spare {who} took slot {}",
-                    cur.name,
-                    m.slot.unwrap_or(0)
-                ),
             ));
         }
     }
@@ -141,6 +152,16 @@ pub fn diff(prev: &Status, cur: &Status) -> Vec<Event> {
     if !same_run(&prev.last_process, &cur.last_process) {
         if let Some(p) = &cur.last_process {
             let took = format!("{:.1}s", p.elapsed_secs);
+            let seen_running = prev.process.as_ref().is_some_and(|r| r.kind == p.kind);
+            if p.kind == ProcessKind::Rebuild && !seen_running && started.is_none() {
+                // Started and finished between two looks.
+                out.push(event(
+                    EventKind::RebuildStarted,
+                    cur,
+                    None,
+                    format!("{}: rebuild started", cur.name),
+                ));
+            }
             match p.kind {
                 ProcessKind::Rebuild => out.push(event(
                     EventKind::RebuildFinished,

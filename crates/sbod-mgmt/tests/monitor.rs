@@ -92,7 +92,7 @@ fn a_life_cycle_becomes_events() {
     });
     assert_eq!(
         kinds(&diff(&failed, &rebuilding)),
-        [EventKind::SpareActivated, EventKind::RebuildStarted]
+        [EventKind::RebuildStarted]
     );
     let mut done = status(
         "optimal",
@@ -105,7 +105,21 @@ fn a_life_cycle_becomes_events() {
     done.last_process = Some(process(ProcessKind::Rebuild, 0, 3.0));
     assert_eq!(
         kinds(&diff(&rebuilding, &done)),
-        [EventKind::ArrayOptimal, EventKind::RebuildFinished]
+        [
+            EventKind::SpareActivated,
+            EventKind::ArrayOptimal,
+            EventKind::RebuildFinished
+        ]
+    );
+    // A whole rebuild between two looks still tells all of it.
+    assert_eq!(
+        kinds(&diff(&failed, &done)),
+        [
+            EventKind::SpareActivated,
+            EventKind::ArrayOptimal,
+            EventKind::RebuildStarted,
+            EventKind::RebuildFinished
+        ]
     );
     // A scrub that finds mismatches, then a clean one; then the array fails.
     let mut scrubbed = done.clone();

@@ -76,6 +76,14 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Serve(_) | Cmd::Web(_) | Cmd::Monitor(_)) {
+        // Services outlive their peers: a client or an alert program that goes away must
+        // give an EPIPE to handle, not end the process.
+        // SAFETY: as above, before the runtime's threads exist.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
