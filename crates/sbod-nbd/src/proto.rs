@@ -65,6 +65,7 @@ pub const CMD_FLAG_DF: u16 = 1 << 2;
 pub const REPLY_FLAG_DONE: u16 = 1 << 0;
 pub const REPLY_TYPE_NONE: u16 = 0;
 pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
 pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
 
 // Error values.
