@@ -126,6 +126,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         let sock = sock.clone();
         tokio::spawn(async move { control::serve(a, &sock, s, rx).await })
     };
+    let watcher = tokio::spawn(crate::remote::watch(array.clone(), stop_rx.clone()));
     let st = array.status();
     eprintln!(
         "sbod: serving {} ({}, {}, {}) on {}",
@@ -155,6 +156,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let r = server.serve(listeners, shutdown).await;
     let _ = stop_tx.send(true);
     let _ = ctl.await;
+    let _ = watcher.await;
     cmd::save_registry(&array)?;
     let closed = array.close().await;
     let _ = std::fs::remove_file(&sock);
