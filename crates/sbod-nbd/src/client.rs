@@ -471,7 +471,7 @@ impl<B: ClientBuf> Connection<B> {
             io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
-                    "{uri}: no NBD handshake within {} ms",
+                    "no NBD handshake within {} ms",
                     opts.connect_timeout.as_millis()
                 ),
             )
