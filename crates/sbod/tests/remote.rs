@@ -307,3 +307,64 @@ fn tls_between_heads_and_nodes_both_ways() {
     ]);
     assert!(e.contains("TLS"), "{e}");
 }
+
+#[test]
+fn the_lab_runs_over_remote_members() {
+    need("fio");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let sb = Sbod::new(d);
+    files(&d.join("node"), &["m0", "m1", "m2", "m3"], 16 << 20);
+    let port = free_port();
+    let mut procs = Procs::default();
+    let mut c = sb.cmd(&[
+        "export",
+        "node/m0",
+        "node/m1",
+        "node/m2",
+        "node/m3",
+        "--nbd",
+        &format!("tcp:127.0.0.1:{port}"),
+    ]);
+    c.env("SBOD_STATE_DIR", d.join("node-state"));
+    procs.spawn("node", &mut c);
+    wait_tcp(&format!("127.0.0.1:{port}"), Duration::from_secs(20));
+    let members: Vec<String> = (0..4)
+        .map(|i| format!("nbd://127.0.0.1:{port}/m{i}"))
+        .collect();
+    let mut args = vec!["create", "vol", "--level", "raid5", "--domains", "a,b,c,d"];
+    args.extend(members.iter().map(String::as_str));
+    sb.ok(&args);
+    sb.ok(&[
+        "bench",
+        "vol",
+        "--destructive",
+        "--phases",
+        "baseline,nominal",
+        "--workloads",
+        "randread-4k",
+        "--reps",
+        "1",
+        "--runtime",
+        "1",
+        "--ramp",
+        "0",
+        "--precondition",
+        "none",
+        "--out",
+        "rep",
+    ]);
+    let text = std::fs::read_to_string(d.join("rep/bench.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ms = v["array"]["members"].as_array().unwrap();
+    assert_eq!(ms.len(), 4);
+    assert!(ms.iter().all(|m| m["kind"] == "nbd"), "{ms:?}");
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "{cells:?}");
+    assert!(cells.iter().all(|c| c["mean"]["iops"].as_f64().unwrap() > 0.0));
+    // The array is back on its remote members afterwards.
+    let s = sb.status("vol");
+    assert_eq!(s["state"], "optimal", "{s}");
+    assert_eq!(s["members"][0]["path"], members[0].as_str());
+    assert_eq!(s["members"][0]["domain"], "a");
+}
