@@ -612,27 +612,18 @@ async fn execute(inner: &Inner, req: IoReq) -> io::Result<()> {
     let max = info.max_payload as usize;
     match req.kind {
         IoKind::Read { buf } => {
-            let parts = (0..buf.len()).step_by(max).map(|at| {
-                let b = buf.slice(at..(at + max).min(buf.len()));
-                send(
-                    inner,
-                    Command::Read {
-                        offset: req.offset + at as u64,
-                        buf: Buf(b),
-                    },
-                )
-            });
+            let parts = pieces(&buf, req.offset, max)
+                .map(|(offset, b)| send(inner, Command::Read { offset, buf: b }));
             join_ok(parts).await
         }
         IoKind::Write { buf, fua } => {
             let native_fua = fua && info.can_fua;
-            let parts = (0..buf.len()).step_by(max).map(|at| {
-                let b = buf.slice(at..(at + max).min(buf.len()));
+            let parts = pieces(&buf, req.offset, max).map(|(offset, b)| {
                 send(
                     inner,
                     Command::Write {
-                        offset: req.offset + at as u64,
-                        buf: Buf(b),
+                        offset,
+                        buf: b,
                         fua: native_fua,
                     },
                 )
@@ -688,6 +679,16 @@ async fn execute(inner: &Inner, req: IoReq) -> io::Result<()> {
             }
         }
     }
+}
+
+/// A request's buffer cut into payloads the server accepts, with their offsets.
+fn pieces(buf: &SharedBuf, offset: u64, max: usize) -> impl Iterator<Item = (u64, Buf)> + '_ {
+    (0..buf.len()).step_by(max).map(move |at| {
+        (
+            offset + at as u64,
+            Buf(buf.slice(at..(at + max).min(buf.len()))),
+        )
+    })
 }
 
 async fn join_ok(

@@ -409,20 +409,9 @@ fn raid6_over_three_nodes_across_network_namespaces() {
     let mut args = vec!["create", "vol0", "--level", "raid6", "--chunk", "64K"];
     args.extend(members.iter().map(String::as_str));
     sb.ok(&args);
-    let sock = d.join("vol0.sock");
-    let uri = format!("nbd+unix:///?socket={}", sock.display());
-    procs.spawn(
-        "head",
-        &mut sb.cmd(&[
-            "serve",
-            "vol0",
-            "--nbd",
-            &format!("unix:{}", sock.display()),
-        ]),
-    );
+    let uri = sb.serve(&mut procs, "vol0");
     // Clients and management run on the host; the head's socket is a file.
     sb.prefix.clear();
-    wait_nbd(&uri, Duration::from_secs(30));
     let vsize: usize = run(Command::new("nbdinfo").arg("--size").arg(&uri))
         .trim()
         .parse()
@@ -440,11 +429,13 @@ fn raid6_over_three_nodes_across_network_namespaces() {
 
     // 1. Cut node 1's link mid-write: its members fail, the client sees nothing.
     ip_ok(&["-n", &nodes[0], "link", "set", &ifs[0], "down"]);
-    let s = sb.wait_status("vol0", "degraded", Duration::from_secs(30), |s| {
-        s["state"] == "degraded"
-    });
-    assert_eq!(s["members"][0]["state"], "failed", "{s:#}");
-    assert_eq!(s["members"][3]["state"], "failed", "{s:#}");
+    let s = sb.wait_status(
+        "vol0",
+        "node 1's members failed",
+        Duration::from_secs(30),
+        |s| s["members"][0]["state"] == "failed" && s["members"][3]["state"] == "failed",
+    );
+    assert_eq!(s["state"], "degraded", "{s:#}");
     std::thread::sleep(Duration::from_secs(1));
     // 2. Restore it: the members are re-added and brought up to date.
     ip_ok(&["-n", &nodes[0], "link", "set", &ifs[0], "up"]);
@@ -477,11 +468,13 @@ fn raid6_over_three_nodes_across_network_namespaces() {
     // 4. Node 2 dies for good: replace its members on node 4.
     procs.kill("n2");
     net.remove(&nodes[1]);
-    let s = sb.wait_status("vol0", "degraded", Duration::from_secs(30), |s| {
-        s["state"] == "degraded"
-    });
-    assert_eq!(s["members"][1]["state"], "failed", "{s:#}");
-    assert_eq!(s["members"][4]["state"], "failed", "{s:#}");
+    let s = sb.wait_status(
+        "vol0",
+        "node 2's members failed",
+        Duration::from_secs(30),
+        |s| s["members"][1]["state"] == "failed" && s["members"][4]["state"] == "failed",
+    );
+    assert_eq!(s["state"], "degraded", "{s:#}");
     // Node 1 already holds two members of the group: a third is refused.
     let e = sb.fails(&["replace", "vol0", &members[4], &m(1, "c")]);
     assert!(e.contains("failure domain '10.117.1.2'"), "{e}");

@@ -141,11 +141,13 @@ fn an_array_over_three_loopback_hosts_survives_a_node_that_dies_and_comes_back()
     let fio = fio_verify(&uri, fio_off, fio_len, 4).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     procs.kill("n2");
-    let s = sb.wait_status("vol0", "degraded", Duration::from_secs(20), |s| {
-        s["state"] == "degraded"
-    });
-    assert_eq!(s["members"][1]["state"], "failed", "{s:#}");
-    assert_eq!(s["members"][4]["state"], "failed", "{s:#}");
+    let s = sb.wait_status(
+        "vol0",
+        "node 2's members failed",
+        Duration::from_secs(20),
+        |s| s["members"][1]["state"] == "failed" && s["members"][4]["state"] == "failed",
+    );
+    assert_eq!(s["state"], "degraded", "{s:#}");
     // It comes back: its members are re-added and brought up to date.
     procs.spawn("n2", &mut export(&sb, "n2", "127.0.0.2", p2));
     sb.wait_status("vol0", "optimal again", Duration::from_secs(60), |s| {
@@ -361,7 +363,9 @@ fn the_lab_runs_over_remote_members() {
     assert!(ms.iter().all(|m| m["kind"] == "nbd"), "{ms:?}");
     let cells = v["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 2, "{cells:?}");
-    assert!(cells.iter().all(|c| c["mean"]["iops"].as_f64().unwrap() > 0.0));
+    assert!(cells
+        .iter()
+        .all(|c| c["mean"]["iops"].as_f64().unwrap() > 0.0));
     // The array is back on its remote members afterwards.
     let s = sb.status("vol");
     assert_eq!(s["state"], "optimal", "{s}");

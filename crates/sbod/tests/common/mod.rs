@@ -129,6 +129,19 @@ impl Sbod {
         String::from_utf8_lossy(&o.stderr).to_string()
     }
 
+    /// `sbod serve NAME` on a Unix socket in the work folder, killed with `procs`; returns
+    /// the export's URI once it answers.
+    pub fn serve(&self, procs: &mut Procs, name: &str) -> String {
+        let sock = self.dir.join(format!("{name}.sock"));
+        procs.spawn(
+            "head",
+            &mut self.cmd(&["serve", name, "--nbd", &format!("unix:{}", sock.display())]),
+        );
+        let uri = format!("nbd+unix:///?socket={}", sock.display());
+        wait_nbd(&uri, Duration::from_secs(30));
+        uri
+    }
+
     pub fn status(&self, name: &str) -> serde_json::Value {
         serde_json::from_str(&self.ok(&["status", name, "--json"])).unwrap()
     }
@@ -200,16 +213,22 @@ pub fn make_certs(dir: &Path) {
     let ossl = |args: &[&str]| {
         run(Command::new("openssl").args(args).current_dir(dir));
     };
-    ossl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        "ca-key.pem",
+    let ec_key = |key: &'static str| {
+        [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+        ]
+        .into_iter()
+        .chain([key])
+        .collect::<Vec<_>>()
+    };
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec_key("ca-key.pem"));
+    ca.extend([
         "-out",
         "ca-cert.pem",
         "-days",
@@ -221,20 +240,11 @@ pub fn make_certs(dir: &Path) {
         "-addext",
         "keyUsage=critical,keyCertSign,cRLSign",
     ]);
-    ossl(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        "server-key.pem",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
+    ossl(&ca);
+    let mut server = vec!["req"];
+    server.extend(ec_key("server-key.pem"));
+    server.extend(["-out", "server.csr", "-subj", "/CN=localhost"]);
+    ossl(&server);
     std::fs::write(
         dir.join("ext.cnf"),
         "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
