@@ -12,19 +12,48 @@ use std::time::Duration;
 use uuid::Uuid;
 
 const EVERY: Duration = Duration::from_millis(250);
+/// Members missing since assembly are tried every this many watches (2 s).
+const RETRY_MISSING: u64 = 8;
 
-/// Watch the array's remote members until `stop`.
-pub async fn watch(array: Arc<Array>, mut stop: tokio::sync::watch::Receiver<bool>) {
+/// Watch the array's remote members until `stop`. `missing`: registered remote members
+/// that could not be opened when the array was assembled (their host was down); they are
+/// tried again now and then and rejoin the array when their host answers.
+pub async fn watch(
+    array: Arc<Array>,
+    mut missing: Vec<String>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     // Members failed while their host was unreachable: re-added when it answers again (a
     // member the administrator failed stays failed).
     let mut away: HashSet<Uuid> = HashSet::new();
+    let mut tick = 0u64;
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tokio::time::sleep(EVERY) => {}
         }
-        let st = array.state();
+        tick += 1;
         let mut changed = false;
+        if !missing.is_empty() && tick % RETRY_MISSING == 0 {
+            let mut still = Vec::new();
+            for uri in missing {
+                match rejoin(&array, &uri).await {
+                    Ok(true) => {
+                        eprintln!("sbod: {}: {uri} answers; rejoined the array", array.name);
+                        changed = true;
+                    }
+                    Ok(false) => still.push(uri),
+                    Err(e) => {
+                        eprintln!(
+                            "sbod: {}: {uri} answers but cannot rejoin: {e:#}",
+                            array.name
+                        );
+                    }
+                }
+            }
+            missing = still;
+        }
+        let st = array.state();
         for s in &st.slots {
             if let Some((r, _)) = &s.replacement {
                 if r.dev.link_up() == Some(false) {
@@ -82,4 +111,35 @@ async fn re_add(array: &Arc<Array>, m: &Arc<Member>) -> Result<()> {
     let spec = tokio::task::spawn_blocking(move || members::open(&path, &domain)).await??;
     array.replace(&m.uuid.to_string(), spec, true).await?;
     Ok(())
+}
+
+/// Try a member that was missing at assembly. `Ok(false)`: still unreachable.
+async fn rejoin(array: &Arc<Array>, uri: &str) -> Result<bool> {
+    let u = uri.to_string();
+    let Ok(Ok(spec)) = tokio::task::spawn_blocking(move || members::open(&u, "")).await else {
+        return Ok(false);
+    };
+    let sb = match sbod_core::array::read_superblock(&spec.dev).await {
+        Ok(sb) => sb,
+        Err(e) => {
+            spec.dev.close();
+            anyhow::bail!("{e}");
+        }
+    };
+    let st = array.state();
+    let slot = st.slots.iter().find(|s| {
+        s.entry.as_ref().is_some_and(|e| e.uuid == sb.this_member)
+            && s.state != SlotState::Active
+            && s.state != SlotState::Rebuilding
+    });
+    let (Some(slot), true) = (slot, sb.array_uuid == array.uuid) else {
+        spec.dev.close();
+        anyhow::bail!("it no longer holds a member this array waits for");
+    };
+    let entry = slot.entry.clone().expect("found by its entry");
+    let mut spec = spec;
+    spec.domain = entry.domain.clone();
+    // INTEGRATION POINT (issue 13): as in re_add, a bitmap-bounded re-add once it exists.
+    array.replace(&entry.uuid.to_string(), spec, true).await?;
+    Ok(true)
 }

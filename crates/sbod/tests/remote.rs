@@ -52,20 +52,21 @@ fn an_array_over_three_loopback_hosts_survives_a_node_that_dies_and_comes_back()
     procs.spawn("n1", &mut export(&sb, "n1", "127.0.0.1", p1));
     procs.spawn("n2", &mut export(&sb, "n2", "127.0.0.2", p2));
     // The third node is nbdkit, serving every file of its directory by name.
-    procs.spawn(
-        "n3",
-        Command::new("nbdkit")
-            .args([
-                "--foreground",
-                "--exit-with-parent",
-                "-i",
-                "127.0.0.3",
-                "-p",
-            ])
-            .arg(p3.to_string())
-            .args(["file", "cache=none"])
-            .arg(format!("dir={}", d.join("n3").display())),
-    );
+    let nbdkit_node3 = || {
+        let mut c = Command::new("nbdkit");
+        c.args([
+            "--foreground",
+            "--exit-with-parent",
+            "-i",
+            "127.0.0.3",
+            "-p",
+        ])
+        .arg(p3.to_string())
+        .args(["file", "cache=none"])
+        .arg(format!("dir={}", d.join("n3").display()));
+        c
+    };
+    procs.spawn("n3", &mut nbdkit_node3());
     for (h, p) in [("127.0.0.1", p1), ("127.0.0.2", p2), ("127.0.0.3", p3)] {
         wait_tcp(&format!("{h}:{p}"), Duration::from_secs(20));
     }
@@ -170,6 +171,35 @@ fn an_array_over_three_loopback_hosts_survives_a_node_that_dies_and_comes_back()
         std::fs::read(&out).unwrap() == got,
         "read through re-added members differs"
     );
+    // Node 1's members back in service (rebuilt in place), then a restart while node 3
+    // is down: the head starts degraded, and node 3's members rejoin when it is back.
+    sb.ok(&["replace", "vol0", &members[0], &members[0], "--force"]);
+    sb.ok(&[
+        "replace",
+        "vol0",
+        &members[3],
+        &members[3],
+        "--force",
+        "--wait",
+    ]);
+    sb.wait_status("vol0", "optimal", Duration::from_secs(60), |s| {
+        s["state"] == "optimal"
+    });
+    sb.ok(&["stop", "vol0"]);
+    procs.kill("head");
+    procs.kill("n3");
+    let uri = sb.serve(&mut procs, "vol0");
+    let s = sb.status("vol0");
+    assert_eq!(s["state"], "degraded", "{s:#}");
+    procs.spawn("n3", &mut nbdkit_node3());
+    sb.wait_status(
+        "vol0",
+        "optimal with node 3 back",
+        Duration::from_secs(60),
+        |s| s["state"] == "optimal",
+    );
+    run(Command::new("nbdcopy").arg(&uri).arg(&out));
+    assert!(std::fs::read(&out).unwrap() == got, "read-back differs");
     sb.ok(&["stop", "vol0"]);
 }
 
