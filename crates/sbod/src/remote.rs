@@ -34,7 +34,7 @@ pub async fn watch(
         }
         tick += 1;
         let mut changed = false;
-        if !missing.is_empty() && tick % RETRY_MISSING == 0 {
+        if !missing.is_empty() && tick.is_multiple_of(RETRY_MISSING) {
             let mut still = Vec::new();
             for uri in missing {
                 match rejoin(&array, &uri).await {
