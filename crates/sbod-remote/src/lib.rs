@@ -1,9 +1,14 @@
 //! Remote members: a block device on another host, exported over NBD (`sbod export`,
 //! nbdkit, qemu-nbd), driven as one more [`BlockDev`].
 //!
-//! Each remote member has its own thread and runtime, its own connections (several when the
-//! export allows multi-conn) and its own queue: nothing is shared between members, so a slow
-//! or dead host only holds up the requests that touch it (the SBOD rule).
+//! Each remote member has its own connections (several when the export allows multi-conn),
+//! its own reader, writer and supervisor tasks and its own queue: nothing is shared between
+//! members, so a slow or dead host only holds up the requests that touch it (the SBOD rule).
+//! Its tasks run on the process's multi-threaded runtime when it is opened inside one (the
+//! head's), where a request becomes a task without a hand-off to another thread: measured
+//! 15-20% more 4K random reads through a head than a thread per member, which spent its
+//! time switching (docs/PERFORMANCE.md); elsewhere, or with `SBOD_REMOTE_EXEC=thread`, on
+//! a thread of its own.
 //!
 //! The link is watched, not trusted. A request without a reply for `io_timeout` (or an
 //! idle probe that gets none) declares the connection dead; requests in flight are kept, with
@@ -198,8 +203,74 @@ impl Drop for Completion {
 /// A member on another host.
 pub struct RemoteDev {
     inner: Arc<Inner>,
-    tx: mpsc::UnboundedSender<Msg>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    exec: Exec,
+}
+
+/// What runs a member's tasks.
+enum Exec {
+    /// Its own thread and runtime.
+    Own {
+        tx: mpsc::UnboundedSender<Msg>,
+        thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    },
+    /// The process's multi-threaded runtime (the head's): requests become tasks there
+    /// directly, with no hand-off to another thread. The member still has its own
+    /// connections, tasks and queue.
+    Shared {
+        handle: tokio::runtime::Handle,
+        supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    },
+}
+
+/// `SBOD_REMOTE_EXEC`: `shared` (default: the caller's multi-threaded runtime, if any) or
+/// `thread` (a thread per member).
+fn shared_runtime() -> io::Result<Option<tokio::runtime::Handle>> {
+    let want_shared = match std::env::var("SBOD_REMOTE_EXEC").as_deref() {
+        Err(_) | Ok("") | Ok("shared") => true,
+        Ok("thread") => false,
+        Ok(v) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("SBOD_REMOTE_EXEC={v}: expected \"shared\" or \"thread\""),
+            ))
+        }
+    };
+    Ok(tokio::runtime::Handle::try_current().ok().filter(|h| {
+        want_shared && h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+    }))
+}
+
+/// Connect and set up a member's state.
+async fn start(name: String, uri: NbdUri, opts: RemoteOptions) -> io::Result<Arc<Inner>> {
+    let conns = connect_all(&uri, &opts, None).await?;
+    let info = conns[0].info().clone();
+    let (link, _) = watch::channel(Link::Up {
+        generation: 1,
+        conns: Arc::new(conns),
+    });
+    Ok(Arc::new(Inner {
+        name,
+        uri,
+        opts,
+        info,
+        link,
+        reconnects: AtomicU64::new(0),
+        retried: AtomicU64::new(0),
+        closed: AtomicBool::new(false),
+        last_answer: AtomicU64::new(0),
+        epoch: Instant::now(),
+    }))
+}
+
+/// Stop a member: requests waiting for a link, and those in flight, end as "closed".
+fn shut(inner: &Inner) {
+    inner.closed.store(true, Relaxed);
+    let old = inner.link.send_replace(Link::Closed);
+    if let Link::Up { conns, .. } = old {
+        for c in conns.iter() {
+            c.close();
+        }
+    }
 }
 
 /// Counters of a remote member's link.
@@ -218,6 +289,17 @@ impl RemoteDev {
         let parsed =
             NbdUri::parse(uri).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let name = uri.to_string();
+        if let Some(handle) = shared_runtime()? {
+            let inner = tokio::task::block_in_place(|| handle.block_on(start(name, parsed, opts)))?;
+            let sup = handle.spawn(supervise(inner.clone()));
+            return Ok(Arc::new(RemoteDev {
+                inner,
+                exec: Exec::Shared {
+                    handle,
+                    supervisor: Mutex::new(Some(sup)),
+                },
+            }));
+        }
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (tx, rx) = mpsc::unbounded_channel();
         let thread = std::thread::Builder::new()
@@ -236,30 +318,13 @@ impl RemoteDev {
                         }
                     };
                     rt.block_on(async move {
-                        let conns = match connect_all(&parsed, &opts, None).await {
-                            Ok(c) => c,
+                        let inner = match start(name, parsed, opts).await {
+                            Ok(i) => i,
                             Err(e) => {
                                 let _ = ready_tx.send(Err(e));
                                 return;
                             }
                         };
-                        let info = conns[0].info().clone();
-                        let (link, _) = watch::channel(Link::Up {
-                            generation: 1,
-                            conns: Arc::new(conns),
-                        });
-                        let inner = Arc::new(Inner {
-                            name,
-                            uri: parsed,
-                            opts,
-                            info,
-                            link,
-                            reconnects: AtomicU64::new(0),
-                            retried: AtomicU64::new(0),
-                            closed: AtomicBool::new(false),
-                            last_answer: AtomicU64::new(0),
-                            epoch: Instant::now(),
-                        });
                         if ready_tx.send(Ok(inner.clone())).is_err() {
                             return;
                         }
@@ -272,9 +337,17 @@ impl RemoteDev {
             .map_err(|_| io::Error::other(format!("{name}: the member's thread died")))??;
         Ok(Arc::new(RemoteDev {
             inner,
-            tx,
-            thread: Mutex::new(Some(thread)),
+            exec: Exec::Own {
+                tx,
+                thread: Mutex::new(Some(thread)),
+            },
         }))
+    }
+
+    /// Whether the member's tasks run on the runtime it was opened in (rather than on a
+    /// thread of its own).
+    pub fn shares_runtime(&self) -> bool {
+        matches!(self.exec, Exec::Shared { .. })
     }
 
     pub fn uri(&self) -> &NbdUri {
@@ -320,8 +393,18 @@ impl BlockDev for RemoteDev {
                 format!("{} is open read-only", self.inner.name),
             )));
         }
-        // If the member's thread is gone the message comes back and drops: "closed".
-        let _ = self.tx.send(Msg::Io(req, c));
+        match &self.exec {
+            // If the member's thread is gone the message comes back and drops: "closed".
+            Exec::Own { tx, .. } => {
+                let _ = tx.send(Msg::Io(req, c));
+            }
+            Exec::Shared { handle, .. } => {
+                if self.inner.closed.load(Relaxed) {
+                    return c.finish(Err(io::Error::other("member is closed")));
+                }
+                handle.spawn(handle_req(self.inner.clone(), req, c));
+            }
+        }
     }
 
     fn size(&self) -> u64 {
@@ -336,12 +419,22 @@ impl BlockDev for RemoteDev {
         if self.inner.closed.swap(true, Relaxed) {
             return;
         }
-        let _ = self.tx.send(Msg::Close);
-        let t = self.thread.lock().take();
-        if let Some(t) = t {
-            // A completion callback may close its own member: never join ourselves.
-            if t.thread().id() != std::thread::current().id() {
-                let _ = t.join();
+        match &self.exec {
+            Exec::Own { tx, thread } => {
+                let _ = tx.send(Msg::Close);
+                let t = thread.lock().take();
+                if let Some(t) = t {
+                    // A completion callback may close its own member: never join ourselves.
+                    if t.thread().id() != std::thread::current().id() {
+                        let _ = t.join();
+                    }
+                }
+            }
+            Exec::Shared { supervisor, .. } => {
+                shut(&self.inner);
+                if let Some(t) = supervisor.lock().take() {
+                    t.abort();
+                }
             }
         }
     }
@@ -430,18 +523,12 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Msg>) {
     while let Some(m) = rx.recv().await {
         match m {
             Msg::Io(req, done) => {
-                tokio::spawn(handle(inner.clone(), req, done));
+                tokio::spawn(handle_req(inner.clone(), req, done));
             }
             Msg::Close => break,
         }
     }
-    inner.closed.store(true, Relaxed);
-    let old = inner.link.send_replace(Link::Closed);
-    if let Link::Up { conns, .. } = old {
-        for c in conns.iter() {
-            c.close();
-        }
-    }
+    shut(&inner);
     sup.abort();
     // Requests still queued complete as "closed" as their Completion drops.
     rx.close();
@@ -602,7 +689,7 @@ async fn send(inner: &Inner, mut cmd: Command<Buf>) -> io::Result<()> {
 /// Largest WRITE_ZEROES/TRIM length sent at once.
 const ZERO_STEP: u64 = 1 << 30;
 
-async fn handle(inner: Arc<Inner>, req: IoReq, done: Completion) {
+async fn handle_req(inner: Arc<Inner>, req: IoReq, done: Completion) {
     let r = execute(&inner, req).await;
     done.finish(r);
 }

@@ -175,6 +175,35 @@ fn reads_writes_flushes_and_zeroes_reach_the_export() {
 }
 
 #[test]
+fn members_opened_in_a_runtime_run_their_tasks_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s.sock");
+    let srv = MemServer::start(
+        Arc::new(MemBackend::new(2 << 20)),
+        Listen::Unix(sock.clone()),
+    );
+    let uri = format!("nbd+unix:///disk?socket={}", sock.display());
+    let rt = rt();
+    let remote = rt.block_on(async {
+        tokio::task::spawn_blocking(move || RemoteDev::open(&uri, opts()).unwrap())
+            .await
+            .unwrap()
+    });
+    assert!(
+        remote.shares_runtime(),
+        "no thread of its own inside a runtime"
+    );
+    let dev: Arc<dyn BlockDev> = remote;
+    let a = pattern(9, 256 << 10);
+    write(&dev, 8192, &a, true).unwrap();
+    assert_eq!(read(&dev, 8192, a.len()).unwrap(), a);
+    assert_eq!(&srv.backend.snapshot()[8192..8192 + a.len()], &a[..]);
+    dev.close();
+    assert!(read(&dev, 0, 4096).is_err(), "a closed member refuses I/O");
+    drop(rt);
+}
+
+#[test]
 fn nbdkit_exports_work_as_members() {
     if std::process::Command::new("nbdkit")
         .arg("--version")
