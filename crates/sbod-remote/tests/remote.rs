@@ -81,6 +81,15 @@ impl Drop for MemServer {
     }
 }
 
+/// A memory export on a Unix socket in a fresh folder, and its URI.
+fn unix_server(size: u64) -> (tempfile::TempDir, MemServer, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s.sock");
+    let srv = MemServer::start(Arc::new(MemBackend::new(size)), Listen::Unix(sock.clone()));
+    let uri = format!("nbd+unix:///disk?socket={}", sock.display());
+    (dir, srv, uri)
+}
+
 fn opts() -> RemoteOptions {
     RemoteOptions {
         connections: 3,
@@ -126,13 +135,7 @@ fn zero(dev: &Arc<dyn BlockDev>, off: u64, len: u64) -> std::io::Result<()> {
 
 #[test]
 fn reads_writes_flushes_and_zeroes_reach_the_export() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s.sock");
-    let srv = MemServer::start(
-        Arc::new(MemBackend::new(8 << 20)),
-        Listen::Unix(sock.clone()),
-    );
-    let uri = format!("nbd+unix:///disk?socket={}", sock.display());
+    let (_dir, srv, uri) = unix_server(8 << 20);
     let remote = RemoteDev::open(&uri, opts()).unwrap();
     assert_eq!(
         remote.connections(),
@@ -176,13 +179,7 @@ fn reads_writes_flushes_and_zeroes_reach_the_export() {
 
 #[test]
 fn members_opened_in_a_runtime_run_their_tasks_there() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s.sock");
-    let srv = MemServer::start(
-        Arc::new(MemBackend::new(2 << 20)),
-        Listen::Unix(sock.clone()),
-    );
-    let uri = format!("nbd+unix:///disk?socket={}", sock.display());
+    let (_dir, srv, uri) = unix_server(2 << 20);
     let rt = rt();
     let remote = rt.block_on(async {
         tokio::task::spawn_blocking(move || RemoteDev::open(&uri, opts()).unwrap())
