@@ -440,6 +440,9 @@ enum Evil {
     Hang,
     HangInHandshake,
     CloseEveryTime,
+    /// Correct data, with one byte of the reply's header (28 bytes for a read, 16 for
+    /// others) set to a value drawn from the seed: every corruption a header can suffer.
+    MutateHeader(u64),
 }
 
 fn serve_fake(l: TcpListener, evil: Evil, stop: Arc<AtomicBool>) {
@@ -539,6 +542,21 @@ fn fake_conn(s: &mut TcpStream, evil: Evil, stop: &AtomicBool) -> std::io::Resul
                 s.write_all(&simple_reply_header(0, r.cookie))?;
                 s.write_all(&vec![0xee; r.length as usize])?;
             }
+            Evil::MutateHeader(seed) => {
+                use rand::{Rng, SeedableRng};
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ r.cookie);
+                let mut v = if r.kind == CMD_READ {
+                    let mut v = data_hdr(r.cookie, r.offset, r.length, REPLY_FLAG_DONE);
+                    v.extend_from_slice(&served(r.offset, r.length as usize));
+                    v
+                } else {
+                    simple_reply_header(0, r.cookie).to_vec()
+                };
+                let hdr = if r.kind == CMD_READ { 28 } else { 16 };
+                let at = rng.random_range(0..hdr);
+                v[at] = rng.random();
+                s.write_all(&v)?;
+            }
             Evil::Hang => {
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(20));
@@ -590,6 +608,49 @@ fn hostile_servers_fail_the_member_and_never_hand_over_their_bytes() {
         stop.store(true, Ordering::Relaxed);
         th.join().unwrap();
     }
+}
+
+/// What the mutating server's export holds.
+fn served(offset: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| ((offset + i).wrapping_mul(0x9e37_79b9) >> 7) as u8)
+        .collect()
+}
+
+#[test]
+fn a_corrupted_reply_header_never_passes_for_data() {
+    let quick = RemoteOptions {
+        connections: 1,
+        connect_timeout: Duration::from_millis(300),
+        io_timeout: Duration::from_millis(300),
+        give_up: Duration::from_millis(600),
+        read_only: false,
+    };
+    let (mut ok, mut failed) = (0, 0);
+    for seed in 0..24u64 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let th = std::thread::spawn(move || serve_fake(l, Evil::MutateHeader(seed), st));
+        let dev: Arc<dyn BlockDev> =
+            RemoteDev::open(&format!("nbd://127.0.0.1:{port}/x"), quick.clone()).unwrap();
+        let off = 4096 * (seed % 64);
+        match read(&dev, off, 8192) {
+            // A corruption that leaves the reply meaning the same (a flag the client
+            // ignores, a byte rewritten with its own value) may pass, with the right bytes.
+            Ok(b) => {
+                assert!(b == served(off, 8192), "seed {seed}: wrong bytes accepted");
+                ok += 1;
+            }
+            Err(_) => failed += 1,
+        }
+        dev.close();
+        stop.store(true, Ordering::Relaxed);
+        th.join().unwrap();
+    }
+    eprintln!("{ok} reads passed with the right bytes, {failed} failed");
+    assert!(failed > 0, "no corruption was noticed");
 }
 
 #[test]
