@@ -132,6 +132,10 @@ impl Array {
     pub(crate) async fn note_read_error(&self, m: &Arc<Member>, e: &io::Error) {
         let n = m.stats.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::warn!(member = %m.path, error = %e, count = n, "read error");
+        if dev::is_unreachable(e) {
+            self.fail_member(m, "unreachable").await;
+            return;
+        }
         let max = self.settings.lock().max_read_errors;
         if n > max {
             self.fail_member(m, "too many read errors").await;
@@ -154,7 +158,12 @@ impl Array {
         for (m, e) in &failed {
             m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!(member = %m.path, error = %e, "write error");
-            self.fail_member(m, "write error").await;
+            let why = if dev::is_unreachable(e) {
+                "unreachable"
+            } else {
+                "write error"
+            };
+            self.fail_member(m, why).await;
         }
         if !failed.is_empty() {
             if let Some(why) = &self.state.load().failed {

@@ -273,7 +273,7 @@ pub async fn create(args: CreateArgs) -> Result<()> {
 async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
     let mut specs = Vec::new();
     for (i, m) in args.members.iter().enumerate() {
-        let abs = state::absolute(std::path::Path::new(m))?;
+        let abs = members::canonical(m)?;
         let dom = args.domains.get(i).cloned().unwrap_or_default();
         specs.push(members::open(&abs, &dom)?);
     }
@@ -314,7 +314,7 @@ async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
 pub async fn assemble(args: AssembleArgs) -> Result<()> {
     let mut specs = Vec::new();
     for m in &args.members {
-        let abs = state::absolute(std::path::Path::new(m))?;
+        let abs = members::canonical(m)?;
         specs.push(members::open(&abs, "")?);
     }
     let array = Array::assemble(
@@ -516,7 +516,7 @@ pub async fn examine(args: ExamineArgs) -> Result<()> {
 /// Name a member the way the engine knows it: an absolute path, or the uuid of a failed
 /// member that is no longer open.
 fn member_ref(name: &str, p: &str) -> String {
-    let abs = state::absolute(std::path::Path::new(p)).unwrap_or_else(|_| p.to_string());
+    let abs = members::canonical(p).unwrap_or_else(|_| p.to_string());
     if let Ok(reg) = state::load(name) {
         if let Some(u) = reg.failed_uuid(&abs) {
             return u;
@@ -594,7 +594,7 @@ fn prepare_new(path: &str, size: Option<u64>) -> Result<String> {
     }
 
     members::check_exists(path)?;
-    state::absolute(std::path::Path::new(path))
+    members::canonical(path)
 }
 
 pub async fn add(args: AddArgs) -> Result<()> {
