@@ -70,11 +70,15 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 async fn assemble(paths: &[PathBuf]) -> Result<Arc<Array>, Error> {
+    assemble_with(paths, AssembleOptions::default()).await
+}
+
+async fn assemble_with(paths: &[PathBuf], opts: AssembleOptions) -> Result<Arc<Array>, Error> {
     Array::assemble(
         paths.iter().map(|p| open(p)).collect(),
         AssembleOptions {
             no_processes: true,
-            ..Default::default()
+            ..opts
         },
     )
     .await
@@ -109,8 +113,12 @@ fn life_cycle_on_files() {
         }
         a.flush().await.unwrap();
         // Two members fail: everything still reads back.
-        a.fail(&paths[2].display().to_string()).await.unwrap();
-        a.fail(&paths[5].display().to_string()).await.unwrap();
+        a.fail(&paths[2].display().to_string(), false)
+            .await
+            .unwrap();
+        a.fail(&paths[5].display().to_string(), false)
+            .await
+            .unwrap();
         assert_eq!(a.status().state, "degraded");
         assert!(a.read(0, size as usize).await.unwrap()[..] == model[..]);
         // Writes go on while degraded.
@@ -142,8 +150,12 @@ fn life_cycle_on_files() {
         assert_eq!(b.status().state, "optimal");
         assert!(b.read(0, size as usize).await.unwrap()[..] == model[..]);
         // The rebuilt members carry real data: lose two original members and read again.
-        b.fail(&members[0].display().to_string()).await.unwrap();
-        b.fail(&members[1].display().to_string()).await.unwrap();
+        b.fail(&members[0].display().to_string(), false)
+            .await
+            .unwrap();
+        b.fail(&members[1].display().to_string(), false)
+            .await
+            .unwrap();
         assert!(b.read(0, size as usize).await.unwrap()[..] == model[..]);
         b.close().await.unwrap();
     });
@@ -172,8 +184,26 @@ fn stale_member_is_rebuilt_not_trusted() {
             .filter(|(i, _)| *i != 1)
             .map(|(_, p)| p.clone())
             .collect();
-        let b = assemble(&without).await.unwrap();
+        // It was in service when the array stopped: starting without it takes --degraded.
+        let err = assemble(&without)
+            .await
+            .err()
+            .expect("started without a member");
+        assert!(
+            matches!(err, Error::MissingMembers(_)) && err.to_string().contains("--degraded"),
+            "{err}"
+        );
+        let b = assemble_with(
+            &without,
+            AssembleOptions {
+                degraded: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(b.status().state, "degraded");
+        assert_eq!(b.status().members[1].state, "missing");
         let newer = pattern(size, 2);
         b.write(0, AlignedBuf::from_slice(&newer), false)
             .await
@@ -192,7 +222,9 @@ fn stale_member_is_rebuilt_not_trusted() {
         c.rebuild_now().await.unwrap();
         assert_eq!(c.status().state, "optimal");
         // Now member 1 must carry the new data: lose another member and read through it.
-        c.fail(&paths[0].display().to_string()).await.unwrap();
+        c.fail(&paths[0].display().to_string(), false)
+            .await
+            .unwrap();
         assert!(c.read(0, size).await.unwrap()[..] == newer[..]);
         c.close().await.unwrap();
     });

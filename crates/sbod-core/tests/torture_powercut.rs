@@ -557,7 +557,21 @@ fn crash_and_lose_a_member(layout_name: &str) {
                     PowerCutDev::new(format!("m{i}"), d.image(), &supply, Duration::ZERO, 1)
                 })
                 .collect();
-            match Array::assemble(specs(&survivors), AssembleOptions::default()).await {
+            // Without the lost member it does not start unless asked to run degraded.
+            let e = Array::assemble(specs(&survivors), AssembleOptions::default())
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{what}: started without m{lost} silently"));
+            assert!(
+                matches!(e, sbod_core::Error::MissingMembers(_))
+                    && e.to_string().contains("--degraded"),
+                "{what}: {e}"
+            );
+            let degraded = AssembleOptions {
+                degraded: true,
+                ..Default::default()
+            };
+            match Array::assemble(specs(&survivors), degraded).await {
                 Err(e) => {
                     let msg = e.to_string();
                     assert!(
