@@ -981,7 +981,8 @@ impl Array {
         let mut dirty = Vec::new();
         let regions = g.member_size.div_ceil(newest.bitmap_region).max(1);
         let any_out = state.slots.iter().any(|s| s.state != SlotState::Active);
-        if g.redundancy() > 0 && (!newest.clean || any_out) {
+        let bitmap_read = g.redundancy() > 0 && (!newest.clean || any_out);
+        if bitmap_read {
             report.unclean = !newest.clean;
             let mut union = vec![0u8; newest.bitmap_bytes as usize];
             for m in &bitmap_images {
@@ -1064,18 +1065,20 @@ impl Array {
                 array.name
             )));
         }
+        let recovering: Vec<usize> = (0..st.slots.len())
+            .filter(|&i| st.slots[i].state == SlotState::Rebuilding)
+            .collect();
         array.take_spares(&mut st);
         array.judge(&mut st);
-        for (i, s) in st.slots.iter().enumerate() {
-            if s.state == SlotState::Rebuilding {
-                if let Some(m) = &s.member {
-                    let reason = s
-                        .note
-                        .as_deref()
-                        .map(|n| n.split(';').next().unwrap_or(n).to_string())
-                        .unwrap_or_else(|| "rebuild resumed".into());
-                    array.log_recovery(i, m, reason, s.bitmap_recovery, array.recovery_bytes(s));
-                }
+        for &i in &recovering {
+            let s = &st.slots[i];
+            if let Some(m) = &s.member {
+                let reason = s
+                    .note
+                    .as_deref()
+                    .map(|n| n.split(';').next().unwrap_or(n).to_string())
+                    .unwrap_or_else(|| "rebuild resumed".into());
+                array.log_recovery(i, m, reason, s.bitmap_recovery, array.recovery_bytes(s));
             }
         }
         array.state.store(Arc::new(st));
@@ -1106,6 +1109,14 @@ impl Array {
                     array.name
                 )));
             }
+        }
+        // Every member in service carries the whole bitmap from now on: the union of what
+        // the members in sync had (a member back from being out, or an old copy, carries
+        // bits of its own past, or lacks recent ones).
+        if bitmap_read {
+            array
+                .sync_bitmap(&array.state.load_full().live_members())
+                .await;
         }
         *array.report.lock() = report;
         if !newest.clean && !dirty.is_empty() {

@@ -204,16 +204,23 @@ fn verdict(n: &Superblock, x: &Superblock) -> Verdict {
 
 /// Does `n`'s write-intent bitmap record everything `x` missed? Yes when the layout keeps
 /// a bitmap, `x` was in sync in the slot `n` still gives it when it stopped getting
-/// updates, and no bit has been cleared since (`bitmap_since`: before clearing any bit the
-/// array moves `bitmap_since` to its current event, and it clears nothing while a slot is
-/// out).
+/// updates (or was itself being recovered from the bitmap there: what it still lacked is
+/// in bits that are still set), and no bit has been cleared since (`bitmap_since`: before
+/// clearing any bit the array moves `bitmap_since` to its current event, and it clears
+/// nothing while a slot is out).
 pub fn bitmap_covers(n: &Superblock, x: &Superblock) -> bool {
     if n.geometry.redundancy() == 0 || x.event < n.bitmap_since || x.array_uuid != n.array_uuid {
         return false;
     }
     match (x.role_of(&x.this_member), n.role_of(&x.this_member)) {
         (Role::Slot(i), Role::Slot(j)) => {
-            i == j && x.slots[i].state == SlotState::Active && x.slots[i].out.is_none()
+            let own = &x.slots[i];
+            i == j
+                && match own.state {
+                    SlotState::Active => own.out.is_none(),
+                    SlotState::Rebuilding => own.bitmap_recovery,
+                    _ => false,
+                }
         }
         _ => false,
     }

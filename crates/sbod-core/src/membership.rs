@@ -137,6 +137,52 @@ impl Array {
         )))
     }
 
+    /// Write the whole bitmap to `members`. A member in service must carry every bit that
+    /// is set: when it is the only one left in sync, its bitmap is what says what the
+    /// others missed. A member that joins (re-added, a spare, a replacement) got only the
+    /// blocks written since it joined, so it gets the whole bitmap before it is promoted,
+    /// and every member does at assembly (the union of what was found).
+    pub(crate) async fn sync_bitmap(&self, members: &[Arc<Member>]) {
+        let Some(bm) = &self.bitmap else { return };
+        if members.is_empty() || self.read_only.load(Ordering::Acquire) {
+            return;
+        }
+        let mut failed: Vec<Arc<Member>> = Vec::new();
+        for (i, blk) in bm.blocks.iter().enumerate() {
+            // Held while written: a bit set meanwhile waits, then reaches them too.
+            let img = blk.lock().await;
+            let buf = crate::buf::AlignedBuf::from_slice(&img).into_shared();
+            let off = crate::superblock::BITMAP_OFFSET + (i * crate::bitmap::BLOCK) as u64;
+            let futs = members
+                .iter()
+                .filter(|m| !failed.iter().any(|f| Arc::ptr_eq(f, m)))
+                .map(|m| {
+                    let b = buf.clone();
+                    async move {
+                        let r = crate::dev::write_at(
+                            &m.dev,
+                            off,
+                            b,
+                            true,
+                            crate::dev::IoClass::Foreground,
+                        )
+                        .await;
+                        (m.clone(), r)
+                    }
+                });
+            for (m, r) in futures::future::join_all(futs).await {
+                if let Err(e) = r {
+                    m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(member = %m.path, error = %e, "bitmap write failed");
+                    failed.push(m);
+                }
+            }
+        }
+        for m in failed {
+            self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
+    }
+
     /// Bytes of member space the recovery of this slot's member still covers.
     pub(crate) fn recovery_bytes(&self, s: &SlotRt) -> u64 {
         let Some(m) = &s.member else { return 0 };

@@ -302,15 +302,18 @@ impl Array {
             let notified = self.wake.notified();
             let st = self.state.load_full();
             if st.failed.is_none() && !rebuild_targets(&st).is_empty() {
-                // A scrub gives way to a rebuild.
+                // A scrub gives way to a rebuild (one run in the foreground is waited for).
                 let running = self.process.lock().clone();
                 if let Some(p) = running.filter(|p| !p.is_finished()) {
-                    p.cancel();
+                    if p.kind != ProcessKind::Rebuild {
+                        p.cancel();
+                    }
                     p.wait().await;
                 }
                 if let Err(e) = self.rebuild().await {
                     tracing::error!(array = %self.name, error = %e, "rebuild stopped");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    // Try again in a while, or at once when woken (a close, a new member).
+                    let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }
                 continue;
             }
@@ -320,7 +323,7 @@ impl Array {
             {
                 if let Err(e) = self.initial_resync().await {
                     tracing::warn!(array = %self.name, error = %e, "resync paused");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }
                 continue;
             }
@@ -334,9 +337,15 @@ impl Array {
             return;
         };
         loop {
+            // Created before looking at `closing`, so a close's kick is never missed (a
+            // sweeper first polled after the close used to sleep its full second).
+            let notified = self.wake.notified();
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(1000)) => {}
-                _ = self.wake.notified() => {}
+                _ = notified => {}
             }
             if self.closing.load(Ordering::Acquire) {
                 return;
@@ -472,7 +481,10 @@ impl Array {
                             .collect();
                         keys.sort_unstable();
                         keys.dedup();
-                        jobs.extend(keys.into_iter().map(|key| self.rebuild_stripe(key, tt)));
+                        jobs.extend(
+                            keys.into_iter()
+                                .map(|key| self.rebuild_stripe(key, tt, &targets)),
+                        );
                     }
                     let mut bytes = 0;
                     for r in futures::future::join_all(jobs).await {
@@ -560,9 +572,23 @@ impl Array {
                     })
             })
         };
-        if !complete(&self.state.load_full()) || self.flush().await.is_err() {
+        let st = self.state.load_full();
+        if !complete(&st) || self.flush().await.is_err() {
             return;
         }
+        // About to be in sync: they carry the whole bitmap first.
+        let joining: Vec<Arc<Member>> = st
+            .slots
+            .iter()
+            .flat_map(|s| {
+                let main = (s.state == SlotState::Rebuilding)
+                    .then(|| s.member.clone())
+                    .flatten();
+                main.into_iter()
+                    .chain(s.replacement.as_ref().map(|(m, _)| m.clone()))
+            })
+            .collect();
+        self.sync_bitmap(&joining).await;
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
         let mut new = (*st).clone();
@@ -655,7 +681,7 @@ impl Array {
 
     /// Rebuild member offsets `[t*chunk, (t+1)*chunk)` of every target in the group (or
     /// concat slot) `key`. Returns bytes written.
-    async fn rebuild_stripe(&self, key: usize, t: u64) -> Result<u64> {
+    async fn rebuild_stripe(&self, key: usize, t: u64, plan: &[Target]) -> Result<u64> {
         let chunk = self.geometry.chunk as u64;
         let w = self.geometry.width as usize;
         let _lock = self.locks.lock(key, t).await;
@@ -669,6 +695,9 @@ impl Array {
         let targets: Vec<(usize, Arc<Member>)> = rebuild_targets(&st)
             .into_iter()
             .filter(|x| slots.contains(&x.slot) && self.target_needs(x, base))
+            // Only the targets of this pass: one that joined meanwhile is planned next,
+            // from its own progress.
+            .filter(|x| plan.iter().any(|p| Arc::ptr_eq(&p.member, &x.member)))
             .map(|x| (x.slot, x.member))
             .collect();
         if targets.is_empty() {
