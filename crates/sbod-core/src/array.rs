@@ -1004,9 +1004,6 @@ impl Array {
             }
             dirty = Bitmap::set_bits(&union, regions);
         }
-        if !opts.force && !opts.read_only && !newest.clean {
-            Self::refuse_write_hole(&newest, &state, &dirty)?;
-        }
         // A start for writing is a new session; looking (or a rescue) starts nothing.
         let (session, history) = if opts.read_only {
             (newest.session, newest.history.clone())
@@ -1064,6 +1061,9 @@ impl Array {
                 "'{}' cannot start: {why}. Find the missing members and assemble again with them, or assemble with --force to start it read-only and copy off what is readable",
                 array.name
             )));
+        }
+        if !opts.force && !newest.clean {
+            Self::refuse_write_hole(&newest, &st, &dirty)?;
         }
         let recovering: Vec<usize> = (0..st.slots.len())
             .filter(|&i| st.slots[i].state == SlotState::Rebuilding)
@@ -1261,8 +1261,14 @@ impl Array {
                 s.readable(end).is_none()
             });
             if risky {
+                let why = match (s.state, s.out) {
+                    (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
+                        "stale".to_string()
+                    }
+                    (state, _) => format!("{state:?}").to_lowercase(),
+                };
                 at_risk.push(match &s.member {
-                    Some(m) => format!("{} ({:?})", m.path, s.state).to_lowercase(),
+                    Some(m) => format!("{} ({why})", m.path),
                     None => format!("slot {i} (missing)"),
                 });
             }
