@@ -1031,7 +1031,12 @@ impl Array {
         let mut st = (*array.state.load_full()).clone();
         for (i, event, bitmap, path) in stale {
             let planned = array.recovery_bytes(&st.slots[i]);
-            let note = stale_note(event, newest.event, bitmap, planned, array.bitmap.as_ref());
+            let note = if opts.read_only {
+                // Only looking: nothing will be recovered.
+                format!("stale: event {event}, array at {}", newest.event)
+            } else {
+                stale_note(event, newest.event, bitmap, planned, array.bitmap.as_ref())
+            };
             st.slots[i].note = Some(note.clone().into());
             report.stale.push(StaleMember {
                 path,
@@ -1407,7 +1412,16 @@ impl Array {
                             .as_ref()
                             .map(|m| m.path.clone())
                             .unwrap_or_else(|| format!("slot {}", g * w + i));
-                        format!("{who} ({:?})", s.state).to_lowercase()
+                        let what = match (s.state, s.out) {
+                            (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
+                                "stale".to_string()
+                            }
+                            (SlotState::Failed, Some(o)) if o.reason == OutReason::Missing => {
+                                "missing".to_string()
+                            }
+                            (state, _) => format!("{state:?}").to_lowercase(),
+                        };
+                        format!("{who} ({what})")
                     })
                     .collect();
                 st.failed = Some(format!(
@@ -1982,8 +1996,11 @@ impl Array {
                 (Some(m), SlotState::Active) => members.push(ms(m, Some(i), "active")),
                 (Some(m), SlotState::Rebuilding) => {
                     rebuilding = true;
-                    let mut x = ms(m, Some(i), "rebuilding");
-                    x.recovered = Some(s.recovery.load(Ordering::Relaxed));
+                    // Looked at (or rescued), a stale member is not being rebuilt.
+                    let stale = self.read_only.load(Ordering::Relaxed)
+                        && s.out.is_some_and(|o| o.reason == OutReason::Stale);
+                    let mut x = ms(m, Some(i), if stale { "stale" } else { "rebuilding" });
+                    x.recovered = (!stale).then(|| s.recovery.load(Ordering::Relaxed));
                     x.bitmap_recovery = s.bitmap_recovery;
                     x.recovery_bytes = Some(self.recovery_bytes(s));
                     x.reason = reason(s);

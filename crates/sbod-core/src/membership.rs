@@ -406,7 +406,7 @@ impl Array {
             plan.bitmap,
             planned,
         );
-        tracing::warn!(member = %spec.path, slot = plan.slot, bitmap = plan.bitmap, planned, "member re-added");
+        tracing::info!(member = %spec.path, slot = plan.slot, bitmap = plan.bitmap, planned, "member re-added");
         let lost = self.commit(new).await;
         drop(_g);
         if let Some(old) = old {
@@ -493,6 +493,17 @@ impl Array {
                 rescue.unreadable_groups.push(g);
             }
         }
+        // Nothing is recovered in a rescue: the notes say only what is stale.
+        for x in report.stale.iter_mut() {
+            if let Some((head, _)) = x.note.split_once(';') {
+                x.note = head.to_string();
+            }
+        }
+        for s in st.slots.iter_mut() {
+            if let Some((head, _)) = s.note.as_deref().and_then(|n| n.split_once(';')) {
+                s.note = Some(head.into());
+            }
+        }
         if !newest.clean {
             rescue.used.push(format!(
                 "'{}' was not shut down cleanly: where members are missing, blocks rebuilt from parity written at the time may be wrong",
@@ -505,7 +516,7 @@ impl Array {
         self.read_only.store(true, Ordering::Release);
         self.rescue.store(true, Ordering::Release);
         self.state.store(Arc::new(st));
-        tracing::warn!(array = %self.name, used = ?rescue.used, "started read-only for a rescue");
+        tracing::info!(array = %self.name, used = ?rescue.used, "started read-only for a rescue");
         report.rescue = Some(rescue);
         *self.report.lock() = report;
         self

@@ -233,8 +233,55 @@ pub fn save_registry(array: &Array) -> Result<()> {
 /// Open a registered array in this process.
 pub async fn open_offline(name: &str, opts: AssembleOptions) -> Result<Arc<Array>> {
     let reg = state::load(name)?;
+    let mut a = assemble_registered(name, &reg, &opts, &reg.to_open()).await?;
+    let short = a
+        .report()
+        .rescue
+        .is_some_and(|r| !r.unreadable_groups.is_empty());
+    if short && !reg.failed.is_empty() {
+        // A rescue that cannot read everything: the members that failed may still hold
+        // what is missing (a rescue writes nothing, so looking again is harmless).
+        a.close().await.ok();
+        let mut all = reg.to_open();
+        all.extend(reg.failed.iter().map(|f| f.path.clone()));
+        all.dedup();
+        a = assemble_registered(name, &reg, &opts, &all).await?;
+    }
+    if a.uuid.to_string() != reg.uuid {
+        bail!(
+            "the members registered as '{name}' now belong to another array ({})",
+            a.uuid
+        );
+    }
+    let rep = a.report();
+    let read_only = opts.read_only;
+    if rep.resynced_regions > 0 {
+        eprintln!(
+            "{name}: not shut down cleanly; resynced {} region(s), {} of member space",
+            rep.resynced_regions,
+            sbod_core::layout::human(rep.resynced_bytes)
+        );
+    }
+    for (p, why) in &rep.ignored {
+        eprintln!("warning: {p}: {why}");
+    }
+    if !read_only {
+        for line in report_lines(&a, Some(&reg)) {
+            eprintln!("{name}: {line}");
+        }
+    }
+    Ok(a)
+}
+
+/// Assemble a registered array from the given member paths.
+async fn assemble_registered(
+    name: &str,
+    reg: &Registry,
+    opts: &AssembleOptions,
+    paths: &[String],
+) -> Result<Arc<Array>> {
     let mut specs = Vec::new();
-    for p in &reg.to_open() {
+    for p in paths {
         let was_missing = reg.failed.iter().any(|f| f.missing && &f.path == p);
         if was_missing && !std::path::Path::new(p).exists() {
             // Still missing: the array already knows.
@@ -253,33 +300,9 @@ pub async fn open_offline(name: &str, opts: AssembleOptions) -> Result<Arc<Array
     if specs.is_empty() {
         bail!("none of the members of '{name}' could be opened");
     }
-    let read_only = opts.read_only;
-    let a = Array::assemble(specs, opts)
+    Array::assemble(specs, opts.clone())
         .await
-        .map_err(|e| explain(e, Some(&reg)))?;
-    if a.uuid.to_string() != reg.uuid {
-        bail!(
-            "the members registered as '{name}' now belong to another array ({})",
-            a.uuid
-        );
-    }
-    let rep = a.report();
-    if rep.resynced_regions > 0 {
-        eprintln!(
-            "{name}: not shut down cleanly; resynced {} region(s), {} of member space",
-            rep.resynced_regions,
-            sbod_core::layout::human(rep.resynced_bytes)
-        );
-    }
-    for (p, why) in &rep.ignored {
-        eprintln!("warning: {p}: {why}");
-    }
-    if !read_only {
-        for line in report_lines(&a, Some(&reg)) {
-            eprintln!("{name}: {line}");
-        }
-    }
-    Ok(a)
+        .map_err(|e| explain(e, Some(reg)))
 }
 
 /// An engine error for the terminal: members named by their registered paths.
@@ -485,7 +508,9 @@ pub async fn assemble(args: AssembleArgs) -> Result<()> {
             output::layout_desc(&st),
             st.state
         );
-        if rep.unclean {
+        if rep.unclean && rescue {
+            println!("  not shut down cleanly (nothing resynced: read-only)");
+        } else if rep.unclean {
             println!(
                 "  not shut down cleanly: resynced {} region(s), {}",
                 rep.resynced_regions,

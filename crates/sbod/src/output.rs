@@ -42,6 +42,10 @@ pub fn print_status(s: &Status, running: bool) {
     );
     if let Some(why) = &s.failed_reason {
         println!("  failed: {why}");
+        println!(
+            "  bring the members back and start it again, or rescue what is readable: sbod serve {} --force (read-only)",
+            s.name
+        );
     }
     if s.read_only {
         println!("  read-only: started to rescue what is readable; writes are refused");
