@@ -138,6 +138,18 @@ impl Bitmap {
         self.state[r as usize].store(CLEAN, SeqCst);
     }
 
+    /// Is the region's bit set (or being cleared)?
+    pub fn is_dirty(&self, r: u64) -> bool {
+        self.state
+            .get(r as usize)
+            .is_some_and(|s| s.load(SeqCst) != CLEAN)
+    }
+
+    /// Regions whose bit is set.
+    pub fn dirty_regions(&self) -> Vec<u64> {
+        (0..self.regions).filter(|&r| self.is_dirty(r)).collect()
+    }
+
     pub fn dirty_count(&self) -> u64 {
         self.state
             .iter()

@@ -12,6 +12,7 @@ use crate::buf::{AlignedBuf, SharedBuf};
 use crate::dev::{self, IoClass, IoKind, IoReq};
 use crate::error::{Error, Result};
 use crate::layout::{ChunkPiece, Scheme};
+use crate::superblock::OutReason;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -133,12 +134,12 @@ impl Array {
         let n = m.stats.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::warn!(member = %m.path, error = %e, count = n, "read error");
         if dev::is_unreachable(e) {
-            self.fail_member(m, "unreachable").await;
+            self.fail_member(m, OutReason::Unreachable).await;
             return;
         }
         let max = self.settings.lock().max_read_errors;
         if n > max {
-            self.fail_member(m, "too many read errors").await;
+            self.fail_member(m, OutReason::ReadErrors).await;
         }
     }
 
@@ -159,9 +160,9 @@ impl Array {
             m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!(member = %m.path, error = %e, "write error");
             let why = if dev::is_unreachable(e) {
-                "unreachable"
+                OutReason::Unreachable
             } else {
-                "write error"
+                OutReason::WriteError
             };
             self.fail_member(m, why).await;
         }
@@ -220,7 +221,7 @@ impl Array {
             if let Err(e) = r {
                 m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(member = %m.path, error = %e, "bitmap write failed");
-                self.fail_member(&m, "bitmap write error").await;
+                self.fail_member(&m, OutReason::MetadataWrite).await;
             }
         }
         if let Some(why) = &self.state.load().failed {
@@ -366,8 +367,7 @@ impl Array {
                 Err(e) => {
                     m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(member = %m.path, error = %e, "repair write failed");
-                    self.fail_member(&m, "could not rewrite an unreadable range")
-                        .await;
+                    self.fail_member(&m, OutReason::RepairWrite).await;
                 }
             }
         }
@@ -453,8 +453,7 @@ impl Array {
                 }
                 Err(_) => {
                     m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                    self.fail_member(&m, "could not rewrite an unreadable range")
-                        .await;
+                    self.fail_member(&m, OutReason::RepairWrite).await;
                 }
             }
         }
@@ -465,6 +464,7 @@ impl Array {
     /// Write `data` at `offset`; with `fua`, durable on every member before returning.
     pub async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
         self.check_io(offset, data.len() as u64)?;
+        self.check_writable()?;
         let len = data.len() as u64;
         let data = data.into_shared();
         self.write_shared(offset, len, &data, fua).await
@@ -876,6 +876,10 @@ impl Array {
 
     /// Make every acknowledged write durable on every member.
     pub async fn flush(&self) -> Result<()> {
+        if self.read_only.load(Ordering::Acquire) {
+            // A rescue writes nothing: nothing to make durable.
+            return Ok(());
+        }
         let st = self.state.load_full();
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone()));
@@ -893,7 +897,7 @@ impl Array {
             if let Err(e) = r {
                 m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(member = %m.path, error = %e, "flush failed");
-                self.fail_member(&m, "flush error").await;
+                self.fail_member(&m, OutReason::FlushError).await;
             }
         }
         if let Some(why) = &self.state.load().failed {
@@ -905,6 +909,7 @@ impl Array {
     /// Make a range read back as zeros (NBD WRITE_ZEROES); `punch` also deallocates.
     pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool, punch: bool) -> Result<()> {
         self.check_io(offset, len)?;
+        self.check_writable()?;
         let chunk = self.geometry.chunk as u64;
         let w = self.geometry.width as usize;
         match self.geometry.scheme() {
@@ -1016,7 +1021,7 @@ impl Array {
             if let Err(e) = dev::io(&m.dev, req).await {
                 m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(member = %m.path, error = %e, "zeroing failed");
-                self.fail_member(&m, "write error").await;
+                self.fail_member(&m, OutReason::WriteError).await;
             }
         }
         if let Some(why) = &self.state.load().failed {
@@ -1030,6 +1035,7 @@ impl Array {
     /// discard on them does not promise zeros.
     pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
         self.check_io(offset, len)?;
+        self.check_writable()?;
         let st = self.state.load_full();
         let all_files = st.live_members().iter().all(|m| m.is_file);
         if !all_files {

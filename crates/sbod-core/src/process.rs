@@ -8,7 +8,7 @@ use crate::buf::{AlignedBuf, SharedBuf};
 use crate::dev::IoClass;
 use crate::error::{Error, Result};
 use crate::layout::{Level, Scheme};
-use crate::superblock::SlotState;
+use crate::superblock::{OutReason, SlotState};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -302,15 +302,18 @@ impl Array {
             let notified = self.wake.notified();
             let st = self.state.load_full();
             if st.failed.is_none() && !rebuild_targets(&st).is_empty() {
-                // A scrub gives way to a rebuild.
+                // A scrub gives way to a rebuild (one run in the foreground is waited for).
                 let running = self.process.lock().clone();
                 if let Some(p) = running.filter(|p| !p.is_finished()) {
-                    p.cancel();
+                    if p.kind != ProcessKind::Rebuild {
+                        p.cancel();
+                    }
                     p.wait().await;
                 }
                 if let Err(e) = self.rebuild().await {
                     tracing::error!(array = %self.name, error = %e, "rebuild stopped");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    // Try again in a while, or at once when woken (a close, a new member).
+                    let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }
                 continue;
             }
@@ -320,7 +323,7 @@ impl Array {
             {
                 if let Err(e) = self.initial_resync().await {
                     tracing::warn!(array = %self.name, error = %e, "resync paused");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }
                 continue;
             }
@@ -334,15 +337,21 @@ impl Array {
             return;
         };
         loop {
+            // Created before looking at `closing`, so a close's kick is never missed (a
+            // sweeper first polled after the close used to sleep its full second).
+            let notified = self.wake.notified();
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(1000)) => {}
-                _ = self.wake.notified() => {}
+                _ = notified => {}
             }
             if self.closing.load(Ordering::Acquire) {
                 return;
             }
             let cand = bm.idle_candidates();
-            if cand.is_empty() || self.flush().await.is_err() {
+            if cand.is_empty() || !self.may_clear_bits().await || self.flush().await.is_err() {
                 continue;
             }
             let mut i = 0;
@@ -369,6 +378,36 @@ impl Array {
                 }
             }
         }
+    }
+
+    /// Bits are the record of what a member that is out missed: none is cleared while any
+    /// slot is out. And before the first clear since the event last moved, the superblocks
+    /// move `bitmap_since` to a new event, so a member that stopped before it (a copy put
+    /// back, a member taken out) can never be recovered from bits already gone.
+    async fn may_clear_bits(&self) -> bool {
+        let whole = |st: &State| st.slots.iter().all(|s| s.state == SlotState::Active);
+        if !whole(&self.state.load_full()) {
+            return false;
+        }
+        let _g = self.mgmt.lock().await;
+        let st = self.state.load_full();
+        if !whole(&st) || st.failed.is_some() {
+            return false;
+        }
+        let event = self.event.load(Ordering::Acquire);
+        if self.bitmap_since.load(Ordering::Acquire) >= event {
+            return true;
+        }
+        self.bitmap_since.store(event + 1, Ordering::Release);
+        let lost = self.persist(&st, false).await;
+        drop(_g);
+        if lost.is_empty() {
+            return true;
+        }
+        for m in lost {
+            self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
+        false
     }
 
     fn lock_key(&self, slot: usize) -> usize {
@@ -402,11 +441,11 @@ impl Array {
                 }
                 let start = targets
                     .iter()
-                    .map(|t| t.2.load(Ordering::Acquire))
+                    .map(|t| t.progress.load(Ordering::Acquire))
                     .min()
                     .unwrap_or(0)
                     / chunk;
-                let end = targets.iter().map(|t| t.1.size).max().unwrap_or(0) / chunk;
+                let end = targets.iter().map(|t| t.member.size).max().unwrap_or(0) / chunk;
                 handle.total.store(end * chunk, Ordering::Relaxed);
                 let event = self.event.load(Ordering::Acquire);
                 let mut t = start;
@@ -415,6 +454,21 @@ impl Array {
                         self.checkpoint().await;
                         return Ok(());
                     }
+                    // Stripes no target needs (a bitmap recovery over regions nothing was
+                    // written to) are passed over without I/O.
+                    let next = self.next_needed(&targets, t * chunk).map(|o| o / chunk);
+                    let skip_to = next.unwrap_or(end).min(end);
+                    if skip_to > t {
+                        t = skip_to;
+                        for x in &targets {
+                            let off = (t * chunk).min(x.member.size);
+                            if x.progress.load(Ordering::Acquire) < off {
+                                x.progress.store(off, Ordering::Release);
+                            }
+                        }
+                        handle.done.store(t * chunk, Ordering::Relaxed);
+                        continue;
+                    }
                     // A window of stripes in flight at once keeps every member busy;
                     // progress only advances past stripes that are all done.
                     let w_end = (t + PIPELINE).min(end);
@@ -422,14 +476,15 @@ impl Array {
                     for tt in t..w_end {
                         let mut keys: Vec<usize> = targets
                             .iter()
-                            .filter(|x| {
-                                x.2.load(Ordering::Acquire) <= tt * chunk && tt * chunk < x.1.size
-                            })
-                            .map(|x| self.lock_key(x.0))
+                            .filter(|x| self.target_needs(x, tt * chunk))
+                            .map(|x| self.lock_key(x.slot))
                             .collect();
                         keys.sort_unstable();
                         keys.dedup();
-                        jobs.extend(keys.into_iter().map(|key| self.rebuild_stripe(key, tt)));
+                        jobs.extend(
+                            keys.into_iter()
+                                .map(|key| self.rebuild_stripe(key, tt, &targets)),
+                        );
                     }
                     let mut bytes = 0;
                     for r in futures::future::join_all(jobs).await {
@@ -437,8 +492,8 @@ impl Array {
                     }
                     for x in &targets {
                         let off = w_end * chunk;
-                        if x.2.load(Ordering::Acquire) < off {
-                            x.2.store(off.min(x.1.size), Ordering::Release);
+                        if x.progress.load(Ordering::Acquire) < off {
+                            x.progress.store(off.min(x.member.size), Ordering::Release);
                         }
                     }
                     handle.done.store(w_end * chunk, Ordering::Relaxed);
@@ -487,30 +542,71 @@ impl Array {
         }
     }
 
-    /// Persist rebuild progress.
+    /// Persist rebuild (and initial resync) progress. What the rebuild wrote below the
+    /// recorded offsets is made durable first: a superblock must never say a member is
+    /// valid where its data could still be lost to a power cut.
     async fn checkpoint(&self) {
+        if self.flush().await.is_err() {
+            return;
+        }
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
         let lost = self.persist(&st, false).await;
         drop(_g);
         for m in lost {
-            self.fail_member(&m, "superblock write failed").await;
+            self.fail_member(&m, OutReason::MetadataWrite).await;
         }
     }
 
-    /// Promote targets that are complete.
+    /// Promote targets that are complete: their data is made durable, the new state is
+    /// recorded on the members, and only then used (a retired member stops getting writes
+    /// only once no superblock says it is in service).
     async fn finish_targets(&self) {
+        let complete = |st: &State| {
+            st.slots.iter().any(|s| {
+                (s.state == SlotState::Rebuilding
+                    && s.recovery.load(Ordering::Acquire)
+                        >= s.member.as_ref().map(|m| m.size).unwrap_or(0))
+                    || s.replacement.as_ref().is_some_and(|(m, off)| {
+                        off.load(Ordering::Acquire) >= m.size && s.state == SlotState::Active
+                    })
+            })
+        };
+        let st = self.state.load_full();
+        if !complete(&st) || self.flush().await.is_err() {
+            return;
+        }
+        // About to be in sync: they carry the whole bitmap first.
+        let joining: Vec<Arc<Member>> = st
+            .slots
+            .iter()
+            .flat_map(|s| {
+                let main = (s.state == SlotState::Rebuilding)
+                    .then(|| s.member.clone())
+                    .flatten();
+                main.into_iter()
+                    .chain(s.replacement.as_ref().map(|(m, _)| m.clone()))
+            })
+            .collect();
+        self.sync_bitmap(&joining).await;
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
         let mut new = (*st).clone();
         let mut retired = Vec::new();
+        let mut done = Vec::new();
         let mut changed = false;
         for s in new.slots.iter_mut() {
             if s.state == SlotState::Rebuilding {
                 let size = s.member.as_ref().map(|m| m.size).unwrap_or(0);
                 if s.recovery.load(Ordering::Acquire) >= size {
                     s.state = SlotState::Active;
+                    s.out = None;
+                    s.bitmap_recovery = false;
+                    s.note = None;
                     changed = true;
+                    if let Some(m) = &s.member {
+                        done.push(m.uuid);
+                    }
                     tracing::info!(member = %s.member.as_ref().map(|m| m.path.as_str()).unwrap_or("?"), "rebuild complete");
                 }
             }
@@ -521,6 +617,7 @@ impl Array {
                         retired.push(old);
                     }
                     s.entry = Some(m.entry());
+                    done.push(m.uuid);
                     changed = true;
                     tracing::info!(member = %m.path, "replacement complete");
                 }
@@ -530,9 +627,10 @@ impl Array {
             return;
         }
         self.judge(&mut new);
-        let new = Arc::new(new);
-        self.state.store(new.clone());
-        let lost = self.persist(&new, false).await;
+        let lost = self.commit(new).await;
+        for u in &done {
+            self.end_recovery(u, true);
+        }
         drop(_g);
         for m in retired {
             // The old member leaves the array: wipe its claim.
@@ -541,13 +639,49 @@ impl Array {
             m.dev.close();
         }
         for m in lost {
-            self.fail_member(&m, "superblock write failed").await;
+            self.fail_member(&m, OutReason::MetadataWrite).await;
         }
+    }
+
+    /// Does rebuild target `x` still need member offset `off`? A bitmap recovery needs
+    /// only regions whose bit is set: a region clean now was clean when the member came
+    /// back (bits are not cleared while a slot is out), and every write since reached it.
+    fn target_needs(&self, x: &Target, off: u64) -> bool {
+        x.progress.load(Ordering::Acquire) <= off
+            && off < x.member.size
+            && (!x.bitmap
+                || self
+                    .bitmap
+                    .as_ref()
+                    .is_none_or(|b| b.is_dirty(b.region_of(off))))
+    }
+
+    /// The lowest member offset at or after `from` some target needs.
+    fn next_needed(&self, targets: &[Target], from: u64) -> Option<u64> {
+        targets
+            .iter()
+            .filter_map(|x| {
+                let start = from.max(x.progress.load(Ordering::Acquire));
+                if start >= x.member.size {
+                    return None;
+                }
+                match (&self.bitmap, x.bitmap) {
+                    (Some(b), true) => {
+                        let first = b.region_of(start);
+                        (first..b.regions)
+                            .find(|&r| b.is_dirty(r))
+                            .map(|r| (r * b.region).max(start))
+                            .filter(|&o| o < x.member.size)
+                    }
+                    _ => Some(start),
+                }
+            })
+            .min()
     }
 
     /// Rebuild member offsets `[t*chunk, (t+1)*chunk)` of every target in the group (or
     /// concat slot) `key`. Returns bytes written.
-    async fn rebuild_stripe(&self, key: usize, t: u64) -> Result<u64> {
+    async fn rebuild_stripe(&self, key: usize, t: u64, plan: &[Target]) -> Result<u64> {
         let chunk = self.geometry.chunk as u64;
         let w = self.geometry.width as usize;
         let _lock = self.locks.lock(key, t).await;
@@ -558,13 +692,13 @@ impl Array {
         } else {
             (key * w..(key + 1) * w).collect()
         };
-        // (slot, member, progress)
         let targets: Vec<(usize, Arc<Member>)> = rebuild_targets(&st)
             .into_iter()
-            .filter(|x| {
-                slots.contains(&x.0) && x.2.load(Ordering::Acquire) <= base && base < x.1.size
-            })
-            .map(|x| (x.0, x.1))
+            .filter(|x| slots.contains(&x.slot) && self.target_needs(x, base))
+            // Only the targets of this pass: one that joined meanwhile is planned next,
+            // from its own progress.
+            .filter(|x| plan.iter().any(|p| Arc::ptr_eq(&p.member, &x.member)))
+            .map(|x| (x.slot, x.member))
             .collect();
         if targets.is_empty() {
             return Ok(0);
@@ -633,14 +767,18 @@ impl Array {
         }
         let mut bytes = 0;
         for (mem, buf) in writes {
-            bytes += buf.len() as u64;
-            if let Err(e) = self
+            let n = buf.len() as u64;
+            bytes += n;
+            let r = self
                 .mwrite(&mem, base, buf, false, IoClass::Background)
-                .await
-            {
+                .await;
+            if r.is_ok() {
+                self.note_recovered(&mem.uuid, n);
+            }
+            if let Err(e) = r {
                 mem.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(member = %mem.path, error = %e, "rebuild write failed");
-                self.fail_member(&mem, "write error during rebuild").await;
+                self.fail_member(&mem, OutReason::WriteError).await;
             }
         }
         Ok(bytes)
@@ -943,7 +1081,7 @@ impl Array {
                 Err(e) => {
                     m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(member = %m.path, error = %e, "repair write failed");
-                    self.fail_member(m, "write error during repair").await;
+                    self.fail_member(m, OutReason::RepairWrite).await;
                 }
             }
         }
@@ -1003,18 +1141,38 @@ impl Array {
     }
 }
 
-/// (slot, member, progress) for every member being rebuilt.
-fn rebuild_targets(st: &State) -> Vec<(usize, Arc<Member>, Arc<AtomicU64>)> {
+/// A member being rebuilt.
+struct Target {
+    slot: usize,
+    member: Arc<Member>,
+    /// Valid below this member offset.
+    progress: Arc<AtomicU64>,
+    /// Only the regions the write-intent bitmap marks.
+    bitmap: bool,
+}
+
+/// Every member being rebuilt.
+fn rebuild_targets(st: &State) -> Vec<Target> {
     let mut v = Vec::new();
     for (i, s) in st.slots.iter().enumerate() {
         if s.state == SlotState::Rebuilding {
             if let Some(m) = &s.member {
-                v.push((i, m.clone(), s.recovery.clone()));
+                v.push(Target {
+                    slot: i,
+                    member: m.clone(),
+                    progress: s.recovery.clone(),
+                    bitmap: s.bitmap_recovery,
+                });
             }
         }
         if let Some((m, off)) = &s.replacement {
             if s.state == SlotState::Active {
-                v.push((i, m.clone(), off.clone()));
+                v.push(Target {
+                    slot: i,
+                    member: m.clone(),
+                    progress: off.clone(),
+                    bitmap: false,
+                });
             }
         }
     }

@@ -318,10 +318,12 @@ fn every_loss_combination_reconstructs() {
                         d
                     })
                     .collect();
+                // Members lost: starting without them is asked for (`--degraded`).
                 let b = Array::assemble(
                     specs(&fresh),
                     AssembleOptions {
                         no_processes: true,
+                        degraded: !lost.is_empty(),
                         ..Default::default()
                     },
                 )
@@ -426,7 +428,7 @@ fn degraded_reads_beyond_the_initial_resync_return_what_was_written() {
         };
         let a = Array::create(spec, specs(&devs)).await.expect("create");
         // Before the initial resync (a spawned task on this one thread) gets far.
-        a.fail("g1").await.expect("fail");
+        a.fail("g1", false).await.expect("fail");
         let synced = a.status().resync_offset.unwrap_or(u64::MAX);
         assert!(
             synced < a.geometry.member_size / 2,

@@ -627,7 +627,7 @@ fn raid6_run(backend: Backend) {
             }
             a.flush().await.unwrap();
             let p = |i: usize| paths[i].display().to_string();
-            a.fail(&p(2)).await.unwrap();
+            a.fail(&p(2), false).await.unwrap();
             assert_eq!(a.status().state, "degraded");
             assert!(a.read(0, size).await.unwrap()[..] == model[..]);
             let extra = pattern(size / 2, 9);
@@ -642,8 +642,8 @@ fn raid6_run(backend: Backend) {
             let spare = member_specs(&paths[6..], backend).pop().unwrap();
             a.replace(&p(2), spare, false).await.unwrap();
             wait_optimal(&a).await;
-            a.fail(&p(0)).await.unwrap();
-            a.fail(&p(4)).await.unwrap();
+            a.fail(&p(0), false).await.unwrap();
+            a.fail(&p(4), false).await.unwrap();
             assert!(
                 a.read(0, size).await.unwrap()[..] == model[..],
                 "{backend:?}: after rebuild and two losses"

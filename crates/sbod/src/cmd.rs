@@ -11,7 +11,8 @@ use clap::Args;
 use sbod_core::array::{self as core_array, Status};
 use sbod_core::layout::{parse_size, Level};
 use sbod_core::process::ProcessStatus;
-use sbod_core::{Array, AssembleOptions, CreateSpec};
+use sbod_core::superblock::OutReason;
+use sbod_core::{AddOutcome, Array, AssembleOptions, CreateSpec};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,8 +67,13 @@ pub struct AssembleArgs {
     /// Name to register the array under (default: the name in its superblocks).
     #[arg(long)]
     pub name: Option<String>,
-    /// Start even if the array is failed (to rescue what is readable); overwrite a
-    /// registration of another array with the same name.
+    /// Start without members it had in service when it stopped (they are recorded as
+    /// missing, and resynced from the write-intent bitmap when they come back).
+    #[arg(long)]
+    pub degraded: bool,
+    /// Accept possible data loss: start although members are missing, over a split brain
+    /// (taking the newest side) or a write hole; a failed array is started read-only to
+    /// rescue what is readable. Also overwrites a registration of another array.
     #[arg(long)]
     pub force: bool,
     #[arg(long)]
@@ -97,6 +103,16 @@ pub struct ExamineArgs {
 pub struct MemberArgs {
     pub name: String,
     pub member: String,
+}
+
+#[derive(Args, Debug)]
+pub struct FailArgs {
+    pub name: String,
+    pub member: String,
+    /// Fail it even if the array would then stop serving (more members of a group out than
+    /// it survives).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]
@@ -160,27 +176,45 @@ pub struct SetArgs {
 /// Record the array's current members.
 pub fn save_registry(array: &Array) -> Result<()> {
     let st = array.state();
+    let prev = state::load(&array.name).ok();
     let mut failed = Vec::new();
     for s in &st.slots {
         if s.state == sbod_core::superblock::SlotState::Failed {
-            if let Some(m) = &s.member {
-                failed.push(state::FailedMember {
+            let missing = s.out.is_some_and(|o| o.reason == OutReason::Missing);
+            match (&s.member, &s.entry) {
+                (Some(m), _) => failed.push(state::FailedMember {
                     path: m.path.clone(),
                     uuid: m.uuid.to_string(),
-                });
+                    missing,
+                }),
+                (None, Some(e)) => {
+                    // A member not here: keep the path it had, to look for it again.
+                    let uuid = e.uuid.to_string();
+                    if let Some(path) = prev.as_ref().and_then(|r| r.failed_path(&uuid)) {
+                        failed.push(state::FailedMember {
+                            path,
+                            uuid,
+                            missing,
+                        });
+                    }
+                }
+                _ => {}
             }
         }
     }
-    let members: Vec<String> = st.live_members().iter().map(|m| m.path.clone()).collect();
+    let live = st.live_members();
+    let members: Vec<String> = live.iter().map(|m| m.path.clone()).collect();
+    let uuids = live
+        .iter()
+        .map(|m| (m.path.clone(), m.uuid.to_string()))
+        .collect();
     // Keep earlier failures while their slot still records them.
     let recorded: Vec<String> = st
         .slots
         .iter()
         .filter_map(|s| s.entry.as_ref().map(|e| e.uuid.to_string()))
         .collect();
-    let mut prev_failed = state::load(&array.name)
-        .map(|r| r.failed)
-        .unwrap_or_default();
+    let mut prev_failed = prev.map(|r| r.failed).unwrap_or_default();
     prev_failed.retain(|f| {
         !members.contains(&f.path)
             && recorded.contains(&f.uuid)
@@ -192,14 +226,67 @@ pub fn save_registry(array: &Array) -> Result<()> {
         uuid: array.uuid.to_string(),
         members,
         failed,
+        uuids,
     })
 }
 
 /// Open a registered array in this process.
 pub async fn open_offline(name: &str, opts: AssembleOptions) -> Result<Arc<Array>> {
     let reg = state::load(name)?;
+    let mut a = assemble_registered(name, &reg, &opts, &reg.to_open()).await?;
+    let short = a
+        .report()
+        .rescue
+        .is_some_and(|r| !r.unreadable_groups.is_empty());
+    if short && !reg.failed.is_empty() {
+        // A rescue that cannot read everything: the members that failed may still hold
+        // what is missing (a rescue writes nothing, so looking again is harmless).
+        a.close().await.ok();
+        let mut all = reg.to_open();
+        all.extend(reg.failed.iter().map(|f| f.path.clone()));
+        all.dedup();
+        a = assemble_registered(name, &reg, &opts, &all).await?;
+    }
+    if a.uuid.to_string() != reg.uuid {
+        bail!(
+            "the members registered as '{name}' now belong to another array ({})",
+            a.uuid
+        );
+    }
+    let rep = a.report();
+    let read_only = opts.read_only;
+    if rep.resynced_regions > 0 {
+        eprintln!(
+            "{name}: not shut down cleanly; resynced {} region(s), {} of member space",
+            rep.resynced_regions,
+            sbod_core::layout::human(rep.resynced_bytes)
+        );
+    }
+    for (p, why) in &rep.ignored {
+        eprintln!("warning: {p}: {why}");
+    }
+    if !read_only {
+        for line in report_lines(&a, Some(&reg)) {
+            eprintln!("{name}: {line}");
+        }
+    }
+    Ok(a)
+}
+
+/// Assemble a registered array from the given member paths.
+async fn assemble_registered(
+    name: &str,
+    reg: &Registry,
+    opts: &AssembleOptions,
+    paths: &[String],
+) -> Result<Arc<Array>> {
     let mut specs = Vec::new();
-    for p in &reg.members {
+    for p in paths {
+        let was_missing = reg.failed.iter().any(|f| f.missing && &f.path == p);
+        if was_missing && !std::path::Path::new(p).exists() {
+            // Still missing: the array already knows.
+            continue;
+        }
         let r = if opts.read_only {
             members::open_read_only(p)
         } else {
@@ -213,25 +300,64 @@ pub async fn open_offline(name: &str, opts: AssembleOptions) -> Result<Arc<Array
     if specs.is_empty() {
         bail!("none of the members of '{name}' could be opened");
     }
-    let a = Array::assemble(specs, opts).await?;
-    if a.uuid.to_string() != reg.uuid {
-        bail!(
-            "the members registered as '{name}' now belong to another array ({})",
-            a.uuid
-        );
+    Array::assemble(specs, opts.clone())
+        .await
+        .map_err(|e| explain(e, Some(reg)))
+}
+
+/// An engine error for the terminal: members named by their registered paths.
+pub fn explain(e: sbod_core::Error, reg: Option<&Registry>) -> anyhow::Error {
+    match e {
+        sbod_core::Error::MissingMembers(m) => anyhow!(
+            "{}",
+            m.describe(|u| reg.and_then(|r| r.failed_path(&u.to_string())))
+        ),
+        e => anyhow!(e),
     }
+}
+
+/// What assembly found that the user should know: members missing, stale ones being
+/// recovered, a split brain forced, a rescue.
+pub fn report_lines(a: &Array, reg: Option<&Registry>) -> Vec<String> {
     let rep = a.report();
-    if rep.resynced_regions > 0 {
-        eprintln!(
-            "{name}: not shut down cleanly; resynced {} region(s), {} of member space",
-            rep.resynced_regions,
-            sbod_core::layout::human(rep.resynced_bytes)
-        );
+    let st = a.state();
+    let mut out = Vec::new();
+    for &i in &rep.missing {
+        let who = st.slots[i]
+            .entry
+            .as_ref()
+            .and_then(|e| reg.and_then(|r| r.failed_path(&e.uuid.to_string())))
+            .unwrap_or_else(|| format!("the member of slot {i}"));
+        out.push(format!(
+            "{who} (slot {i}) is missing: running degraded without it (it is resynced from the write-intent bitmap when it comes back: `sbod add {} {who}`, or at the next start)",
+            a.name
+        ));
     }
-    for (p, why) in &rep.ignored {
-        eprintln!("warning: {p}: {why}");
+    for s in &rep.stale {
+        out.push(format!("{} (slot {}): {}", s.path, s.slot, s.note));
     }
-    Ok(a)
+    for p in &rep.missed_last_write {
+        out.push(format!(
+            "{p} missed only the last superblock write (interrupted by a crash): trusted"
+        ));
+    }
+    if let Some(sb) = &rep.split_brain {
+        out.push(format!(
+            "forced over a split brain: {sb}; the newest side was taken"
+        ));
+    }
+    if let Some(r) = &rep.rescue {
+        out.push("started READ-ONLY to rescue what is readable; nothing is written".into());
+        for u in &r.used {
+            out.push(format!("rescue: {u}"));
+        }
+        for g in &r.unreadable_groups {
+            out.push(format!(
+                "rescue: group {g} has too few members left: its part of the volume reads as errors"
+            ));
+        }
+    }
+    out
 }
 
 pub async fn create(args: CreateArgs) -> Result<()> {
@@ -317,14 +443,17 @@ pub async fn assemble(args: AssembleArgs) -> Result<()> {
         let abs = members::canonical(m)?;
         specs.push(members::open(&abs, "")?);
     }
+    let known = args.name.as_deref().and_then(|n| state::load(n).ok());
     let array = Array::assemble(
         specs,
         AssembleOptions {
             force: args.force,
+            degraded: args.degraded,
             ..Default::default()
         },
     )
-    .await?;
+    .await
+    .map_err(|e| explain(e, known.as_ref()))?;
     if let Some(n) = &args.name {
         if n != &array.name {
             eprintln!(
@@ -334,7 +463,8 @@ pub async fn assemble(args: AssembleArgs) -> Result<()> {
         }
     }
     let name = args.name.clone().unwrap_or_else(|| array.name.clone());
-    if let Ok(reg) = state::load(&name) {
+    let reg = state::load(&name).ok();
+    if let Some(reg) = &reg {
         if reg.uuid != array.uuid.to_string() && !args.force {
             array.close().await.ok();
             bail!(
@@ -348,21 +478,22 @@ pub async fn assemble(args: AssembleArgs) -> Result<()> {
         bail!("'{name}' is being served right now; stop it first");
     }
     let rep = array.report();
-    // Rebuild stale members now, with progress, so the array is whole when we return.
-    let rebuilding = array
-        .status()
-        .members
-        .iter()
-        .any(|m| m.state == "rebuilding" || m.state == "replacing");
-    let mut reg_array = array.clone();
+    let rescue = array.is_read_only();
+    // Recover stale members now, with progress, so the array is whole when we return.
+    let rebuilding = !rescue
+        && array
+            .status()
+            .members
+            .iter()
+            .any(|m| m.state == "rebuilding" || m.state == "replacing");
     if rebuilding {
         run_with_progress(&array, "rebuild", array.rebuild_now()).await?;
-        reg_array = array.clone();
     }
-    let st = reg_array.status();
+    let st = array.status();
     let mut reg_name_array = st.clone();
     reg_name_array.name = name.clone();
-    save_registry_as(&reg_array, &name)?;
+    let lines = report_lines(&array, reg.as_ref());
+    save_registry_as(&array, &name)?;
     array.close().await?;
     if args.json {
         println!(
@@ -377,21 +508,28 @@ pub async fn assemble(args: AssembleArgs) -> Result<()> {
             output::layout_desc(&st),
             st.state
         );
-        if rep.unclean {
+        if rep.unclean && rescue {
+            println!("  not shut down cleanly (nothing resynced: read-only)");
+        } else if rep.unclean {
             println!(
                 "  not shut down cleanly: resynced {} region(s), {}",
                 rep.resynced_regions,
                 sbod_core::layout::human(rep.resynced_bytes)
             );
         }
-        for p in &rep.rebuilding {
-            println!("  {p}: stale or incomplete, rebuilt");
+        for l in &lines {
+            println!("  {l}");
+        }
+        for r in st.recoveries.iter().filter(|r| r.state == "done") {
+            println!("  {}", output::recovery_line(r));
         }
         for (p, why) in &rep.ignored {
             println!("  {p}: ignored: {why}");
         }
-        for s in &rep.missing {
-            println!("  slot {s}: missing");
+        if rescue {
+            println!(
+                "  serve it read-only with: sbod serve {name} --force (copy the data off; nothing is written to the members)"
+            );
         }
     }
     Ok(())
@@ -525,36 +663,54 @@ fn member_ref(name: &str, p: &str) -> String {
     abs
 }
 
-pub async fn fail(args: MemberArgs) -> Result<()> {
+/// What a `fail` left: serving degraded, or failed.
+fn fail_outcome(name: &str, member: &str, s: &Status, served: bool) -> String {
+    if s.state == "failed" {
+        format!(
+            "{name}: {member} failed; the array has FAILED ({}): its data is unavailable until members come back (`sbod assemble --force` starts it read-only to rescue what is readable)",
+            s.failed_reason.as_deref().unwrap_or("too many members out")
+        )
+    } else if served {
+        format!(
+            "{name}: {member} failed; the array keeps serving, {}",
+            s.state
+        )
+    } else {
+        format!("{name}: {member} marked failed; the array is {}", s.state)
+    }
+}
+
+pub async fn fail(args: FailArgs) -> Result<()> {
     let member = member_ref(&args.name, &args.member);
     if control::call(
         &args.name,
         &Request::Fail {
             member: member.clone(),
+            force: args.force,
         },
     )
     .await?
     .is_some()
     {
-        println!(
-            "{}: {} failed; the array keeps serving",
-            args.name, args.member
-        );
+        let (s, _) = fetch_status(&args.name).await?;
+        println!("{}", fail_outcome(&args.name, &args.member, &s, true));
         return Ok(());
     }
     let a = open_offline(
         &args.name,
         AssembleOptions {
             no_processes: true,
+            degraded: true,
             ..Default::default()
         },
     )
     .await?;
-    let r = a.fail(&member).await;
+    let r = a.fail(&member, args.force).await;
     save_registry(&a)?;
+    let s = a.status();
     a.close().await.ok();
     r?;
-    println!("{}: {} marked failed", args.name, args.member);
+    println!("{}", fail_outcome(&args.name, &args.member, &s, false));
     Ok(())
 }
 
@@ -576,6 +732,7 @@ pub async fn remove(args: MemberArgs) -> Result<()> {
         &args.name,
         AssembleOptions {
             no_processes: true,
+            degraded: true,
             ..Default::default()
         },
     )
@@ -597,6 +754,33 @@ fn prepare_new(path: &str, size: Option<u64>) -> Result<String> {
     members::canonical(path)
 }
 
+/// What `add` did with a device, in words.
+fn added(name: &str, p: &str, o: &AddOutcome) -> String {
+    match o {
+        AddOutcome::Spare => format!("{name}: added {p} as a hot spare"),
+        AddOutcome::Rebuilding { slot } => {
+            format!("{name}: added {p}; it takes slot {slot} and is rebuilt in full")
+        }
+        AddOutcome::ReAdded(r) => format!(
+            "{name}: {p} re-added to slot {} (it was at event {}, the array at {}): {}",
+            r.slot,
+            r.member_event,
+            r.array_event,
+            if r.bitmap {
+                format!(
+                    "resyncing {} written while it was out, from the write-intent bitmap",
+                    sbod_core::layout::human(r.planned_bytes)
+                )
+            } else {
+                format!(
+                    "rebuilding it in full, {} (the bitmap does not cover its event)",
+                    sbod_core::layout::human(r.planned_bytes)
+                )
+            }
+        ),
+    }
+}
+
 pub async fn add(args: AddArgs) -> Result<()> {
     let paths: Vec<String> = args
         .members
@@ -605,7 +789,7 @@ pub async fn add(args: AddArgs) -> Result<()> {
         .collect::<Result<_>>()?;
     if control::running(&args.name).await {
         for p in &paths {
-            control::call(
+            let v = control::call(
                 &args.name,
                 &Request::Add {
                     member: p.clone(),
@@ -614,7 +798,10 @@ pub async fn add(args: AddArgs) -> Result<()> {
                 },
             )
             .await?;
-            println!("{}: added {p}", args.name);
+            match v.and_then(|v| serde_json::from_value::<AddOutcome>(v).ok()) {
+                Some(o) => println!("{}", added(&args.name, p, &o)),
+                None => println!("{}: added {p}", args.name),
+            }
         }
         return Ok(());
     }
@@ -622,21 +809,38 @@ pub async fn add(args: AddArgs) -> Result<()> {
         &args.name,
         AssembleOptions {
             no_processes: true,
+            degraded: true,
             ..Default::default()
         },
     )
     .await?;
     let mut result = Ok(());
     for p in &paths {
-        let spec = members::open(p, &args.domain)?;
-        if let Err(e) = a.add(spec, args.force).await {
-            result = Err(anyhow!(e));
-            break;
+        if a.state().live_members().iter().any(|m| &m.path == p) {
+            // A missing member that is back: assembly took it in already.
+            println!("{}: {p} is back in the array", args.name);
+            continue;
         }
-        println!("{}: added {p}", args.name);
+        let spec = match members::open(p, &args.domain) {
+            Ok(s) => s,
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        };
+        match a.add(spec, args.force).await {
+            Ok(o) => println!("{}", added(&args.name, p, &o)),
+            Err(e) => {
+                result = Err(anyhow!(e));
+                break;
+            }
+        }
     }
     if result.is_ok() && a.status().members.iter().any(|m| m.state == "rebuilding") {
         result = run_with_progress(&a, "rebuild", a.rebuild_now()).await;
+        for r in a.status().recoveries.iter().filter(|r| r.state == "done") {
+            println!("{}: {}", args.name, output::recovery_line(r));
+        }
     }
     save_registry(&a)?;
     a.close().await.ok();
@@ -678,6 +882,7 @@ pub async fn replace(args: ReplaceArgs) -> Result<()> {
         &args.name,
         AssembleOptions {
             no_processes: true,
+            degraded: true,
             ..Default::default()
         },
     )

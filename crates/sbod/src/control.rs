@@ -15,6 +15,8 @@ pub enum Request {
     Status,
     Fail {
         member: String,
+        #[serde(default)]
+        force: bool,
     },
     Remove {
         member: String,
@@ -162,8 +164,8 @@ async fn execute(array: &Arc<Array>, req: Request, on_stop: &tokio::sync::Notify
     let r: Result<serde_json::Value> = async {
         match req {
             Request::Status => Ok(serde_json::to_value(array.status())?),
-            Request::Fail { member } => {
-                array.fail(&member).await?;
+            Request::Fail { member, force } => {
+                array.fail(&member, force).await?;
                 crate::cmd::save_registry(array)?;
                 Ok(serde_json::Value::Null)
             }
@@ -177,10 +179,15 @@ async fn execute(array: &Arc<Array>, req: Request, on_stop: &tokio::sync::Notify
                 domain,
                 force,
             } => {
-                let spec = crate::members::open(&member, &domain)?;
-                array.add(spec, force).await?;
+                // A failed member the array still holds open goes back on that handle
+                // (opening it again would meet its own lock).
+                let spec = match array.held_device(&member) {
+                    Some(s) => s,
+                    None => crate::members::open(&member, &domain)?,
+                };
+                let outcome = array.add(spec, force).await?;
                 crate::cmd::save_registry(array)?;
-                Ok(serde_json::Value::Null)
+                Ok(serde_json::to_value(outcome)?)
             }
             Request::Replace { old, new, force } => {
                 let spec = crate::members::open(&new, "")?;

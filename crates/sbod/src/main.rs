@@ -34,11 +34,13 @@ enum Cmd {
     Status(cmd::StatusArgs),
     /// Print the superblock of members.
     Examine(cmd::ExamineArgs),
-    /// Take a member out of service (the array goes degraded).
-    Fail(cmd::MemberArgs),
+    /// Take a member out of service (the array goes degraded; refused, without --force,
+    /// where the array would stop serving).
+    Fail(cmd::FailArgs),
     /// Remove a failed member or a spare from an array.
     Remove(cmd::MemberArgs),
-    /// Add hot spares (a degraded array rebuilds onto one at once).
+    /// Add hot spares (a degraded array rebuilds onto one at once); a former member whose
+    /// slot is out goes back into it, resynced from the write-intent bitmap.
     Add(cmd::AddArgs),
     /// Rebuild a new member in place of an old one.
     Replace(cmd::ReplaceArgs),

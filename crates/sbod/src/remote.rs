@@ -57,14 +57,18 @@ pub async fn watch(
         for s in &st.slots {
             if let Some((r, _)) = &s.replacement {
                 if r.dev.link_up() == Some(false) {
-                    array.fail_member(r, "unreachable").await;
+                    array
+                        .fail_member(r, sbod_core::superblock::OutReason::Unreachable)
+                        .await;
                     changed = true;
                 }
             }
             let Some(m) = &s.member else { continue };
             match (m.dev.link_up(), s.state) {
                 (Some(false), SlotState::Active | SlotState::Rebuilding) => {
-                    array.fail_member(m, "unreachable").await;
+                    array
+                        .fail_member(m, sbod_core::superblock::OutReason::Unreachable)
+                        .await;
                     away.insert(m.uuid);
                     changed = true;
                 }
@@ -89,7 +93,9 @@ pub async fn watch(
         }
         for sp in &st.spares {
             if sp.dev.link_up() == Some(false) {
-                array.fail_member(sp, "unreachable").await;
+                array
+                    .fail_member(sp, sbod_core::superblock::OutReason::Unreachable)
+                    .await;
                 changed = true;
             }
         }
@@ -103,13 +109,12 @@ pub async fn watch(
 
 /// Bring a member whose host came back into its slot again.
 async fn re_add(array: &Arc<Array>, m: &Arc<Member>) -> Result<()> {
-    // INTEGRATION POINT (issue 13, branch trust-asm): once the engine can re-add a former
-    // member (Array::re_add, with recovery from the write-intent bitmap), call it here so
-    // only the regions written while the host was away are resynced. Until then the member
-    // is rebuilt in full, in place (a replace by itself, with fresh connections).
+    // Only what was written while the host was away is resynced: the write-intent
+    // bitmap has recorded it since the member went out (a full rebuild where it cannot).
     let (path, domain) = (m.path.clone(), m.domain.clone());
     let spec = tokio::task::spawn_blocking(move || members::open(&path, &domain)).await??;
-    array.replace(&m.uuid.to_string(), spec, true).await?;
+    let r = array.re_add(spec).await?;
+    tracing::info!(member = %r.path, bitmap = r.bitmap, bytes = r.planned_bytes, "re-added");
     Ok(())
 }
 
@@ -136,10 +141,11 @@ async fn rejoin(array: &Arc<Array>, uri: &str) -> Result<bool> {
         spec.dev.close();
         anyhow::bail!("it no longer holds a member this array waits for");
     };
-    let entry = slot.entry.clone().expect("found by its entry");
+    let entry = slot.entry.as_ref().expect("found by its entry");
     let mut spec = spec;
     spec.domain = entry.domain.clone();
-    // INTEGRATION POINT (issue 13): as in re_add, a bitmap-bounded re-add once it exists.
-    array.replace(&entry.uuid.to_string(), spec, true).await?;
+    // As in re_add: only what it missed, from the bitmap.
+    let r = array.re_add(spec).await?;
+    tracing::info!(member = %r.path, bitmap = r.bitmap, bytes = r.planned_bytes, "rejoined");
     Ok(true)
 }

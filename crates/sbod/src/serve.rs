@@ -21,6 +21,15 @@ pub struct ServeArgs {
     /// Allow listening on addresses other than loopback.
     #[arg(long)]
     pub allow_remote: bool,
+    /// Start without members it had in service when it stopped (they are recorded as
+    /// missing, and resynced from the write-intent bitmap when they come back).
+    #[arg(long)]
+    pub degraded: bool,
+    /// Accept possible data loss: start although members are missing, over a split brain
+    /// (taking the newest side) or a write hole; a failed array is served read-only to
+    /// rescue what is readable.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// The array as an NBD export.
@@ -32,6 +41,7 @@ fn nbd_err(e: sbod_core::Error) -> NbdError {
     match e {
         sbod_core::Error::Invalid(_) => NbdError::Inval,
         sbod_core::Error::ShutDown => NbdError::ShutDown,
+        sbod_core::Error::ReadOnly(_) => NbdError::Perm,
         _ => NbdError::Io,
     }
 }
@@ -54,7 +64,7 @@ impl Backend for ArrayExport {
             min_block: 4096,
             preferred_block: preferred.max(4096),
             max_payload: 32 << 20,
-            read_only: false,
+            read_only: self.array.is_read_only(),
             can_flush: true,
             can_fua: true,
             can_trim: true,
@@ -117,8 +127,18 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let registered = state::load(&args.name)
         .map(|r| r.members)
         .unwrap_or_default();
-    let array = cmd::open_offline(&args.name, AssembleOptions::default()).await?;
-    cmd::save_registry(&array)?;
+    let array = cmd::open_offline(
+        &args.name,
+        AssembleOptions {
+            degraded: args.degraded,
+            force: args.force,
+            ..Default::default()
+        },
+    )
+    .await?;
+    if !array.is_read_only() {
+        cmd::save_registry(&array)?;
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let on_stop = Arc::new(tokio::sync::Notify::new());
     let sock = state::socket_path(&args.name);
@@ -176,7 +196,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let _ = stop_tx.send(true);
     let _ = ctl.await;
     let _ = watcher.await;
-    cmd::save_registry(&array)?;
+    if !array.is_read_only() {
+        cmd::save_registry(&array)?;
+    }
     let closed = array.close().await;
     let _ = std::fs::remove_file(&sock);
     eprintln!("sbod: {} stopped", args.name);

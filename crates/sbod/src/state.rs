@@ -29,15 +29,22 @@ pub struct Registry {
     pub uuid: String,
     /// Members the array relies on (active, rebuilding, replacing, spares).
     pub members: Vec<String>,
-    /// Members that failed; kept for the record, not opened at assembly.
+    /// Members that failed; kept for the record, not opened at assembly (except missing
+    /// ones: those are looked for again, and recovered when back).
     #[serde(default)]
     pub failed: Vec<FailedMember>,
+    /// The member uuid of each path in `members`, to name a member that goes missing.
+    #[serde(default)]
+    pub uuids: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct FailedMember {
     pub path: String,
     pub uuid: String,
+    /// Not there when the array was started (`--degraded`): opened again when present.
+    #[serde(default)]
+    pub missing: bool,
 }
 
 impl Registry {
@@ -49,11 +56,29 @@ impl Registry {
             .map(|f| f.uuid.clone())
     }
 
+    /// The path of a member known by uuid: a failed or missing one, or one in service.
     pub fn failed_path(&self, uuid: &str) -> Option<String> {
         self.failed
             .iter()
             .find(|f| f.uuid == uuid)
             .map(|f| f.path.clone())
+            .or_else(|| {
+                self.uuids
+                    .iter()
+                    .find(|(_, u)| u.as_str() == uuid)
+                    .map(|(p, _)| p.clone())
+            })
+    }
+
+    /// Members to look for at assembly: those in service, and missing ones.
+    pub fn to_open(&self) -> Vec<String> {
+        let mut v = self.members.clone();
+        for f in self.failed.iter().filter(|f| f.missing) {
+            if !v.contains(&f.path) {
+                v.push(f.path.clone());
+            }
+        }
+        v
     }
 }
 

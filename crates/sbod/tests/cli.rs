@@ -236,9 +236,20 @@ fn bad_input_gets_clear_errors_and_harms_nothing() {
     );
     let err = e.fails(&["fail", "vol0", "disks/zz.img"]);
     assert!(err.contains("not a member"), "{err}");
-    // Failing past the redundancy: the array reports failed.
-    e.ok(&["fail", "vol0", "disks/d0.img"]);
-    e.ok(&["fail", "vol0", "disks/d1.img"]);
+    // Failing past the redundancy is refused, saying what would be lost; forced, the
+    // array reports failed and the command says so.
+    let out = e.ok(&["fail", "vol0", "disks/d0.img"]);
+    assert!(out.contains("degraded") && !out.contains("FAILED"), "{out}");
+    let err = e.fails(&["fail", "vol0", "disks/d1.img"]);
+    assert!(
+        err.contains("would leave group 0 of 'vol0' with 2 working members of 4")
+            && err.contains("raid5 survives 1")
+            && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(e.status("vol0")["state"], "degraded");
+    let out = e.ok(&["fail", "vol0", "disks/d1.img", "--force"]);
+    assert!(out.contains("has FAILED"), "{out}");
     let s = e.status("vol0");
     assert_eq!(s["state"], "failed");
     assert!(s["failed_reason"]

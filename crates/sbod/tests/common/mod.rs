@@ -132,11 +132,16 @@ impl Sbod {
     /// `sbod serve NAME` on a Unix socket in the work folder, killed with `procs`; returns
     /// the export's URI once it answers.
     pub fn serve(&self, procs: &mut Procs, name: &str) -> String {
+        self.serve_with(procs, name, &[])
+    }
+
+    /// `sbod serve NAME` with more arguments (`--degraded`, ...).
+    pub fn serve_with(&self, procs: &mut Procs, name: &str, extra: &[&str]) -> String {
         let sock = self.dir.join(format!("{name}.sock"));
-        procs.spawn(
-            "head",
-            &mut self.cmd(&["serve", name, "--nbd", &format!("unix:{}", sock.display())]),
-        );
+        let listen = format!("unix:{}", sock.display());
+        let mut args = vec!["serve", name, "--nbd", &listen];
+        args.extend_from_slice(extra);
+        procs.spawn("head", &mut self.cmd(&args));
         let uri = format!("nbd+unix:///?socket={}", sock.display());
         wait_nbd(&uri, Duration::from_secs(30));
         uri
