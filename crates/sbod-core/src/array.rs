@@ -162,6 +162,118 @@ pub struct CreateSpec {
     pub force: bool,
 }
 
+impl CreateSpec {
+    /// Check every value of the layout that does not depend on the members' sizes, for
+    /// `members` devices (spares included), before anything is created or written: a
+    /// clear error naming the option and what would work. Returns (groups, width).
+    pub fn check(&self, members: usize) -> Result<(u32, u32)> {
+        let bad = |m: String| Err(Error::Invalid(m));
+        if self.name.is_empty() || self.name.len() > superblock::MAX_NAME {
+            return bad(format!(
+                "array names are 1 to {} bytes",
+                superblock::MAX_NAME
+            ));
+        }
+        if !self
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return bad(format!(
+                "array name '{}' may only contain letters, digits, '-', '_' and '.'",
+                self.name
+            ));
+        }
+        let chunk = self.chunk as u64;
+        if !chunk.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
+            return bad(format!(
+                "--chunk {}: the chunk is a power of two from 4K to 16M (64K is a good default)",
+                if chunk < 1024 {
+                    chunk.to_string()
+                } else {
+                    crate::layout::human(chunk)
+                }
+            ));
+        }
+        if self.groups == 0 {
+            return bad("--groups 0: an array has at least one group (the default, 1)".into());
+        }
+        if members == 0 {
+            return bad("no members given".into());
+        }
+        if self.spares >= members {
+            return bad(format!(
+                "{members} members with --spares {} leaves none for data",
+                self.spares
+            ));
+        }
+        let data_members = members - self.spares;
+        let groups = match self.level {
+            Level::Raid10 => {
+                if self.groups > 1 {
+                    return bad(
+                        "raid10 forms its groups from --copies (mirror sets); drop --groups".into(),
+                    );
+                }
+                let c = self.copies as usize;
+                if c < 2 {
+                    return bad(format!(
+                        "--copies {c}: a mirror set holds at least 2 copies (2 is the default)"
+                    ));
+                }
+                if !data_members.is_multiple_of(c) {
+                    return bad(format!(
+                        "raid10 with {c} copies needs a multiple of {c} members, not {data_members}"
+                    ));
+                }
+                (data_members / c) as u32
+            }
+            Level::Concat | Level::Raid0 if self.groups > 1 => {
+                return bad(format!("{} does not take --groups", self.level));
+            }
+            _ => self.groups,
+        };
+        if !data_members.is_multiple_of(groups as usize) {
+            let ok: Vec<String> = (1..=data_members)
+                .filter(|g| data_members.is_multiple_of(*g))
+                .map(|g| g.to_string())
+                .collect();
+            return bad(format!(
+                "{data_members} members don't split into {groups} equal groups; {} groups would",
+                ok.join(", ")
+            ));
+        }
+        let width = (data_members / groups as usize) as u32;
+        if let Some(r) = self.bitmap_region {
+            if r == 0 || !r.is_multiple_of(chunk) || r > MAX_MEMBER_DATA {
+                return bad(format!(
+                    "--bitmap-region {r}: the region is a non-zero multiple of the chunk ({}), e.g. {}",
+                    crate::layout::human(chunk),
+                    crate::layout::human(chunk.max(1 << 20))
+                ));
+            }
+        }
+        // The rest of the layout's rules, on a stand-in size.
+        Geometry {
+            level: self.level,
+            groups,
+            width,
+            chunk: self.chunk,
+            member_size: chunk,
+            data_offset: 1 << 20,
+        }
+        .validate()
+        .map_err(Error::Invalid)?;
+        Ok((groups, width))
+    }
+}
+
+/// Chunk limits (power of two in between).
+pub const MIN_CHUNK: u64 = 4096;
+pub const MAX_CHUNK: u64 = 16 << 20;
+/// The most data one member may hold (the layout's limit).
+pub const MAX_MEMBER_DATA: u64 = 1 << 60;
+
 #[derive(Clone, Debug, Default)]
 pub struct AssembleOptions {
     pub force: bool,
@@ -305,76 +417,14 @@ fn default_region(member_size: u64, chunk: u32) -> u64 {
 impl Array {
     /// Create a new array on `members` (spares last).
     pub async fn create(spec: CreateSpec, members: Vec<MemberSpec>) -> Result<Arc<Array>> {
-        if spec.name.is_empty() || spec.name.len() > superblock::MAX_NAME {
-            return Err(Error::Invalid(format!(
-                "array names are 1 to {} bytes",
-                superblock::MAX_NAME
-            )));
-        }
-        if !spec
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(Error::Invalid(format!(
-                "array name '{}' may only contain letters, digits, '-', '_' and '.'",
-                spec.name
-            )));
-        }
         let total = members.len();
-        if spec.spares >= total {
-            return Err(Error::Invalid(format!(
-                "{total} members with {} spares leaves none for data",
-                spec.spares
-            )));
-        }
+        let (groups, width) = spec.check(total)?;
         let data_members = total - spec.spares;
-        let groups = match spec.level {
-            Level::Raid10 => {
-                if spec.groups > 1 {
-                    return Err(Error::Invalid(
-                        "raid10 forms its groups from --copies (mirror sets); drop --groups".into(),
-                    ));
-                }
-                let c = spec.copies.max(2) as usize;
-                if !data_members.is_multiple_of(c) {
-                    return Err(Error::Invalid(format!(
-                        "raid10 with {c} copies needs a multiple of {c} members, not {data_members}"
-                    )));
-                }
-                (data_members / c) as u32
-            }
-            Level::Concat | Level::Raid0 if spec.groups > 1 => {
-                return Err(Error::Invalid(format!(
-                    "{} does not take --groups",
-                    spec.level
-                )));
-            }
-            _ => spec.groups.max(1),
-        };
-        if !data_members.is_multiple_of(groups as usize) {
-            let ok: Vec<String> = (1..=data_members)
-                .filter(|g| data_members.is_multiple_of(*g))
-                .map(|g| g.to_string())
-                .collect();
-            return Err(Error::Invalid(format!(
-                "{data_members} members don't split into {groups} equal groups; {} groups would",
-                ok.join(", ")
-            )));
-        }
-        let width = (data_members / groups as usize) as u32;
         let min_size = members.iter().map(|m| m.dev.size()).min().unwrap_or(0);
         // Metadata: 2 superblock copies, then the bitmap, data 1 MiB aligned.
         let provisional = min_size.saturating_sub(2 << 20) / spec.chunk as u64 * spec.chunk as u64;
         let region = match spec.bitmap_region {
-            Some(r) => {
-                if r == 0 || r % spec.chunk as u64 != 0 {
-                    return Err(Error::Invalid(
-                        "the bitmap region must be a multiple of the chunk".into(),
-                    ));
-                }
-                r
-            }
+            Some(r) => r, // checked above
             None => default_region(provisional, spec.chunk),
         };
         let bitmap_bytes = Bitmap::bytes_for(provisional.div_ceil(region).max(1));

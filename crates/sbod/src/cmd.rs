@@ -243,15 +243,17 @@ pub async fn create(args: CreateArgs) -> Result<()> {
             args.name
         );
     }
-    if args.chunk > u32::MAX as u64 {
-        bail!("chunk too large");
-    }
     if !args.domains.is_empty() && args.domains.len() != args.members.len() {
         bail!(
             "--domains lists {} labels for {} members: give one label per member, in order",
             args.domains.len(),
             args.members.len()
         );
+    }
+    // Every value is checked before a file is created or a member touched.
+    spec_of(&args, false).check(args.members.len())?;
+    if let Some(sz) = args.size_each {
+        check_member_size("--size-each", sz, args.chunk)?;
     }
     let created = match args.size_each {
         Some(sz) => members::create_files(&args.members, sz)?,
@@ -262,12 +264,48 @@ pub async fn create(args: CreateArgs) -> Result<()> {
             Vec::new()
         }
     };
-    let fresh = created.len() == args.members.len();
+    let fresh = args.members.iter().all(|m| created.contains(m));
     let r = create_on(&args, fresh).await;
     if r.is_err() {
         members::remove_created(&created);
     }
     r
+}
+
+fn spec_of(args: &CreateArgs, fresh: bool) -> CreateSpec {
+    CreateSpec {
+        name: args.name.clone(),
+        level: args.level,
+        // A chunk beyond u32 is refused by the check like any other unsupported chunk.
+        chunk: u32::try_from(args.chunk).unwrap_or(0),
+        groups: args.groups,
+        spares: args.spares,
+        copies: args.copies,
+        bitmap_region: args.bitmap_region,
+        assume_clean: args.assume_clean || fresh,
+        force: args.force,
+    }
+}
+
+/// A size for member files sbod creates: room for the metadata and a chunk, and no more
+/// than a member may hold.
+fn check_member_size(opt: &str, size: u64, chunk: u64) -> Result<()> {
+    let min = (1 << 20) + chunk.max(4096) * 2;
+    if size < min {
+        bail!(
+            "{opt} {}: a member needs room for sbod's metadata (about 1 MiB) and data; give at least {}",
+            sbod_core::layout::human(size),
+            sbod_core::layout::human(min.div_ceil(1 << 20) * (1 << 20))
+        );
+    }
+    if size > core_array::MAX_MEMBER_DATA {
+        bail!(
+            "{opt} {}: at most {} per member",
+            sbod_core::layout::human(size),
+            sbod_core::layout::human(core_array::MAX_MEMBER_DATA)
+        );
+    }
+    Ok(())
 }
 
 async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
@@ -277,18 +315,7 @@ async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
         let dom = args.domains.get(i).cloned().unwrap_or_default();
         specs.push(members::open(&abs, &dom)?);
     }
-    let spec = CreateSpec {
-        name: args.name.clone(),
-        level: args.level,
-        chunk: args.chunk as u32,
-        groups: args.groups,
-        spares: args.spares,
-        copies: args.copies,
-        bitmap_region: args.bitmap_region,
-        assume_clean: args.assume_clean || fresh,
-        force: args.force,
-    };
-    let array = Array::create(spec, specs).await?;
+    let array = Array::create(spec_of(args, fresh), specs).await?;
     save_registry(&array)?;
     let status = array.status();
     let needs_sync = status.resync_offset.is_some();
@@ -588,21 +615,37 @@ pub async fn remove(args: MemberArgs) -> Result<()> {
     Ok(())
 }
 
-fn prepare_new(path: &str, size: Option<u64>) -> Result<String> {
+/// Create the new members' files where a size is given (recorded in `created`), and name
+/// them absolutely.
+fn prepare_new(
+    paths: &[String],
+    size: Option<u64>,
+    created: &mut Vec<String>,
+) -> Result<Vec<String>> {
     if let Some(sz) = size {
-        let _ = members::create_files(&[path.to_string()], sz)?;
+        check_member_size("--size", sz, 4096)?;
+        created.extend(members::create_files(paths, sz)?);
     }
-
-    members::check_exists(path)?;
-    state::absolute(std::path::Path::new(path))
+    paths
+        .iter()
+        .map(|p| {
+            members::check_exists(p)?;
+            state::absolute(std::path::Path::new(p))
+        })
+        .collect()
 }
 
 pub async fn add(args: AddArgs) -> Result<()> {
-    let paths: Vec<String> = args
-        .members
-        .iter()
-        .map(|p| prepare_new(p, args.size))
-        .collect::<Result<_>>()?;
+    let mut created = Vec::new();
+    let r = add_new(&args, &mut created).await;
+    if r.is_err() {
+        members::remove_created(&created);
+    }
+    r
+}
+
+async fn add_new(args: &AddArgs, created: &mut Vec<String>) -> Result<()> {
+    let paths = prepare_new(&args.members, args.size, created)?;
     if control::running(&args.name).await {
         for p in &paths {
             control::call(
@@ -614,6 +657,7 @@ pub async fn add(args: AddArgs) -> Result<()> {
                 },
             )
             .await?;
+            keep(created, p);
             println!("{}: added {p}", args.name);
         }
         return Ok(());
@@ -628,11 +672,15 @@ pub async fn add(args: AddArgs) -> Result<()> {
     .await?;
     let mut result = Ok(());
     for p in &paths {
-        let spec = members::open(p, &args.domain)?;
-        if let Err(e) = a.add(spec, args.force).await {
-            result = Err(anyhow!(e));
+        let added = match members::open(p, &args.domain) {
+            Ok(spec) => a.add(spec, args.force).await.map_err(|e| anyhow!(e)),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = added {
+            result = Err(e);
             break;
         }
+        keep(created, p);
         println!("{}: added {p}", args.name);
     }
     if result.is_ok() && a.status().members.iter().any(|m| m.state == "rebuilding") {
@@ -643,8 +691,22 @@ pub async fn add(args: AddArgs) -> Result<()> {
     result
 }
 
+/// A file `prepare_new` created has become a member: it stays whatever happens next.
+fn keep(created: &mut Vec<String>, member: &str) {
+    created.retain(|c| state::absolute(std::path::Path::new(c)).ok().as_deref() != Some(member));
+}
+
 pub async fn replace(args: ReplaceArgs) -> Result<()> {
-    let new = prepare_new(&args.new, args.size)?;
+    let mut created = Vec::new();
+    let r = replace_with(&args, &mut created).await;
+    if r.is_err() {
+        members::remove_created(&created);
+    }
+    r
+}
+
+async fn replace_with(args: &ReplaceArgs, created: &mut Vec<String>) -> Result<()> {
+    let new = prepare_new(std::slice::from_ref(&args.new), args.size, created)?.remove(0);
     let old = member_ref(&args.name, &args.old);
     if control::running(&args.name).await {
         control::call(
@@ -656,6 +718,7 @@ pub async fn replace(args: ReplaceArgs) -> Result<()> {
             },
         )
         .await?;
+        keep(created, &new);
         println!(
             "{}: rebuilding {} to replace {}",
             args.name, args.new, args.old
@@ -682,12 +745,15 @@ pub async fn replace(args: ReplaceArgs) -> Result<()> {
         },
     )
     .await?;
-    let spec = members::open(&new, "")?;
-    let mut r = a
-        .replace(&old, spec, args.force)
-        .await
-        .map_err(|e| anyhow!(e));
+    let mut r = match members::open(&new, "") {
+        Ok(spec) => a
+            .replace(&old, spec, args.force)
+            .await
+            .map_err(|e| anyhow!(e)),
+        Err(e) => Err(e),
+    };
     if r.is_ok() {
+        keep(created, &new);
         save_registry(&a)?;
         r = run_with_progress(&a, "rebuild", a.rebuild_now()).await;
     }

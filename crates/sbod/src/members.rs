@@ -36,19 +36,35 @@ fn open_with(path: &str, domain: &str, opts: &file::OpenOptions) -> Result<Membe
     })
 }
 
-/// Create member files that don't exist yet at `size` bytes (sparse). Returns the files
-/// created now (they read as zeros); the caller removes them if what follows fails.
+/// Create member files that don't exist yet at `size` bytes (sparse). Returns what was
+/// created now (files, which read as zeros, and directories made for them); the caller
+/// removes them with [`remove_created`] if what follows fails.
 pub fn create_files(paths: &[String], size: u64) -> Result<Vec<String>> {
     let mut created = Vec::new();
+    let r = create_each(paths, size, &mut created);
+    if r.is_err() {
+        // Nothing is left behind: the files made before the one that failed go too.
+        remove_created(&created);
+    }
+    r.map(|()| created)
+}
+
+fn create_each(paths: &[String], size: u64, created: &mut Vec<String>) -> Result<()> {
     for p in paths {
         let path = Path::new(p);
         if path.exists() {
             continue;
         }
         if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
+            // Record each directory made, outermost first, so a failure removes them too.
+            let mut missing: Vec<&Path> = dir
+                .ancestors()
+                .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+                .collect();
+            missing.reverse();
+            for d in missing {
+                std::fs::create_dir(d).with_context(|| format!("creating {}", d.display()))?;
+                created.push(d.display().to_string());
             }
         }
         let f = std::fs::OpenOptions::new()
@@ -56,16 +72,19 @@ pub fn create_files(paths: &[String], size: u64) -> Result<Vec<String>> {
             .create_new(true)
             .open(path)
             .with_context(|| format!("creating {p}"))?;
-        f.set_len(size).with_context(|| format!("sizing {p}"))?;
         created.push(p.clone());
+        f.set_len(size).with_context(|| format!("sizing {p}"))?;
     }
-    Ok(created)
+    Ok(())
 }
 
-/// Remove files created by `create_files` after a failed command.
+/// Remove what `create_files` created (files, and the directories it made for them)
+/// after a failed command.
 pub fn remove_created(created: &[String]) {
-    for p in created {
-        let _ = std::fs::remove_file(p);
+    for p in created.iter().rev() {
+        if std::fs::remove_file(p).is_err() {
+            let _ = std::fs::remove_dir(p);
+        }
     }
 }
 
