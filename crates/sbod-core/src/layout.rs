@@ -374,7 +374,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     };
     let bytes = v * mult;
     // 2^64 itself does not fit (u64::MAX as f64 rounds up to it).
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= 18_446_744_073_709_551_616.0 {
+    if !bytes.is_finite() || !(0.0..18_446_744_073_709_551_616.0).contains(&bytes) {
         return Err(format!(
             "'{s}' is out of range (sizes stop below 16E, 2^64 bytes)"
         ));
