@@ -29,6 +29,11 @@ pub struct MemberStats {
     pub repaired: AtomicU64,
     /// Foreground requests submitted (background processes watch this to yield).
     pub fg_ops: AtomicU64,
+    /// Writes its file system refused for want of space (ENOSPC, EDQUOT): not failures of
+    /// the member, which stays in service.
+    pub nospace: AtomicU64,
+    /// Why the engine took it out of service, once it has (see `reason`).
+    pub out_reason: parking_lot::Mutex<Option<String>>,
 }
 
 /// An open member.
@@ -1143,6 +1148,10 @@ impl Array {
             if !Self::mark_failed(&mut new, &m) {
                 continue;
             }
+            m.stats
+                .out_reason
+                .lock()
+                .get_or_insert_with(|| why.to_string());
             if why == ADMIN_FAIL {
                 tracing::info!(member = %m.path, array = %self.name, "member failed by the administrator");
             } else {
@@ -1428,10 +1437,13 @@ impl Array {
         for t in tasks {
             let _ = t.await;
         }
+        // Stripes a write left inconsistent get a last chance; any left keep their regions
+        // dirty (the array is not marked clean) and are resynced at the next start.
+        let unsynced = self.resync_unsynced().await.unwrap_or(1);
         let flushed = self.flush().await;
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
-        let clean = flushed.is_ok() && st.failed.is_none();
+        let clean = flushed.is_ok() && st.failed.is_none() && unsynced == 0;
         if clean {
             if let Some(bm) = &self.bitmap {
                 // Everything is durable: clear the whole bitmap.
@@ -1484,6 +1496,9 @@ pub struct Status {
     pub last_process: Option<crate::process::ProcessStatus>,
     pub bitmap_region: Option<u64>,
     pub dirty_regions: u64,
+    /// Stripes a write left inconsistent (it reached some members only, for want of
+    /// space) and not yet resynced.
+    pub inconsistent_stripes: u64,
     pub resync_offset: Option<u64>,
     pub assembly: AssemblyReport,
 }
@@ -1504,8 +1519,12 @@ pub struct MemberStatus {
     pub repaired: u64,
     pub reads: u64,
     pub writes: u64,
+    /// Writes refused for want of space on its file system (the member stays in service).
+    pub nospace: u64,
     /// Rebuilding/replacing: bytes of member data valid so far.
     pub recovered: Option<u64>,
+    /// Why the engine took it out of service ("shrank from 256 MiB to 128 MiB ...").
+    pub reason: Option<String>,
 }
 
 impl Array {
@@ -1528,7 +1547,9 @@ impl Array {
                 repaired: m.stats.repaired.load(Ordering::Relaxed),
                 reads: m.stats.reads.load(Ordering::Relaxed),
                 writes: m.stats.writes.load(Ordering::Relaxed),
+                nospace: m.stats.nospace.load(Ordering::Relaxed),
                 recovered: rec,
+                reason: m.stats.out_reason.lock().clone(),
             };
         let mut rebuilding = false;
         for (i, s) in st.slots.iter().enumerate() {
@@ -1569,7 +1590,9 @@ impl Array {
                     repaired: 0,
                     reads: 0,
                     writes: 0,
+                    nospace: 0,
                     recovered: None,
+                    reason: None,
                 }),
                 (Some(m), SlotState::Empty) => members.push(ms(m, Some(i), "missing", None)),
             }
@@ -1612,6 +1635,11 @@ impl Array {
             last_process: self.last_process(),
             bitmap_region: self.bitmap.as_ref().map(|b| b.region),
             dirty_regions: self.bitmap.as_ref().map(|b| b.dirty_count()).unwrap_or(0),
+            inconsistent_stripes: self
+                .bitmap
+                .as_ref()
+                .map(|b| b.unsynced_stripes().len() as u64)
+                .unwrap_or(0),
             resync_offset: (resync != u64::MAX).then_some(resync),
             assembly: self.report(),
         }

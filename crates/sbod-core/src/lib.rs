@@ -19,6 +19,7 @@ mod io;
 pub mod layout;
 pub mod locks;
 pub mod process;
+pub mod reason;
 pub mod signature;
 pub mod superblock;
 

@@ -7,7 +7,9 @@ use crate::array::{Array, Member, State};
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::dev::IoClass;
 use crate::error::{Error, Result};
+use crate::io::WriteFault;
 use crate::layout::{Level, Scheme};
+use crate::reason;
 use crate::superblock::SlotState;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -224,6 +226,8 @@ const PIPELINE: u64 = 8;
 struct StripeCheck {
     mismatched_blocks: u64,
     repaired_blocks: u64,
+    /// Resync: a member is missing, nothing was done.
+    skipped: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -290,7 +294,69 @@ impl Array {
         let sup = tokio::spawn(async move { a.supervise().await });
         let a = self.clone();
         let sweep = tokio::spawn(async move { a.sweep_loop().await });
-        self.tasks.lock().extend([sup, sweep]);
+        let a = self.clone();
+        let watch = tokio::spawn(async move { a.watch_loop().await });
+        self.tasks.lock().extend([sup, sweep, watch]);
+    }
+
+    /// Every second: fail members that shrank (a truncated member file is caught here even
+    /// where no I/O touches the part cut off), and resync the stripes writes left
+    /// inconsistent for want of space, once writes succeed again.
+    async fn watch_loop(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = self.wake.notified() => {}
+            }
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            self.check_sizes().await;
+            if let Err(e) = self.resync_unsynced().await {
+                tracing::debug!(array = %self.name, error = %e, "inconsistent stripes wait");
+            }
+        }
+    }
+
+    /// Fail every member in service that is now smaller than the data the array keeps on
+    /// it. Returns how many were failed.
+    pub async fn check_sizes(&self) -> usize {
+        let mut n = 0;
+        for m in self.state.load_full().live_members() {
+            if let Some(s) = self.shrunk(&m) {
+                self.fail_member(&m, &s.to_string()).await;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Resync the stripes writes left inconsistent (parity from the data; mirrors from the
+    /// first copy, or the majority of three or more). A stripe whose group misses a member
+    /// waits (its parity cannot be recomputed); out of space stops the round. Returns how
+    /// many stay inconsistent.
+    pub async fn resync_unsynced(&self) -> Result<usize> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok(0);
+        };
+        let stripes = bm.unsynced_stripes();
+        if stripes.is_empty() {
+            return Ok(0);
+        }
+        for (g, t) in stripes {
+            match self.check_stripe(g, t, CheckMode::Resync).await {
+                Ok(c) if !c.skipped => {
+                    bm.synced(g, t);
+                    tracing::info!(array = %self.name, group = g, stripe = t, "resynced a stripe a write had left inconsistent");
+                }
+                Ok(_) => {}
+                Err(e @ Error::NoSpace(_)) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(array = %self.name, group = g, stripe = t, error = %e, "could not resync an inconsistent stripe")
+                }
+            }
+        }
+        Ok(bm.unsynced_stripes().len())
     }
 
     /// Runs rebuilds and the initial resync whenever there is work.
@@ -632,16 +698,22 @@ impl Array {
             }
         }
         let mut bytes = 0;
+        let mut full = Vec::new();
         for (mem, buf) in writes {
             bytes += buf.len() as u64;
             if let Err(e) = self
                 .mwrite(&mem, base, buf, false, IoClass::Background)
                 .await
             {
-                mem.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(member = %mem.path, error = %e, "rebuild write failed");
-                self.fail_member(&mem, "write error during rebuild").await;
+                if self.write_failed(&mem, &e, reason::REBUILD_WRITE).await == WriteFault::NoSpace {
+                    full.push(mem);
+                }
             }
+        }
+        if !full.is_empty() {
+            // Out of space: the rebuild pauses here (its progress stays before this
+            // stripe) and the supervisor tries again; the member stays.
+            return Err(self.nospace_error(&full));
         }
         Ok(bytes)
     }
@@ -759,7 +831,10 @@ impl Array {
             .collect();
         if members.iter().any(|m| m.is_none()) {
             if mode == CheckMode::Resync {
-                return Ok(StripeCheck::default());
+                return Ok(StripeCheck {
+                    skipped: true,
+                    ..Default::default()
+                });
             }
             return Err(Error::Refused(format!(
                 "group {g} lost a member during the scrub"
@@ -929,11 +1004,13 @@ impl Array {
             }
             Scheme::Concat => {}
         }
+        let mut full = Vec::new();
         for (i, row, buf) in rewrite {
             let m = &members[i];
             let n = buf.len() as u64 / 4096;
+            // Rewrites never grow a member (one that shrank is failed instead).
             match self
-                .mwrite(m, base + row, buf, false, IoClass::Background)
+                .mwrite_in_place(m, base + row, buf, IoClass::Background)
                 .await
             {
                 Ok(()) => {
@@ -941,11 +1018,16 @@ impl Array {
                     out.repaired_blocks += n;
                 }
                 Err(e) => {
-                    m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(member = %m.path, error = %e, "repair write failed");
-                    self.fail_member(m, "write error during repair").await;
+                    if self.write_failed(m, &e, reason::SCRUB_REPAIR_WRITE).await
+                        == WriteFault::NoSpace
+                    {
+                        full.push(m.clone());
+                    }
                 }
             }
+        }
+        if !full.is_empty() {
+            return Err(self.nospace_error(&full));
         }
         Ok(out)
     }

@@ -32,6 +32,11 @@ fn nbd_err(e: sbod_core::Error) -> NbdError {
     match e {
         sbod_core::Error::Invalid(_) => NbdError::Inval,
         sbod_core::Error::ShutDown => NbdError::ShutDown,
+        // ENOSPC to the client: its write did not complete, nothing else is wrong.
+        sbod_core::Error::NoSpace(msg) => {
+            tracing::debug!("{msg}");
+            NbdError::NoSpc
+        }
         _ => NbdError::Io,
     }
 }
