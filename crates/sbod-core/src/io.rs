@@ -82,6 +82,28 @@ pub(crate) enum WriteFault {
     Failed,
 }
 
+/// The unit of a byte-granular write's merge: the block size the volume is written in.
+const BLOCK: u64 = 4096;
+
+/// A 4 KiB block a byte-granular write covers in part: bytes `new` of it are the caller's,
+/// the rest keep what the volume holds, read under the stripe lock (see `write_bytes`).
+#[derive(Clone, Debug)]
+pub(crate) struct Patch {
+    /// Where the block starts in the piece's buffer.
+    pub at: usize,
+    pub new: std::ops::Range<usize>,
+}
+
+impl Patch {
+    /// Fill the bytes of the block in `buf` that the write does not cover from `old`.
+    fn merge(&self, buf: &SharedBuf, old: &SharedBuf) {
+        let blk = &mut slice_mut(buf)[self.at..self.at + BLOCK as usize];
+        let old = slice_of(old);
+        blk[..self.new.start].copy_from_slice(&old[..self.new.start]);
+        blk[self.new.end..].copy_from_slice(&old[self.new.end..]);
+    }
+}
+
 /// What became of a set of member writes.
 #[derive(Default)]
 struct Written {
@@ -496,8 +518,18 @@ impl Array {
         dst: SharedBuf,
         repair: Option<Arc<Member>>,
     ) -> Result<()> {
-        let chunk = self.geometry.chunk as u64;
         let _lock = self.locks.lock(p.group, p.stripe).await;
+        self.reconstruct_locked(p, dst, repair).await
+    }
+
+    /// `degraded_read` with the stripe lock already held.
+    async fn reconstruct_locked(
+        &self,
+        p: ChunkPiece,
+        dst: SharedBuf,
+        repair: Option<Arc<Member>>,
+    ) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
         let st = self.state.load_full();
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone()));
@@ -577,6 +609,20 @@ impl Array {
         moff: u64,
         dst: SharedBuf,
     ) -> Result<()> {
+        self.read_copies(group, stripe, moff, dst, false).await
+    }
+
+    /// Read from the first copy that answers; copies that failed are rewritten from it
+    /// unless the caller holds the stripe lock (`locked`: a write follows that rewrites
+    /// every copy anyway).
+    async fn read_copies(
+        &self,
+        group: usize,
+        stripe: u64,
+        moff: u64,
+        dst: SharedBuf,
+        locked: bool,
+    ) -> Result<()> {
         let w = self.geometry.width as usize;
         let st = self.state.load_full();
         let len = dst.len() as u64;
@@ -595,7 +641,7 @@ impl Array {
         for m in &order {
             match self.mread(m, moff, dst.clone(), IoClass::Foreground).await {
                 Ok(()) => {
-                    if !bad.is_empty() {
+                    if !bad.is_empty() && !locked {
                         self.repair_mirror(group, stripe, moff, &dst, bad).await;
                     }
                     return Ok(());
@@ -652,7 +698,107 @@ impl Array {
         self.check_io(offset, data.len() as u64)?;
         let len = data.len() as u64;
         let data = data.into_shared();
-        self.write_shared(offset, len, &data, fua).await
+        self.write_shared(offset, len, &data, fua, &[]).await
+    }
+
+    /// Write `data` at any byte `offset` (an NBD client that did not agree to the block
+    /// size; zeroing part of a block). The 4 KiB blocks it covers only in part are read
+    /// and merged inside the same stripe lock every write to them takes, so writes from
+    /// any number of connections, to the same blocks at once, never lose each other's
+    /// bytes. Aligned requests take the plain path.
+    pub async fn write_bytes(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        let len = data.len() as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.size)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "range {offset}+{len} is beyond the end of the volume ({} bytes)",
+                    self.size
+                ))
+            })?;
+        let (start, stop) = (offset / BLOCK * BLOCK, end.div_ceil(BLOCK) * BLOCK);
+        if (start, stop) == (offset, end) {
+            return self.write(offset, AlignedBuf::from_slice(data), fua).await;
+        }
+        self.check_io(start, stop - start)?;
+        let mut buf = AlignedBuf::zeroed((stop - start) as usize);
+        let at = (offset - start) as usize;
+        buf[at..at + data.len()].copy_from_slice(data);
+        // The blocks at either end that keep bytes of their own (one, if both ends lie in
+        // the same block).
+        let mut patches = Vec::new();
+        let head_end = (start + BLOCK).min(end);
+        if offset > start || head_end < start + BLOCK {
+            patches.push(Patch {
+                at: 0,
+                new: at..(head_end - start) as usize,
+            });
+        }
+        if end < stop && stop - BLOCK > start {
+            patches.push(Patch {
+                at: (stop - BLOCK - start) as usize,
+                new: 0..(end - (stop - BLOCK)) as usize,
+            });
+        }
+        let data = buf.into_shared();
+        self.write_shared(start, stop - start, &data, fua, &patches)
+            .await
+    }
+
+    /// Make `len` bytes at any byte `offset` read back as zeros: the blocks covered in
+    /// part are merged as by [`Array::write_bytes`], whole blocks are zeroed as by
+    /// [`Array::write_zeroes`] (with `punch`, deallocated where the members can).
+    pub async fn write_zeroes_bytes(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        punch: bool,
+    ) -> Result<()> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.size)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "range {offset}+{len} is beyond the end of the volume ({} bytes)",
+                    self.size
+                ))
+            })?;
+        let (a0, a1) = (offset.div_ceil(BLOCK) * BLOCK, end / BLOCK * BLOCK);
+        if a0 >= a1 {
+            // No whole block inside: at most two partial ones.
+            return self
+                .write_bytes(offset, &vec![0u8; len as usize], fua)
+                .await;
+        }
+        let head = async {
+            match offset < a0 {
+                true => {
+                    self.write_bytes(offset, &vec![0u8; (a0 - offset) as usize], false)
+                        .await
+                }
+                false => Ok(()),
+            }
+        };
+        let tail = async {
+            match a1 < end {
+                true => {
+                    self.write_bytes(a1, &vec![0u8; (end - a1) as usize], false)
+                        .await
+                }
+                false => Ok(()),
+            }
+        };
+        let middle = self.write_zeroes(a0, a1 - a0, false, punch);
+        futures::future::try_join3(head, middle, tail).await?;
+        if fua {
+            self.flush().await?;
+        }
+        Ok(())
     }
 
     pub(crate) async fn write_shared(
@@ -661,39 +807,63 @@ impl Array {
         len: u64,
         data: &SharedBuf,
         fua: bool,
+        patches: &[Patch],
     ) -> Result<()> {
+        // The patches inside a piece at `buf_off..buf_off+len` of the buffer, relative to it.
+        let within = |buf_off: u64, len: u64| -> Vec<Patch> {
+            patches
+                .iter()
+                .filter(|p| (buf_off..buf_off + len).contains(&(p.at as u64)))
+                .map(|p| Patch {
+                    at: p.at - buf_off as usize,
+                    new: p.new.clone(),
+                })
+                .collect()
+        };
         match self.geometry.scheme() {
             Scheme::Concat | Scheme::Parity { m: 0, .. } => {
                 let futs = self.direct_pieces(offset, len).into_iter().map(|d| {
                     let src = data.slice(d.buf_off as usize..(d.buf_off + d.len) as usize);
-                    self.write_plain(d.slot, d.lock_key, d.moff, src, fua)
+                    let mine = within(d.buf_off, d.len);
+                    self.write_plain(d.slot, d.lock_key, d.moff, src, fua, mine)
                 });
                 futures::future::try_join_all(futs).await?;
             }
             Scheme::Mirror { .. } => {
                 let futs = self.geometry.pieces(offset, len).into_iter().map(|p| {
                     let src = data.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
-                    self.write_mirror(p.group, p.stripe, p.chunk_off, src, fua)
+                    let mine = within(p.buf_off, p.len);
+                    self.write_mirror(p.group, p.stripe, p.chunk_off, src, fua, mine)
                 });
                 futures::future::try_join_all(futs).await?;
             }
             Scheme::Parity { .. } => {
                 // Group pieces by stripe; each stripe is planned on its own.
-                let mut stripes: Vec<(usize, u64, Vec<NewData>)> = Vec::new();
+                type Planned = (usize, u64, Vec<NewData>, Vec<(usize, Patch)>);
+                let mut stripes: Vec<Planned> = Vec::new();
                 for p in self.geometry.pieces(offset, len) {
                     let nd = NewData {
                         index: p.index,
                         chunk_off: p.chunk_off,
                         src: data.slice(p.buf_off as usize..(p.buf_off + p.len) as usize),
                     };
+                    let mine = within(p.buf_off, p.len);
                     match stripes.last_mut() {
-                        Some((g, t, v)) if *g == p.group && *t == p.stripe => v.push(nd),
-                        _ => stripes.push((p.group, p.stripe, vec![nd])),
+                        Some((g, t, v, pp)) if *g == p.group && *t == p.stripe => {
+                            pp.extend(mine.into_iter().map(|x| (v.len(), x)));
+                            v.push(nd);
+                        }
+                        _ => stripes.push((
+                            p.group,
+                            p.stripe,
+                            vec![nd],
+                            mine.into_iter().map(|x| (0, x)).collect(),
+                        )),
                     }
                 }
                 let futs = stripes
                     .into_iter()
-                    .map(|(g, t, v)| self.write_stripe(g, t, v, fua));
+                    .map(|(g, t, v, pp)| self.write_stripe(g, t, v, fua, pp));
                 futures::future::try_join_all(futs).await?;
             }
         }
@@ -755,12 +925,19 @@ impl Array {
         moff: u64,
         src: SharedBuf,
         fua: bool,
+        patches: Vec<Patch>,
     ) -> Result<()> {
         let chunk = self.geometry.chunk as u64;
         let mut _locks = Vec::new();
         for t in moff / chunk..(moff + src.len() as u64).div_ceil(chunk) {
             // Ascending order; the copy holds one lock at a time, so this cannot deadlock.
             _locks.push(self.locks.lock(lock_key, t).await);
+        }
+        for p in &patches {
+            let old = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
+            self.read_direct(slot, moff + p.at as u64, old.clone())
+                .await?;
+            p.merge(&src, &old);
         }
         let st = self.state.load_full();
         let targets: Vec<Target> = st.slots[slot]
@@ -786,11 +963,18 @@ impl Array {
         chunk_off: u64,
         src: SharedBuf,
         fua: bool,
+        patches: Vec<Patch>,
     ) -> Result<()> {
         let chunk = self.geometry.chunk as u64;
         let moff = stripe * chunk + chunk_off;
         let _region = self.enter_region(moff).await?;
         let _lock = self.locks.lock(group, stripe).await;
+        for p in &patches {
+            let old = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
+            self.read_copies(group, stripe, moff + p.at as u64, old.clone(), true)
+                .await?;
+            p.merge(&src, &old);
+        }
         let st = self.state.load_full();
         let w = self.geometry.width as usize;
         let targets: Vec<Target> = (0..w)
@@ -815,11 +999,46 @@ impl Array {
         stripe: u64,
         new: Vec<NewData>,
         fua: bool,
+        patches: Vec<(usize, Patch)>,
     ) -> Result<()> {
         let chunk = self.geometry.chunk as u64;
         let base = stripe * chunk;
         let _region = self.enter_region(base).await?;
         let _lock = self.locks.lock(group, stripe).await;
+        for (i, p) in &patches {
+            // The block as the volume holds it now: from its member, else rebuilt.
+            let d = &new[*i];
+            let piece = ChunkPiece {
+                group,
+                stripe,
+                index: d.index,
+                chunk_off: d.chunk_off + p.at as u64,
+                len: BLOCK,
+                buf_off: 0,
+            };
+            let old = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
+            let slot =
+                group * self.geometry.width as usize + self.geometry.data_member(stripe, d.index);
+            let mut bad = None;
+            let st = self.state.load_full();
+            if let Some(m) = st.slots[slot].readable(base + piece.chunk_off + BLOCK) {
+                match self
+                    .mread(m, base + piece.chunk_off, old.clone(), IoClass::Foreground)
+                    .await
+                {
+                    Ok(()) => {
+                        p.merge(&d.src, &old);
+                        continue;
+                    }
+                    Err(e) => {
+                        self.note_read_error(m, &e).await;
+                        bad = Some(m.clone());
+                    }
+                }
+            }
+            self.reconstruct_locked(piece, old.clone(), bad).await?;
+            p.merge(&d.src, &old);
+        }
         let st = self.state.load_full();
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone()));
@@ -1277,7 +1496,7 @@ impl Array {
 
     async fn zero_by_writing(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
         let z = AlignedBuf::zeroed(len as usize).into_shared();
-        self.write_shared(offset, len, &z, fua).await
+        self.write_shared(offset, len, &z, fua, &[]).await
     }
 
     async fn zero_stripe(&self, group: usize, stripe: u64, punch: bool) -> Result<()> {

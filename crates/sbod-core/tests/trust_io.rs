@@ -526,3 +526,92 @@ fn a_degraded_write_that_runs_out_of_space_keeps_the_missing_data() {
         });
     }
 }
+
+// ------------------------------------------------------------------ sub-block writes
+
+/// Many tasks write disjoint byte ranges of the same 4 KiB blocks at once (each task owns
+/// one 512-byte eighth of every block), while others overwrite whole neighbouring blocks
+/// and zero byte ranges of their own: every byte ends as its last writer left it.
+#[test]
+fn sub_block_writes_from_many_tasks_never_lose_each_others_bytes() {
+    let mut all = layouts();
+    all.push((Level::Raid0, 3, 2));
+    all.push((Level::Concat, 2, 2));
+    for (level, n, copies) in all {
+        rt().block_on(async {
+            let devs: Vec<Arc<MemDev>> = (0..n)
+                .map(|i| Arc::new(MemDev::new(format!("m{i}"), 2 * MIB + 64 * CHUNK as u64)))
+                .collect();
+            let a = Array::create(spec(level, copies), mem_specs(&devs))
+                .await
+                .unwrap();
+            let blocks: Vec<u64> = (0..48u64).map(|i| i * 5 % (a.size() / 4096 - 1)).collect();
+            let mut tasks = Vec::new();
+            for t in 0..8usize {
+                let a = a.clone();
+                let blocks = blocks.clone();
+                tasks.push(tokio::spawn(async move {
+                    for round in 0..3u64 {
+                        for j in 0..blocks.len() {
+                            // Each task its own order, so they meet in different blocks.
+                            let b = blocks[(j * 7 + t * 3 + round as usize) % blocks.len()];
+                            let off = b * 4096 + t as u64 * 512;
+                            let p = pattern(512, (t as u64) << 32 | b << 8 | round);
+                            a.write_bytes(off, &p, round == 2 && t == 0).await.unwrap();
+                        }
+                    }
+                }));
+            }
+            // Whole blocks next to them (the block after each), written aligned.
+            {
+                let a = a.clone();
+                let blocks = blocks.clone();
+                tasks.push(tokio::spawn(async move {
+                    for round in 0..3u64 {
+                        for b in &blocks {
+                            let p = pattern(4096, 1 << 40 | b << 8 | round);
+                            a.write((b + 1) * 4096, AlignedBuf::from_slice(&p), false)
+                                .await
+                                .unwrap();
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+            for b in &blocks {
+                let got = a.read(b * 4096, 4096).await.unwrap();
+                for t in 0..8u64 {
+                    let want = pattern(512, t << 32 | b << 8 | 2);
+                    assert!(
+                        got[t as usize * 512..(t as usize + 1) * 512] == want[..],
+                        "{level}: block {b}: the eighth of task {t} was lost"
+                    );
+                }
+            }
+            // Overlapping pieces in a known order, and zeroing of byte ranges.
+            let b = blocks[3];
+            let mut want = a.read(b * 4096, 4 * 4096).await.unwrap().to_vec();
+            a.write_bytes(b * 4096 + 100, &[1u8; 3000], false)
+                .await
+                .unwrap();
+            want[100..3100].fill(1);
+            a.write_bytes(b * 4096 + 2000, &[2u8; 4000], false)
+                .await
+                .unwrap();
+            want[2000..6000].fill(2);
+            a.write_zeroes_bytes(b * 4096 + 50, 100, false, false)
+                .await
+                .unwrap();
+            want[50..150].fill(0);
+            a.write_zeroes_bytes(b * 4096 + 7000, 9000, true, true)
+                .await
+                .unwrap();
+            want[7000..16000].fill(0);
+            let got = a.read(b * 4096, 4 * 4096).await.unwrap();
+            assert!(got[..] == want[..], "{level}: overlapping pieces");
+            a.close().await.unwrap();
+        });
+    }
+}
