@@ -41,6 +41,10 @@ pub struct CreateArgs {
     /// Create missing member files of this size (e.g. 1G).
     #[arg(long, value_parser = size_arg)]
     pub size_each: Option<u64>,
+    /// Give member files all their space now (fallocate), so the array never meets a
+    /// full file system; refused where the file system cannot hold them.
+    #[arg(long)]
+    pub preallocate: bool,
     /// Failure domain of each member, in order (e.g. enc1,enc1,enc2,...).
     #[arg(long, value_delimiter = ',')]
     pub domains: Vec<String>,
@@ -110,6 +114,9 @@ pub struct AddArgs {
     /// Create missing member files of this size.
     #[arg(long, value_parser = size_arg)]
     pub size: Option<u64>,
+    /// Give the member files all their space now (fallocate).
+    #[arg(long)]
+    pub preallocate: bool,
     #[arg(long)]
     pub force: bool,
 }
@@ -124,6 +131,9 @@ pub struct ReplaceArgs {
     /// Create the new member file of this size if missing.
     #[arg(long, value_parser = size_arg)]
     pub size: Option<u64>,
+    /// Give the new member file all its space now (fallocate).
+    #[arg(long)]
+    pub preallocate: bool,
     #[arg(long)]
     pub force: bool,
     /// With a running server: wait for the rebuild and show its progress.
@@ -255,17 +265,29 @@ pub async fn create(args: CreateArgs) -> Result<()> {
     if let Some(sz) = args.size_each {
         check_member_size("--size-each", sz, args.chunk)?;
     }
+    if args.size_each.is_none() {
+        for m in &args.members {
+            members::check_exists(m)?;
+        }
+    }
+    let space = members::space_needed(&args.members, args.size_each)?;
+    if args.preallocate {
+        members::check_preallocate(&space)?;
+    }
     let created = match args.size_each {
         Some(sz) => members::create_files(&args.members, sz)?,
-        None => {
-            for m in &args.members {
-                members::check_exists(m)?;
-            }
-            Vec::new()
-        }
+        None => Vec::new(),
     };
     let fresh = args.members.iter().all(|m| created.contains(m));
-    let r = create_on(&args, fresh).await;
+    let r = async {
+        if args.preallocate {
+            members::preallocate(&args.members)?;
+        } else {
+            members::warn_sparse(&space);
+        }
+        create_on(&args, fresh).await
+    }
+    .await;
     if r.is_err() {
         members::remove_created(&created);
     }
@@ -617,22 +639,38 @@ pub async fn remove(args: MemberArgs) -> Result<()> {
 
 /// Create the new members' files where a size is given (recorded in `created`), and name
 /// them absolutely.
+/// Create the new members' files where a size is given (recorded in `created`), give
+/// them their space with `preallocate` (else warn where sparse files cannot all grow),
+/// and name them absolutely.
 fn prepare_new(
     paths: &[String],
     size: Option<u64>,
+    preallocate: bool,
     created: &mut Vec<String>,
 ) -> Result<Vec<String>> {
     if let Some(sz) = size {
         check_member_size("--size", sz, 4096)?;
+    }
+    let space = members::space_needed(paths, size)?;
+    if preallocate {
+        members::check_preallocate(&space)?;
+    }
+    if let Some(sz) = size {
         created.extend(members::create_files(paths, sz)?);
     }
-    paths
+    let abs = paths
         .iter()
         .map(|p| {
             members::check_exists(p)?;
             state::absolute(std::path::Path::new(p))
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    if preallocate {
+        members::preallocate(paths)?;
+    } else {
+        members::warn_sparse(&space);
+    }
+    Ok(abs)
 }
 
 pub async fn add(args: AddArgs) -> Result<()> {
@@ -645,7 +683,7 @@ pub async fn add(args: AddArgs) -> Result<()> {
 }
 
 async fn add_new(args: &AddArgs, created: &mut Vec<String>) -> Result<()> {
-    let paths = prepare_new(&args.members, args.size, created)?;
+    let paths = prepare_new(&args.members, args.size, args.preallocate, created)?;
     if control::running(&args.name).await {
         for p in &paths {
             control::call(
@@ -706,7 +744,13 @@ pub async fn replace(args: ReplaceArgs) -> Result<()> {
 }
 
 async fn replace_with(args: &ReplaceArgs, created: &mut Vec<String>) -> Result<()> {
-    let new = prepare_new(std::slice::from_ref(&args.new), args.size, created)?.remove(0);
+    let new = prepare_new(
+        std::slice::from_ref(&args.new),
+        args.size,
+        args.preallocate,
+        created,
+    )?
+    .remove(0);
     let old = member_ref(&args.name, &args.old);
     if control::running(&args.name).await {
         control::call(
