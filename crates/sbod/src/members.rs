@@ -194,7 +194,7 @@ pub fn warn_sparse(space: &[FsSpace]) {
 /// `--preallocate`: refuse (before anything is made) where the file systems cannot hold
 /// the member files fully allocated.
 pub fn check_preallocate(space: &[FsSpace]) -> Result<()> {
-    for fs in space.iter().filter(|f| f.need > f.free) {
+    if let Some(fs) = space.iter().find(|f| f.need > f.free) {
         bail!(
             "--preallocate: the member files on the file system of {} need {} more, and only {} is free there: free space, or choose a smaller size or another place",
             fs.on,
