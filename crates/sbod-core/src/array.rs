@@ -297,6 +297,10 @@ pub struct Settings {
     pub rebuild_max_rate: u64,
     /// Read errors a member may have before it is failed.
     pub max_read_errors: u64,
+    /// Blocks a scrub may locate as wrong on a member (raid6, ec with m >= 2, mirrors of
+    /// three or more copies) before a check fails it. Below it a check reports them and
+    /// `--repair` rewrites them; a repair always rewrites them.
+    pub max_checksum_errors: u64,
 }
 
 impl Default for Settings {
@@ -305,6 +309,7 @@ impl Default for Settings {
             rebuild_min_rate: 50 << 20,
             rebuild_max_rate: 0,
             max_read_errors: 20,
+            max_checksum_errors: 8,
         }
     }
 }

@@ -228,6 +228,8 @@ struct StripeCheck {
     repaired_blocks: u64,
     /// Resync: a member is missing, nothing was done.
     skipped: bool,
+    /// Members a check took out for returning wrong data.
+    failed: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -787,6 +789,19 @@ impl Array {
                 jobs.clone().map(|(tt, g)| self.check_stripe(g, tt, mode)),
             )
             .await;
+            // A member a check failed makes the other stripes in flight see it gone: say
+            // what happened to it, not that.
+            let failed: Vec<String> = checks
+                .iter()
+                .filter_map(|c| c.as_ref().ok())
+                .flat_map(|c| c.failed.iter().cloned())
+                .collect();
+            if !failed.is_empty() {
+                return Err(Error::Refused(format!(
+                    "failed {}; the scrub stops here and the array rebuilds what it held (from a spare, or once replaced)",
+                    failed.join(", ")
+                )));
+            }
             for ((tt, g), c) in jobs.zip(checks) {
                 let c = c?;
                 if c.mismatched_blocks > 0 {
@@ -858,6 +873,8 @@ impl Array {
         }
         let mut out = StripeCheck::default();
         let mut rewrite: Vec<(usize, u64, SharedBuf)> = Vec::new(); // (member pos, row offset, data)
+                                                                    // Blocks of each member (by position) that redundancy located as wrong.
+        let mut blame: std::collections::BTreeMap<usize, u64> = Default::default();
         match self.geometry.scheme() {
             Scheme::Mirror { .. } => {
                 let good: Vec<usize> = (0..w).filter(|i| !unreadable.contains(i)).collect();
@@ -878,28 +895,28 @@ impl Array {
                     if !same {
                         out.mismatched_blocks += 1;
                     }
-                    if mode == CheckMode::Check && unreadable.is_empty() {
-                        continue;
-                    }
-                    // Majority of three or more copies wins; otherwise the first copy.
-                    let mut winner = rows[0];
-                    if rows.len() >= 3 {
-                        for r in &rows {
-                            if rows.iter().filter(|x| *x == r).count() * 2 > rows.len() {
-                                winner = r;
-                            }
-                        }
-                    }
+                    // A majority of three or more copies wins, and locates the copies that
+                    // differ; otherwise the first copy wins and nobody is blamed (two
+                    // copies that differ cannot say which is wrong; md rewrites likewise).
+                    // A resync after a crash expects differences: it blames nobody.
+                    let majority = (rows.len() >= 3)
+                        .then(|| {
+                            rows.iter()
+                                .find(|r| rows.iter().filter(|x| x == r).count() * 2 > rows.len())
+                        })
+                        .flatten()
+                        .copied();
+                    let winner = majority.unwrap_or(rows[0]);
                     let fix = AlignedBuf::from_slice(winner).into_shared();
                     for i in 0..w {
                         let differs = unreadable.contains(&i)
                             || &slice_of(&bufs[i])[row..row + 4096] != winner;
                         if differs {
-                            if !unreadable.contains(&i) {
-                                members[i]
-                                    .stats
-                                    .checksum_errors
-                                    .fetch_add(1, Ordering::Relaxed);
+                            if !unreadable.contains(&i)
+                                && majority.is_some()
+                                && mode != CheckMode::Resync
+                            {
+                                *blame.entry(i).or_default() += 1;
                             }
                             if mode != CheckMode::Check || unreadable.contains(&i) {
                                 rewrite.push((i, row as u64, fix.clone()));
@@ -966,10 +983,7 @@ impl Array {
                         match verdict {
                             sbod_codec::Verdict::Clean => {}
                             sbod_codec::Verdict::Corrupt(bad) => {
-                                members[pos(bad)]
-                                    .stats
-                                    .checksum_errors
-                                    .fetch_add(1, Ordering::Relaxed);
+                                *blame.entry(pos(bad)).or_default() += 1;
                                 if mode == CheckMode::Repair {
                                     let mut work: Vec<Vec<u8>> =
                                         rows.iter().map(|r| r.to_vec()).collect();
@@ -1028,6 +1042,20 @@ impl Array {
         }
         if !full.is_empty() {
             return Err(self.nospace_error(&full));
+        }
+        // A member located as wrong in more blocks than the array tolerates is taken out in
+        // a check (which rewrites nothing); a repair has just rewritten its blocks (and a
+        // repair it refused has failed it). Never left in service, wrong and unrepaired,
+        // past the limit.
+        let max = self.settings.lock().max_checksum_errors;
+        for (i, n) in blame {
+            let m = &members[i];
+            let total = m.stats.checksum_errors.fetch_add(n, Ordering::Relaxed) + n;
+            if mode == CheckMode::Check && total > max && self.in_service(m) {
+                let why = reason::corrupt(total);
+                self.fail_member(m, &why).await;
+                out.failed.push(format!("{} ({why})", m.path));
+            }
         }
         Ok(out)
     }

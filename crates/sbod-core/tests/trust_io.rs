@@ -615,3 +615,121 @@ fn sub_block_writes_from_many_tasks_never_lose_each_others_bytes() {
         });
     }
 }
+
+// ------------------------------------------------------------------ scrub
+
+/// Members wrapped in fault devices, to flip bits on their medium.
+fn faulty(n: usize) -> (Vec<Arc<FaultDev>>, Vec<MemberSpec>) {
+    let devs: Vec<Arc<FaultDev>> = (0..n)
+        .map(|i| {
+            let inner: Arc<dyn BlockDev> =
+                Arc::new(MemDev::new(format!("f{i}"), 2 * MIB + 64 * CHUNK as u64));
+            Arc::new(FaultDev::new(inner, i as u64))
+        })
+        .collect();
+    let specs = devs
+        .iter()
+        .map(|d| MemberSpec {
+            dev: d.clone() as Arc<dyn BlockDev>,
+            path: d.name().to_string(),
+            is_file: false,
+            domain: String::new(),
+        })
+        .collect();
+    (devs, specs)
+}
+
+async fn scrub(a: &Arc<Array>, repair: bool) -> sbod_core::process::ProcessStatus {
+    let h = a.start_scrub(repair).unwrap();
+    h.wait().await;
+    h.status()
+}
+
+/// Silent corruption on one member, in `blocks` blocks of different stripes.
+fn corrupt(a: &Array, dev: &FaultDev, blocks: u64) {
+    for i in 0..blocks {
+        let off = a.geometry.data_offset + i * 3 * CHUNK as u64 + (i % 4) * 4096 + 17;
+        dev.corrupt(off, 0x40).unwrap();
+    }
+}
+
+/// A member that parity (raid6, ec:3+2) or a majority of copies (three-way raid1)
+/// locates as wrong in more blocks than `max_checksum_errors` is failed by a check, not
+/// left in service; below the limit the check reports it and a repair rewrites it. Two
+/// copies or single parity cannot say who is wrong: nobody is blamed, a repair rewrites
+/// as md does (parity from the data, the first copy over the others).
+#[test]
+fn a_scrub_never_leaves_a_located_bad_member_in_service() {
+    for (level, n, copies) in [
+        (Level::Raid6, 5, 2),
+        (Level::Ec { k: 3, m: 2 }, 5, 2),
+        (Level::Raid1, 3, 2),
+    ] {
+        rt().block_on(async {
+            let (devs, specs) = faulty(n);
+            let a = Array::create(spec(level, copies), specs).await.unwrap();
+            let size = a.size() as usize;
+            let data = pattern(size, 77);
+            a.write(0, AlignedBuf::from_slice(&data), true)
+                .await
+                .unwrap();
+            // Below the limit: reported, the member stays; repair rewrites it.
+            corrupt(&a, &devs[2], 3);
+            let s = scrub(&a, false).await;
+            assert_eq!(
+                (s.mismatches, s.error.as_deref()),
+                (3, None),
+                "{level}: {s:?}"
+            );
+            assert_eq!(member_state(&a, "f2").0, "active");
+            assert_eq!(a.status().members[2].checksum_errors, 3, "{level}");
+            let s = scrub(&a, true).await;
+            assert_eq!((s.mismatches, s.repaired), (3, 3), "{level}: {s:?}");
+            assert_eq!(scrub(&a, false).await.mismatches, 0, "{level}");
+            // Past the limit: a check takes it out.
+            corrupt(&a, &devs[2], 12);
+            let s = scrub(&a, false).await;
+            let err = s.error.unwrap_or_default();
+            assert!(
+                err.contains("f2") && err.contains("wrong data"),
+                "{level}: {err}"
+            );
+            let (state, why) = member_state(&a, "f2");
+            assert_eq!(state, "failed", "{level}");
+            assert!(why.unwrap().contains("parity located"), "{level}");
+            // Nobody else was blamed; every block reads back right.
+            assert!(
+                a.status()
+                    .members
+                    .iter()
+                    .filter(|m| m.state == "failed")
+                    .count()
+                    == 1
+            );
+            assert!(a.read(0, size).await.unwrap()[..] == data[..], "{level}");
+            a.close().await.unwrap();
+        });
+    }
+    for (level, n) in [(Level::Raid5, 3), (Level::Raid1, 2)] {
+        rt().block_on(async {
+            let (devs, specs) = faulty(n);
+            let a = Array::create(spec(level, 2), specs).await.unwrap();
+            let data = pattern(a.size() as usize, 78);
+            a.write(0, AlignedBuf::from_slice(&data), true)
+                .await
+                .unwrap();
+            corrupt(&a, &devs[1], 12);
+            let s = scrub(&a, false).await;
+            assert_eq!((s.mismatches, s.error), (12, None), "{level}");
+            let st = a.status();
+            assert!(st
+                .members
+                .iter()
+                .all(|m| m.state == "active" && m.checksum_errors == 0));
+            let s = scrub(&a, true).await;
+            assert_eq!(s.mismatches, 12, "{level}");
+            assert_eq!(scrub(&a, false).await.mismatches, 0, "{level}");
+            a.close().await.unwrap();
+        });
+    }
+}
