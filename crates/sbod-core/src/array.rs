@@ -888,7 +888,16 @@ impl Array {
         }
         *array.report.lock() = report;
         if !dirty.is_empty() {
-            let (bytes, n) = array.resync_regions(&dirty).await?;
+            let (bytes, n) = match array.resync_regions(&dirty).await {
+                // Out of space: serve anyway, with those stripes held as inconsistent
+                // (never rebuilt from, their regions dirty) until the watch resyncs them.
+                Err(Error::NoSpace(msg)) => {
+                    tracing::warn!(array = %array.name, "{msg}; the resync waits for space");
+                    array.defer_resync(&dirty);
+                    (0, 0)
+                }
+                r => r?,
+            };
             let mut r = array.report.lock();
             r.resynced_bytes = bytes;
             r.resynced_regions = n;

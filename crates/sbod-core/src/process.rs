@@ -306,9 +306,14 @@ impl Array {
     /// inconsistent for want of space, once writes succeed again.
     async fn watch_loop(self: Arc<Self>) {
         loop {
+            // Made before `closing` is read, so a close's kick during a round is not missed.
+            let kicked = self.wake.notified();
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = self.wake.notified() => {}
+                _ = kicked => {}
             }
             if self.closing.load(Ordering::Acquire) {
                 return;
@@ -331,6 +336,24 @@ impl Array {
             }
         }
         n
+    }
+
+    /// Hold every stripe of these bitmap regions as inconsistent, for the watch to resync
+    /// (a resync that could not run now).
+    pub(crate) fn defer_resync(&self, regions: &[u64]) {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return;
+        };
+        let chunk = self.geometry.chunk as u64;
+        for &r in regions {
+            let from = r * bm.region / chunk;
+            let to = ((r + 1) * bm.region).min(self.geometry.member_size) / chunk;
+            for t in from..to {
+                for g in 0..self.geometry.groups as usize {
+                    bm.unsynced(g, t, r);
+                }
+            }
+        }
     }
 
     /// Resync the stripes writes left inconsistent (parity from the data; mirrors from the
@@ -402,9 +425,15 @@ impl Array {
             return;
         };
         loop {
+            // Made before `closing` is read, so a close's kick during a round is not
+            // missed (it held every close up for a second).
+            let kicked = self.wake.notified();
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(1000)) => {}
-                _ = self.wake.notified() => {}
+                _ = kicked => {}
             }
             if self.closing.load(Ordering::Acquire) {
                 return;
@@ -804,6 +833,14 @@ impl Array {
             }
             for ((tt, g), c) in jobs.zip(checks) {
                 let c = c?;
+                if c.skipped {
+                    // A resync that cannot run (a member missing): the stripe stays held
+                    // as inconsistent, so nothing is rebuilt from its parity, which may
+                    // not match (the write hole); the watch resyncs it once it can.
+                    if let Some(bm) = &self.bitmap {
+                        bm.unsynced(g, tt, bm.region_of(tt * chunk));
+                    }
+                }
                 if c.mismatched_blocks > 0 {
                     h.mismatches
                         .fetch_add(c.mismatched_blocks, Ordering::Relaxed);
@@ -840,6 +877,13 @@ impl Array {
         let w = self.geometry.width as usize;
         let base = t * chunk;
         let _lock = self.locks.lock(g, t).await;
+        // A stripe a write left inconsistent is not corrupt: a check passes over it, a
+        // repair resyncs it (parity from the data), and nobody is blamed.
+        let unsynced = self.bitmap.as_ref().is_some_and(|b| b.is_unsynced(g, t));
+        if unsynced && mode == CheckMode::Check {
+            return Ok(StripeCheck::default());
+        }
+        let mode = if unsynced { CheckMode::Resync } else { mode };
         let st = self.state.load_full();
         let members: Vec<Option<Arc<Member>>> = (0..w)
             .map(|i| st.slots[g * w + i].readable(base + chunk).cloned())
@@ -870,6 +914,19 @@ impl Array {
                 self.note_read_error(&members[i], &e).await;
                 unreadable.push(i);
             }
+        }
+        if mode == CheckMode::Resync
+            && matches!(self.geometry.scheme(), Scheme::Parity { .. })
+            && (0..self.geometry.k())
+                .any(|s| unreadable.contains(&self.geometry.member_of_shard(t, s)))
+        {
+            // Parity here may not match the data (the reason for the resync): a data chunk
+            // that cannot be read cannot be rebuilt from it. The stripe stays held as
+            // inconsistent; reads of that chunk fail rather than guess.
+            return Ok(StripeCheck {
+                skipped: true,
+                ..Default::default()
+            });
         }
         let mut out = StripeCheck::default();
         let mut rewrite: Vec<(usize, u64, SharedBuf)> = Vec::new(); // (member pos, row offset, data)
@@ -1042,6 +1099,11 @@ impl Array {
         }
         if !full.is_empty() {
             return Err(self.nospace_error(&full));
+        }
+        if unsynced {
+            if let Some(bm) = &self.bitmap {
+                bm.synced(g, t);
+            }
         }
         // A member located as wrong in more blocks than the array tolerates is taken out in
         // a check (which rewrites nothing); a repair has just rewritten its blocks (and a
