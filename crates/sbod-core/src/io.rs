@@ -82,6 +82,10 @@ pub(crate) enum WriteFault {
     Failed,
 }
 
+/// Check a member file's size around each write (see `mwrite`). Only the benchmark of its
+/// cost (scripts/bench-size-check.sh, docs/PERFORMANCE.md) builds without it.
+const CHECK_SIZE_AFTER_WRITES: bool = !cfg!(feature = "bench-no-size-check");
+
 /// The unit of a byte-granular write's merge: the block size the volume is written in.
 const BLOCK: u64 = 4096;
 
@@ -102,6 +106,19 @@ impl Patch {
         blk[..self.new.start].copy_from_slice(&old[..self.new.start]);
         blk[self.new.end..].copy_from_slice(&old[self.new.end..]);
     }
+}
+
+/// Run writes to several stripes to the end, then give the first error. Never stop at the
+/// first error (as `try_join_all` does, dropping the others mid-flight): a stripe write
+/// dropped between its member writes would leave data and parity disagreeing, unrecorded.
+async fn all_done<F: std::future::Future<Output = Result<()>>>(
+    futs: impl IntoIterator<Item = F>,
+) -> Result<()> {
+    futures::future::join_all(futs)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>>>()
+        .map(|_| ())
 }
 
 /// What became of a set of member writes.
@@ -195,11 +212,12 @@ impl Array {
         if class == IoClass::Foreground {
             m.stats.fg_ops.fetch_add(1, Ordering::Relaxed);
         }
-        if m.is_file && off + len >= m.size {
+        let check = m.is_file && CHECK_SIZE_AFTER_WRITES;
+        if check && off + len >= m.size {
             self.check_size(m)?;
         }
         dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await?;
-        if m.is_file {
+        if check {
             self.check_size(m)?;
         }
         Ok(())
@@ -794,7 +812,8 @@ impl Array {
             }
         };
         let middle = self.write_zeroes(a0, a1 - a0, false, punch);
-        futures::future::try_join3(head, middle, tail).await?;
+        let (h, m, t) = futures::future::join3(head, middle, tail).await;
+        h.and(m).and(t)?;
         if fua {
             self.flush().await?;
         }
@@ -827,7 +846,7 @@ impl Array {
                     let mine = within(d.buf_off, d.len);
                     self.write_plain(d.slot, d.lock_key, d.moff, src, fua, mine)
                 });
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
             Scheme::Mirror { .. } => {
                 let futs = self.geometry.pieces(offset, len).into_iter().map(|p| {
@@ -835,7 +854,7 @@ impl Array {
                     let mine = within(p.buf_off, p.len);
                     self.write_mirror(p.group, p.stripe, p.chunk_off, src, fua, mine)
                 });
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
             Scheme::Parity { .. } => {
                 // Group pieces by stripe; each stripe is planned on its own.
@@ -864,7 +883,7 @@ impl Array {
                 let futs = stripes
                     .into_iter()
                     .map(|(g, t, v, pp)| self.write_stripe(g, t, v, fua, pp));
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
         }
         Ok(())
@@ -1450,14 +1469,14 @@ impl Array {
                 } else {
                     futs.push(Box::pin(self.zero_by_writing(offset, len, fua)));
                 }
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
             Scheme::Concat => {
                 let futs = self
                     .concat_pieces(offset, len)
                     .into_iter()
                     .map(|(slot, moff, _, n)| self.zero_slot(slot, moff, n, punch, None));
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
             scheme => {
                 let futs = self
@@ -1485,7 +1504,7 @@ impl Array {
                             self.zero_slot(slot, moff, p.len, punch, None).await
                         }
                     });
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
         }
         if fua {
@@ -1507,7 +1526,7 @@ impl Array {
         let _lock = self.locks.lock(group, stripe).await;
         let futs = (0..w)
             .map(|i| self.zero_slot(group * w + i, base, chunk, punch, Some((group, stripe))));
-        futures::future::try_join_all(futs).await?;
+        all_done(futs).await?;
         Ok(())
     }
 

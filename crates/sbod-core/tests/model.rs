@@ -637,6 +637,8 @@ proptest! {
             let mut model = Model::new(size);
             let mut dead = false;
             let mut errors = 0u32;
+            // Figures of the run (SBOD_TORTURE_REPORT): what happened how often.
+            let mut fig = std::collections::BTreeMap::<&str, u64>::new();
             for op in ops {
                 if !dead && a.status().state == "failed" {
                     dead = true;
@@ -647,6 +649,7 @@ proptest! {
                         let n = blocks.min(nblocks - b0);
                         let data = pattern((n * 4096) as usize, seed, b0);
                         let r = a.write(b0 * 4096, AlignedBuf::from_slice(&data), false).await;
+                        *fig.entry(if r.is_ok() { "writes_acked" } else { "writes_refused" }).or_default() += 1;
                         if dead {
                             prop_assert!(r.is_err(), "a write on a failed array succeeded");
                         }
@@ -657,6 +660,7 @@ proptest! {
                         let l = len.min(size - o);
                         let data = pattern(l as usize, seed, o);
                         let r = a.write_bytes(o, &data, false).await;
+                        *fig.entry(if r.is_ok() { "subblock_writes_acked" } else { "subblock_writes_refused" }).or_default() += 1;
                         if dead {
                             prop_assert!(r.is_err(), "a write on a failed array succeeded");
                         }
@@ -673,12 +677,16 @@ proptest! {
                         let n = blocks.min(nblocks - b0);
                         match a.read(b0 * 4096, (n * 4096) as usize).await {
                             Ok(got) => {
+                                *fig.entry("reads_checked").or_default() += 1;
                                 prop_assert!(!dead, "a read on a failed array returned data");
                                 if let Err(e) = model.check(b0 * 4096, &got) {
                                     prop_assert!(false, "read at block {} len {}: {}", b0, n, e);
                                 }
                             }
-                            Err(Error::Io { .. }) | Err(Error::Failed(_)) => errors += 1,
+                            Err(Error::Io { .. }) | Err(Error::Failed(_)) => {
+                                errors += 1;
+                                *fig.entry("reads_failed").or_default() += 1;
+                            }
                             Err(e) => prop_assert!(false, "read: unexpected error {}", e),
                         }
                     }
@@ -758,6 +766,22 @@ proptest! {
                         )
                     }
                 }
+            }
+            let st = a.status();
+            *fig.entry("cases").or_default() += 1;
+            *fig.entry("members_failed").or_default() +=
+                st.members.iter().filter(|m| m.state == "failed").count() as u64;
+            *fig.entry("members_failed_shrank").or_default() += st
+                .members
+                .iter()
+                .filter(|m| m.reason.as_deref().is_some_and(|r| r.contains("shrank")))
+                .count() as u64;
+            *fig.entry("nospace_member_writes").or_default() +=
+                st.members.iter().map(|m| m.nospace).sum::<u64>();
+            if let Ok(p) = std::env::var("SBOD_TORTURE_REPORT") {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap();
+                writeln!(f, "{}", serde_json::json!({"suite": "trust_model", "figures": fig})).unwrap();
             }
             let _ = a.close().await;
             Ok(())
