@@ -415,6 +415,26 @@ pub async fn check_blank(dev: &Arc<dyn BlockDev>, force: bool) -> Result<()> {
     Ok(())
 }
 
+/// Write zeros over a new member's whole metadata area (both superblock copies, the
+/// bitmap), so that a member file holds the blocks every later superblock and bitmap write
+/// lands on: state changes must be recorded even when the file system is full (a
+/// superblock that cannot be written fails its member), and sparse files would otherwise
+/// allocate the second superblock copy only at the array's second state change.
+async fn claim_metadata(dev: &Arc<dyn BlockDev>, data_offset: u64, path: &str) -> Result<()> {
+    let zero = AlignedBuf::zeroed(data_offset as usize).into_shared();
+    dev::write_at(dev, 0, zero, true, IoClass::Foreground)
+        .await
+        .map_err(|e| {
+            if crate::io::is_nospace(&e) {
+                Error::NoSpace(format!(
+                    "no space left on the file system of {path} for its metadata: free space there, or give it its space with --preallocate"
+                ))
+            } else {
+                Error::io(format!("writing {path}"), e)
+            }
+        })
+}
+
 /// Default bitmap region: about 1024 regions per member, 1 MiB to 128 MiB, a multiple of
 /// the chunk.
 fn default_region(member_size: u64, chunk: u32) -> u64 {
@@ -561,22 +581,11 @@ impl Array {
             resync,
             &[],
         )?;
-        // Zero the bitmaps, then write the superblocks.
-        let zero = AlignedBuf::zeroed(bitmap_bytes as usize).into_shared();
-        let futs = opened.iter().map(|m| {
-            let z = zero.clone();
-            async move {
-                dev::write_at(
-                    &m.dev,
-                    superblock::BITMAP_OFFSET,
-                    z,
-                    true,
-                    IoClass::Foreground,
-                )
-                .await
-                .map_err(|e| Error::io(format!("writing {}", m.path), e))
-            }
-        });
+        // Zero the metadata areas (both superblock copies and the bitmap), then write the
+        // superblocks.
+        let futs = opened
+            .iter()
+            .map(|m| claim_metadata(&m.dev, data_offset, &m.path));
         futures::future::try_join_all(futs).await?;
         let st = array.state.load_full();
         let failed = array.persist(&st, false).await;
@@ -1332,6 +1341,7 @@ impl Array {
     pub async fn add(&self, spec: MemberSpec, force: bool) -> Result<()> {
         let size = self.check_new_member(&spec)?;
         check_blank(&spec.dev, force).await?;
+        claim_metadata(&spec.dev, self.geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
         let _g = self.mgmt.lock().await;
         let mut new = (*self.state.load_full()).clone();
@@ -1368,6 +1378,7 @@ impl Array {
         }
         let size = self.check_new_member(&spec)?;
         check_blank(&spec.dev, force).await?;
+        claim_metadata(&spec.dev, self.geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
         let _g = self.mgmt.lock().await;
         let mut new = (*self.state.load_full()).clone();

@@ -1099,7 +1099,17 @@ impl Array {
         // only in parity. Members that can run out of space (files) take the plan below,
         // which keeps the old rows to put back.
         let missing_data = (0..k).any(|i| readable(i).is_none());
+        // (A whole-stripe write over a stripe already inconsistent has nothing to keep:
+        // what the missing chunk held is not known; it settles the stripe instead.)
+        let settles = full
+            && r0 == 0
+            && rl as u64 == chunk
+            && self
+                .bitmap
+                .as_ref()
+                .is_some_and(|b| b.is_unsynced(group, stripe));
         let can_run_out = missing_data
+            && !settles
             && (0..k + m).any(|s| st.slots[slot_of(s)].write_targets().any(|x| x.is_file));
         if can_run_out {
             // done stays false: the gather plan.

@@ -640,8 +640,18 @@ proptest! {
             // Figures of the run (SBOD_TORTURE_REPORT): what happened how often.
             let mut fig = std::collections::BTreeMap::<&str, u64>::new();
             for op in ops {
-                if !dead && a.status().state == "failed" {
+                let st = a.status();
+                if !dead && st.state == "failed" {
                     dead = true;
+                }
+                // Only what was done to members takes them out: never a full file system.
+                for m in &st.members {
+                    if let Some(r) = &m.reason {
+                        prop_assert!(
+                            r.contains("administrator") || r.contains("shrank") || r.contains("short read"),
+                            "{:?} was failed for: {}", m.path, r
+                        );
+                    }
                 }
                 match op {
                     TOp::Write { off, blocks, seed } => {

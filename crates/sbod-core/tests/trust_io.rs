@@ -733,3 +733,74 @@ fn a_scrub_never_leaves_a_located_bad_member_in_service() {
         });
     }
 }
+
+/// A stripe a refused write left inconsistent, in a group that then loses a member: the
+/// missing chunk cannot be rebuilt there, so reads of it fail (never guess); overwriting
+/// the stripe whole settles it.
+#[test]
+fn an_inconsistent_stripe_of_a_degraded_group_fails_reads_until_overwritten() {
+    rt().block_on(async {
+        let member = 2 * MIB + 64 * CHUNK as u64;
+        let t = thin(3, member, 1 << 40);
+        let a = Array::create(spec(Level::Raid5, 2), t.specs())
+            .await
+            .unwrap();
+        let g = a.geometry.clone();
+        let sd = g.stripe_data();
+        // Stripe 0 written whole (allocated everywhere); then a write to part of it that
+        // needs space on one member only: refused there, the stripe inconsistent.
+        a.write(0, AlignedBuf::from_slice(&pattern(sd as usize, 1)), false)
+            .await
+            .unwrap();
+        t.pool.set_free(0);
+        let p = pattern(8192, 2);
+        // Rewrites of allocated blocks need no space: punch one member's chunk first so
+        // its rewrite does.
+        let victim = g.data_member(0, 0);
+        let dv: Arc<dyn BlockDev> = t.devs[victim].clone();
+        sbod_core::dev::io(
+            &dv,
+            sbod_core::dev::IoReq {
+                offset: g.data_offset,
+                kind: sbod_core::dev::IoKind::Zero {
+                    len: CHUNK as u64,
+                    punch: true,
+                },
+                class: sbod_core::dev::IoClass::Foreground,
+            },
+        )
+        .await
+        .unwrap();
+        t.pool.set_free(0);
+        let r = a.write(0, AlignedBuf::from_slice(&p), false).await;
+        assert!(
+            matches!(r, Err(Error::NoSpace(_))),
+            "{r:?} {:?}",
+            a.status()
+                .members
+                .iter()
+                .map(|m| m.reason.clone())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(a.status().inconsistent_stripes, 1);
+        // The other data member goes: its chunk would be rebuilt from mismatched parity.
+        let other = g.data_member(0, 1);
+        a.fail(&format!("t{other}")).await.unwrap();
+        let r = a.read(CHUNK as u64, 4096).await;
+        assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
+        assert_eq!(
+            a.resync_unsynced().await.unwrap(),
+            1,
+            "resynced while degraded"
+        );
+        // Overwritten whole: settled, and every byte reads back.
+        t.pool.set_free(1 << 40);
+        let whole = pattern(sd as usize, 3);
+        a.write(0, AlignedBuf::from_slice(&whole), false)
+            .await
+            .unwrap();
+        assert_eq!(a.status().inconsistent_stripes, 0);
+        assert!(a.read(0, sd as usize).await.unwrap()[..] == whole[..]);
+        a.close().await.unwrap();
+    });
+}
