@@ -1164,8 +1164,9 @@ impl Array {
     /// is acknowledged before the array knows.
     pub async fn fail_member(&self, member: &Arc<Member>, why: &str) {
         let _g = self.mgmt.lock().await;
-        let mut pending = vec![member.clone()];
-        while let Some(m) = pending.pop() {
+        // Members that then refuse the superblock recording it fail for that reason.
+        let mut pending = vec![(member.clone(), why)];
+        while let Some((m, why)) = pending.pop() {
             let st = self.state.load_full();
             let mut new = (*st).clone();
             if !Self::mark_failed(&mut new, &m) {
@@ -1187,7 +1188,12 @@ impl Array {
             }
             let new = Arc::new(new);
             self.state.store(new.clone());
-            pending.extend(self.persist(&new, false).await);
+            pending.extend(
+                self.persist(&new, false)
+                    .await
+                    .into_iter()
+                    .map(|m| (m, "superblock write failed")),
+            );
             self.cancel_process_on_failure();
         }
         self.kick();
