@@ -516,15 +516,20 @@ fn top_strategy() -> impl Strategy<Value = TOp> {
 
 /// Per 4 KiB block, every content a read may return: the last acknowledged write, and
 /// what writes that failed after it may have left (a failed write lands on some blocks
-/// and not others, never anything else).
+/// and not others, never anything else). A block with too many possibilities to track
+/// (byte-granular writes refused over and over) is left unchecked until a write covers it
+/// whole.
 struct Model {
-    blocks: Vec<Vec<Vec<u8>>>,
+    blocks: Vec<Option<Vec<Vec<u8>>>>,
 }
+
+/// Possibilities tracked per block before it is left unchecked.
+const MAX_CANDIDATES: usize = 256;
 
 impl Model {
     fn new(size: u64) -> Model {
         Model {
-            blocks: vec![vec![vec![0u8; 4096]]; (size / 4096) as usize],
+            blocks: vec![Some(vec![vec![0u8; 4096]]); (size / 4096) as usize],
         }
     }
 
@@ -535,43 +540,46 @@ impl Model {
         for b in off / 4096..end.div_ceil(4096) {
             let (bs, be) = (b * 4096, b * 4096 + 4096);
             let (lo, hi) = (off.max(bs), end.min(be));
-            let merged: Vec<Vec<u8>> = self.blocks[b as usize]
+            let new = &data[(lo - off) as usize..(hi - off) as usize];
+            let slot = &mut self.blocks[b as usize];
+            if lo == bs && hi == be && acked {
+                *slot = Some(vec![new.to_vec()]);
+                continue;
+            }
+            let Some(cands) = slot else {
+                continue;
+            };
+            let merged: Vec<Vec<u8>> = cands
                 .iter()
                 .map(|c| {
                     let mut c = c.clone();
-                    c[(lo - bs) as usize..(hi - bs) as usize]
-                        .copy_from_slice(&data[(lo - off) as usize..(hi - off) as usize]);
+                    c[(lo - bs) as usize..(hi - bs) as usize].copy_from_slice(new);
                     c
                 })
                 .collect();
-            let cands = &mut self.blocks[b as usize];
             if acked {
                 *cands = merged;
-                cands.dedup();
-                if cands.len() > 1 {
-                    // A partial block over an uncertain one: each old value merged.
-                    cands.sort();
-                    cands.dedup();
-                }
             } else {
-                for m in merged {
-                    if !cands.contains(&m) {
-                        cands.push(m);
-                    }
-                }
+                cands.extend(merged);
             }
-            cands.truncate(64);
+            cands.sort();
+            cands.dedup();
+            if cands.len() > MAX_CANDIDATES {
+                *slot = None;
+            }
         }
     }
 
     fn check(&self, off: u64, got: &[u8]) -> Result<(), String> {
         for (i, chunk) in got.chunks(4096).enumerate() {
             let b = (off / 4096) as usize + i;
-            if !self.blocks[b].iter().any(|c| c[..] == *chunk) {
-                return Err(format!(
-                    "block {b} holds none of its {} possible contents",
-                    self.blocks[b].len()
-                ));
+            if let Some(cands) = &self.blocks[b] {
+                if !cands.iter().any(|c| c[..] == *chunk) {
+                    return Err(format!(
+                        "block {b} holds none of its {} possible contents",
+                        cands.len()
+                    ));
+                }
             }
         }
         Ok(())
@@ -580,7 +588,7 @@ impl Model {
     /// Take what reads back now as the truth (after a resync settled the blocks).
     fn settle(&mut self, all: &[u8]) {
         for (b, chunk) in all.chunks(4096).enumerate() {
-            self.blocks[b] = vec![chunk.to_vec()];
+            self.blocks[b] = Some(vec![chunk.to_vec()]);
         }
     }
 }
