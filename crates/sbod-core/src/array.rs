@@ -1365,6 +1365,35 @@ impl Array {
         Ok(())
     }
 
+    /// Refuse a member for `slot` whose failure domain (a host, an enclosure) already holds
+    /// as many members of the slot's group as the group survives losing, as `create` does.
+    fn check_domain(&self, st: &State, slot: usize, spec: &MemberSpec) -> Result<()> {
+        if spec.domain.is_empty() {
+            return Ok(());
+        }
+        let w = self.geometry.width as usize;
+        let g = slot / w;
+        let red = self.geometry.redundancy();
+        let others: Vec<&str> = (g * w..(g + 1) * w)
+            .filter(|&i| i != slot && st.slots[i].state != SlotState::Failed)
+            .filter_map(|i| st.slots[i].member.as_ref())
+            .filter(|m| m.domain == spec.domain)
+            .map(|m| m.path.as_str())
+            .collect();
+        if others.len() >= red {
+            return Err(Error::Refused(format!(
+                "failure domain '{}' already holds {} member{} of group {g} ({}), and the group survives only {red} failure{}: put {} in another domain, or use --force",
+                spec.domain,
+                others.len(),
+                if others.len() == 1 { "" } else { "s" },
+                others.join(", "),
+                if red == 1 { "" } else { "s" },
+                spec.path
+            )));
+        }
+        Ok(())
+    }
+
     /// `sbod replace`: rebuild `new` to take `old`'s place. While `old` still works it keeps
     /// serving (redundancy is never reduced); if it has failed, `new` simply rebuilds.
     pub async fn replace(&self, old: &str, spec: MemberSpec, force: bool) -> Result<()> {
@@ -1383,6 +1412,9 @@ impl Array {
             return Err(Error::Busy(format!("{old} is already being replaced")));
         }
         let size = self.check_new_member(&spec)?;
+        if !force {
+            self.check_domain(&st, slot, &spec)?;
+        }
         check_blank(&spec.dev, force).await?;
         claim_metadata(&spec.dev, self.geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);

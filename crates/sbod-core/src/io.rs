@@ -267,6 +267,10 @@ impl Array {
             self.fail_member(m, &s.to_string()).await;
             return;
         }
+        if dev::is_unreachable(e) {
+            self.fail_member(m, crate::reason::UNREACHABLE).await;
+            return;
+        }
         if e.kind() == io::ErrorKind::UnexpectedEof {
             self.fail_member(m, crate::reason::SHORT_READ).await;
             return;
@@ -293,6 +297,12 @@ impl Array {
         }
         if let Some(s) = self.shrunk(m) {
             self.fail_member(m, &s.to_string()).await;
+            return WriteFault::Failed;
+        }
+        if dev::is_unreachable(e) {
+            m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(member = %m.path, error = %e, "member unreachable");
+            self.fail_member(m, crate::reason::UNREACHABLE).await;
             return WriteFault::Failed;
         }
         if is_nospace(e) {

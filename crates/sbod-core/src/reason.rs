@@ -11,6 +11,8 @@ pub const REPAIR_WRITE: &str = "could not rewrite an unreadable range";
 pub const SCRUB_REPAIR_WRITE: &str = "write error during repair";
 pub const READ_ERRORS: &str = "too many read errors";
 pub const FLUSH_ERROR: &str = "flush error";
+/// A remote member whose host cannot be reached (connection refused, reset, timed out).
+pub const UNREACHABLE: &str = "unreachable";
 pub const BITMAP_WRITE: &str = "bitmap write error";
 pub const SHORT_READ: &str =
     "returned a short read inside its data (the device is smaller than it says)";

@@ -333,7 +333,7 @@ fn check_member_size(opt: &str, size: u64, chunk: u64) -> Result<()> {
 async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
     let mut specs = Vec::new();
     for (i, m) in args.members.iter().enumerate() {
-        let abs = state::absolute(std::path::Path::new(m))?;
+        let abs = members::canonical(m)?;
         let dom = args.domains.get(i).cloned().unwrap_or_default();
         specs.push(members::open(&abs, &dom)?);
     }
@@ -363,7 +363,7 @@ async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
 pub async fn assemble(args: AssembleArgs) -> Result<()> {
     let mut specs = Vec::new();
     for m in &args.members {
-        let abs = state::absolute(std::path::Path::new(m))?;
+        let abs = members::canonical(m)?;
         specs.push(members::open(&abs, "")?);
     }
     let array = Array::assemble(
@@ -565,7 +565,7 @@ pub async fn examine(args: ExamineArgs) -> Result<()> {
 /// Name a member the way the engine knows it: an absolute path, or the uuid of a failed
 /// member that is no longer open.
 fn member_ref(name: &str, p: &str) -> String {
-    let abs = state::absolute(std::path::Path::new(p)).unwrap_or_else(|_| p.to_string());
+    let abs = members::canonical(p).unwrap_or_else(|_| p.to_string());
     if let Ok(reg) = state::load(name) {
         if let Some(u) = reg.failed_uuid(&abs) {
             return u;
@@ -637,8 +637,6 @@ pub async fn remove(args: MemberArgs) -> Result<()> {
     Ok(())
 }
 
-/// Create the new members' files where a size is given (recorded in `created`), and name
-/// them absolutely.
 /// Create the new members' files where a size is given (recorded in `created`), give
 /// them their space with `preallocate` (else warn where sparse files cannot all grow),
 /// and name them absolutely.
@@ -662,7 +660,7 @@ fn prepare_new(
         .iter()
         .map(|p| {
             members::check_exists(p)?;
-            state::absolute(std::path::Path::new(p))
+            members::canonical(p)
         })
         .collect::<Result<Vec<_>>>()?;
     if preallocate {

@@ -2,9 +2,11 @@
 
 mod cmd;
 mod control;
+mod export;
 mod lab;
 mod members;
 mod output;
+mod remote;
 mod serve;
 mod state;
 
@@ -50,6 +52,9 @@ enum Cmd {
     Set(cmd::SetArgs),
     /// Serve an array over NBD (foreground; Ctrl-C or `sbod stop` ends it cleanly).
     Serve(serve::ServeArgs),
+    /// Serve this host's raw disks over NBD, as members for arrays on other hosts
+    /// (nbd://HOST/NAME).
+    Export(export::ExportArgs),
     /// Capacity, reliability and expected performance of a disk layout, or several side by side.
     Plan(sbod_plan::cli::PlanArgs),
     /// Measure an array with fio through its life cycle against a no-RAID baseline.
@@ -92,6 +97,7 @@ fn main() {
             Cmd::Forget(a) => cmd::forget(a).await,
             Cmd::Set(a) => cmd::set(a).await,
             Cmd::Serve(a) => serve::serve(a).await,
+            Cmd::Export(a) => export::export(a).await,
             Cmd::Plan(a) => sbod_plan::cli::run(&a),
             Cmd::Bench(a) => match a.what {
                 Some(lab::BenchWhat::Codec(c)) => lab::bench_codec(c),

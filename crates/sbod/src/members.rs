@@ -1,4 +1,5 @@
-//! Opening member paths as engine devices.
+//! Opening member paths as engine devices: files and block devices, or NBD URIs for
+//! members on other hosts (`nbd://HOST[:PORT]/EXPORT`, `nbds://`, `nbd+unix://`).
 
 use anyhow::{bail, Context, Result};
 use sbod_core::dev::{self, file, BlockDev};
@@ -6,9 +7,49 @@ use sbod_core::MemberSpec;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Open one member (exclusively, O_DIRECT where possible).
+/// Open one member (exclusively, O_DIRECT where possible). A remote member's failure
+/// domain is its host unless `domain` says otherwise.
 pub fn open(path: &str, domain: &str) -> Result<MemberSpec> {
+    if sbod_remote::is_uri(path) {
+        return open_remote(path, domain, false);
+    }
     open_with(path, domain, &file::OpenOptions::default())
+}
+
+fn open_remote(uri: &str, domain: &str, read_only: bool) -> Result<MemberSpec> {
+    let mut opts = sbod_remote::RemoteOptions::from_env()?;
+    opts.read_only = read_only;
+    let dev = sbod_remote::RemoteDev::open(uri, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(MemberSpec {
+        dev,
+        path: uri.to_string(),
+        is_file: false,
+        domain: if domain.is_empty() {
+            default_domain(uri)
+        } else {
+            domain.to_string()
+        },
+    })
+}
+
+/// The failure domain a member has unless told otherwise: a remote member's host (a host
+/// is a failure domain, as in CRUSH); none for local devices.
+pub fn default_domain(path: &str) -> String {
+    sbod_nbd::NbdUri::parse(path)
+        .ok()
+        .and_then(|u| u.host().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The name a member is registered under: the absolute path of a file or device, or the
+/// URI of a remote member written the one way.
+pub fn canonical(p: &str) -> Result<String> {
+    if sbod_remote::is_uri(p) {
+        return Ok(sbod_nbd::NbdUri::parse(p)
+            .map_err(anyhow::Error::msg)?
+            .to_string());
+    }
+    crate::state::absolute(Path::new(p))
 }
 
 /// Open one member only to look at it (shared, read-only).
@@ -19,6 +60,9 @@ pub fn open_read_only(path: &str) -> Result<MemberSpec> {
         threads: 1,
         ..Default::default()
     };
+    if sbod_remote::is_uri(path) {
+        return open_remote(path, "", true);
+    }
     open_with(path, "", &opts)
 }
 
@@ -52,7 +96,8 @@ pub fn create_files(paths: &[String], size: u64) -> Result<Vec<String>> {
 fn create_each(paths: &[String], size: u64, created: &mut Vec<String>) -> Result<()> {
     for p in paths {
         let path = Path::new(p);
-        if path.exists() {
+        // Remote members exist on their host or not at all.
+        if sbod_remote::is_uri(p) || path.exists() {
             continue;
         }
         if let Some(dir) = path.parent() {
@@ -90,6 +135,11 @@ pub fn remove_created(created: &[String]) {
 
 /// Check a path names something sbod can use before doing anything.
 pub fn check_exists(p: &str) -> Result<()> {
+    if sbod_remote::is_uri(p) {
+        // Parsed now; reached when opened.
+        sbod_nbd::NbdUri::parse(p).map_err(anyhow::Error::msg)?;
+        return Ok(());
+    }
     if !Path::new(p).exists() {
         bail!("{p} does not exist (give --size-each to create member files)");
     }
@@ -127,6 +177,9 @@ pub fn space_needed(paths: &[String], new_size: Option<u64>) -> Result<Vec<FsSpa
     use std::os::unix::fs::MetadataExt;
     let mut out: Vec<(u64, FsSpace)> = Vec::new();
     for p in paths {
+        if sbod_remote::is_uri(p) {
+            continue;
+        }
         let path = Path::new(p);
         let (meta_of, need) = match std::fs::metadata(path) {
             Ok(m) if m.file_type().is_file() => {
@@ -209,6 +262,9 @@ pub fn check_preallocate(space: &[FsSpace]) -> Result<()> {
 pub fn preallocate(paths: &[String]) -> Result<()> {
     use std::os::unix::io::AsRawFd;
     for p in paths {
+        if sbod_remote::is_uri(p) {
+            continue;
+        }
         let path = Path::new(p);
         let meta = std::fs::metadata(path).with_context(|| p.clone())?;
         if !meta.file_type().is_file() {

@@ -146,6 +146,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .map(|l| sbod_nbd::Listen::parse(l, args.allow_remote))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
+    let registered = state::load(&args.name)
+        .map(|r| r.members)
+        .unwrap_or_default();
     let array = cmd::open_offline(&args.name, AssembleOptions::default()).await?;
     cmd::save_registry(&array)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -158,6 +161,23 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         let sock = sock.clone();
         tokio::spawn(async move { control::serve(a, &sock, s, rx).await })
     };
+    let missing: Vec<String> = {
+        let open: Vec<String> = array
+            .state()
+            .live_members()
+            .iter()
+            .map(|m| m.path.clone())
+            .collect();
+        registered
+            .into_iter()
+            .filter(|p| sbod_remote::is_uri(p) && !open.contains(p))
+            .collect()
+    };
+    let watcher = tokio::spawn(crate::remote::watch(
+        array.clone(),
+        missing,
+        stop_rx.clone(),
+    ));
     let st = array.status();
     eprintln!(
         "sbod: serving {} ({}, {}, {}) on {}",
@@ -187,6 +207,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let r = server.serve(listeners, shutdown).await;
     let _ = stop_tx.send(true);
     let _ = ctl.await;
+    let _ = watcher.await;
     cmd::save_registry(&array)?;
     let closed = array.close().await;
     let _ = std::fs::remove_file(&sock);
