@@ -9,6 +9,7 @@ use crate::layout::{Geometry, Level, Scheme};
 use crate::locks::StripeLocks;
 use crate::membership::{stale_note, utc};
 use crate::process::ProcessHandle;
+use crate::reason::{self, Why};
 use crate::superblock::{
     self, Extension, MemberEntry, OutReason, OutRecord, Role, SessionRec, Slot, SlotState,
     Superblock,
@@ -34,6 +35,11 @@ pub struct MemberStats {
     pub repaired: AtomicU64,
     /// Foreground requests submitted (background processes watch this to yield).
     pub fg_ops: AtomicU64,
+    /// Writes its file system refused for want of space (ENOSPC, EDQUOT): not failures of
+    /// the member, which stays in service.
+    pub nospace: AtomicU64,
+    /// Why the engine took it out of service, once it has (see `reason`).
+    pub out_reason: parking_lot::Mutex<Option<String>>,
 }
 
 /// An open member.
@@ -173,6 +179,118 @@ pub struct CreateSpec {
     pub force: bool,
 }
 
+impl CreateSpec {
+    /// Check every value of the layout that does not depend on the members' sizes, for
+    /// `members` devices (spares included), before anything is created or written: a
+    /// clear error naming the option and what would work. Returns (groups, width).
+    pub fn check(&self, members: usize) -> Result<(u32, u32)> {
+        let bad = |m: String| Err(Error::Invalid(m));
+        if self.name.is_empty() || self.name.len() > superblock::MAX_NAME {
+            return bad(format!(
+                "array names are 1 to {} bytes",
+                superblock::MAX_NAME
+            ));
+        }
+        if !self
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return bad(format!(
+                "array name '{}' may only contain letters, digits, '-', '_' and '.'",
+                self.name
+            ));
+        }
+        let chunk = self.chunk as u64;
+        if !chunk.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
+            return bad(format!(
+                "--chunk {}: the chunk is a power of two from 4K to 16M (64K is a good default)",
+                if chunk < 1024 {
+                    chunk.to_string()
+                } else {
+                    crate::layout::human(chunk)
+                }
+            ));
+        }
+        if self.groups == 0 {
+            return bad("--groups 0: an array has at least one group (the default, 1)".into());
+        }
+        if members == 0 {
+            return bad("no members given".into());
+        }
+        if self.spares >= members {
+            return bad(format!(
+                "{members} members with --spares {} leaves none for data",
+                self.spares
+            ));
+        }
+        let data_members = members - self.spares;
+        let groups = match self.level {
+            Level::Raid10 => {
+                if self.groups > 1 {
+                    return bad(
+                        "raid10 forms its groups from --copies (mirror sets); drop --groups".into(),
+                    );
+                }
+                let c = self.copies as usize;
+                if c < 2 {
+                    return bad(format!(
+                        "--copies {c}: a mirror set holds at least 2 copies (2 is the default)"
+                    ));
+                }
+                if !data_members.is_multiple_of(c) {
+                    return bad(format!(
+                        "raid10 with {c} copies needs a multiple of {c} members, not {data_members}"
+                    ));
+                }
+                (data_members / c) as u32
+            }
+            Level::Concat | Level::Raid0 if self.groups > 1 => {
+                return bad(format!("{} does not take --groups", self.level));
+            }
+            _ => self.groups,
+        };
+        if !data_members.is_multiple_of(groups as usize) {
+            let ok: Vec<String> = (1..=data_members)
+                .filter(|g| data_members.is_multiple_of(*g))
+                .map(|g| g.to_string())
+                .collect();
+            return bad(format!(
+                "{data_members} members don't split into {groups} equal groups; {} groups would",
+                ok.join(", ")
+            ));
+        }
+        let width = (data_members / groups as usize) as u32;
+        if let Some(r) = self.bitmap_region {
+            if r == 0 || !r.is_multiple_of(chunk) || r > MAX_MEMBER_DATA {
+                return bad(format!(
+                    "--bitmap-region {r}: the region is a non-zero multiple of the chunk ({}), e.g. {}",
+                    crate::layout::human(chunk),
+                    crate::layout::human(chunk.max(1 << 20))
+                ));
+            }
+        }
+        // The rest of the layout's rules, on a stand-in size.
+        Geometry {
+            level: self.level,
+            groups,
+            width,
+            chunk: self.chunk,
+            member_size: chunk,
+            data_offset: 1 << 20,
+        }
+        .validate()
+        .map_err(Error::Invalid)?;
+        Ok((groups, width))
+    }
+}
+
+/// Chunk limits (power of two in between).
+pub const MIN_CHUNK: u64 = 4096;
+pub const MAX_CHUNK: u64 = 16 << 20;
+/// The most data one member may hold (the layout's limit).
+pub const MAX_MEMBER_DATA: u64 = 1 << 60;
+
 #[derive(Clone, Debug, Default)]
 pub struct AssembleOptions {
     pub force: bool,
@@ -194,6 +312,10 @@ pub struct Settings {
     pub rebuild_max_rate: u64,
     /// Read errors a member may have before it is failed.
     pub max_read_errors: u64,
+    /// Blocks a scrub may locate as wrong on a member (raid6, ec with m >= 2, mirrors of
+    /// three or more copies) before a check fails it. Below it a check reports them and
+    /// `--repair` rewrites them; a repair always rewrites them.
+    pub max_checksum_errors: u64,
 }
 
 impl Default for Settings {
@@ -202,6 +324,7 @@ impl Default for Settings {
             rebuild_min_rate: 50 << 20,
             rebuild_max_rate: 0,
             max_read_errors: 20,
+            max_checksum_errors: 8,
         }
     }
 }
@@ -431,6 +554,26 @@ pub async fn check_blank(dev: &Arc<dyn BlockDev>, force: bool) -> Result<()> {
     Ok(())
 }
 
+/// Write zeros over a new member's whole metadata area (both superblock copies, the
+/// bitmap), so that a member file holds the blocks every later superblock and bitmap write
+/// lands on: state changes must be recorded even when the file system is full (a
+/// superblock that cannot be written fails its member), and sparse files would otherwise
+/// allocate the second superblock copy only at the array's second state change.
+async fn claim_metadata(dev: &Arc<dyn BlockDev>, data_offset: u64, path: &str) -> Result<()> {
+    let zero = AlignedBuf::zeroed(data_offset as usize).into_shared();
+    dev::write_at(dev, 0, zero, true, IoClass::Foreground)
+        .await
+        .map_err(|e| {
+            if crate::io::is_nospace(&e) {
+                Error::NoSpace(format!(
+                    "no space left on the file system of {path} for its metadata: free space there, or give it its space with --preallocate"
+                ))
+            } else {
+                Error::io(format!("writing {path}"), e)
+            }
+        })
+}
+
 /// Default bitmap region: about 1024 regions per member, 1 MiB to 128 MiB, a multiple of
 /// the chunk.
 fn default_region(member_size: u64, chunk: u32) -> u64 {
@@ -443,76 +586,14 @@ fn default_region(member_size: u64, chunk: u32) -> u64 {
 impl Array {
     /// Create a new array on `members` (spares last).
     pub async fn create(spec: CreateSpec, members: Vec<MemberSpec>) -> Result<Arc<Array>> {
-        if spec.name.is_empty() || spec.name.len() > superblock::MAX_NAME {
-            return Err(Error::Invalid(format!(
-                "array names are 1 to {} bytes",
-                superblock::MAX_NAME
-            )));
-        }
-        if !spec
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(Error::Invalid(format!(
-                "array name '{}' may only contain letters, digits, '-', '_' and '.'",
-                spec.name
-            )));
-        }
         let total = members.len();
-        if spec.spares >= total {
-            return Err(Error::Invalid(format!(
-                "{total} members with {} spares leaves none for data",
-                spec.spares
-            )));
-        }
+        let (groups, width) = spec.check(total)?;
         let data_members = total - spec.spares;
-        let groups = match spec.level {
-            Level::Raid10 => {
-                if spec.groups > 1 {
-                    return Err(Error::Invalid(
-                        "raid10 forms its groups from --copies (mirror sets); drop --groups".into(),
-                    ));
-                }
-                let c = spec.copies.max(2) as usize;
-                if !data_members.is_multiple_of(c) {
-                    return Err(Error::Invalid(format!(
-                        "raid10 with {c} copies needs a multiple of {c} members, not {data_members}"
-                    )));
-                }
-                (data_members / c) as u32
-            }
-            Level::Concat | Level::Raid0 if spec.groups > 1 => {
-                return Err(Error::Invalid(format!(
-                    "{} does not take --groups",
-                    spec.level
-                )));
-            }
-            _ => spec.groups.max(1),
-        };
-        if !data_members.is_multiple_of(groups as usize) {
-            let ok: Vec<String> = (1..=data_members)
-                .filter(|g| data_members.is_multiple_of(*g))
-                .map(|g| g.to_string())
-                .collect();
-            return Err(Error::Invalid(format!(
-                "{data_members} members don't split into {groups} equal groups; {} groups would",
-                ok.join(", ")
-            )));
-        }
-        let width = (data_members / groups as usize) as u32;
         let min_size = members.iter().map(|m| m.dev.size()).min().unwrap_or(0);
         // Metadata: 2 superblock copies, then the bitmap, data 1 MiB aligned.
         let provisional = min_size.saturating_sub(2 << 20) / spec.chunk as u64 * spec.chunk as u64;
         let region = match spec.bitmap_region {
-            Some(r) => {
-                if r == 0 || r % spec.chunk as u64 != 0 {
-                    return Err(Error::Invalid(
-                        "the bitmap region must be a multiple of the chunk".into(),
-                    ));
-                }
-                r
-            }
+            Some(r) => r, // checked above
             None => default_region(provisional, spec.chunk),
         };
         let bitmap_bytes = Bitmap::bytes_for(provisional.div_ceil(region).max(1));
@@ -649,22 +730,11 @@ impl Array {
                 extensions: Vec::new(),
             },
         )?;
-        // Zero the bitmaps, then write the superblocks.
-        let zero = AlignedBuf::zeroed(bitmap_bytes as usize).into_shared();
-        let futs = opened.iter().map(|m| {
-            let z = zero.clone();
-            async move {
-                dev::write_at(
-                    &m.dev,
-                    superblock::BITMAP_OFFSET,
-                    z,
-                    true,
-                    IoClass::Foreground,
-                )
-                .await
-                .map_err(|e| Error::io(format!("writing {}", m.path), e))
-            }
-        });
+        // Zero the metadata areas (both superblock copies and the bitmap), then write the
+        // superblocks.
+        let futs = opened
+            .iter()
+            .map(|m| claim_metadata(&m.dev, data_offset, &m.path));
         futures::future::try_join_all(futs).await?;
         let st = array.state.load_full();
         let failed = array.persist(&st, false).await;
@@ -820,6 +890,7 @@ impl Array {
             }
         };
         let newest = found[verdicts.newest].1.clone();
+        let newest_path = found[verdicts.newest].0.path.clone();
         let g = newest.geometry.clone();
         let mut slots: Vec<SlotRt> = newest
             .slots
@@ -1062,13 +1133,33 @@ impl Array {
             if opts.force {
                 return Ok(array.rescue(st, report, rescue_candidates, &newest));
             }
+            // Members judged stale are judged against the newest superblock: name it, for a
+            // newest that is wrong (a damaged or foreign copy) is what to look at then.
+            let against = if why.contains("(stale)") {
+                format!(
+                    " (judged against the newest superblock, event {} on {newest_path})",
+                    newest.event
+                )
+            } else {
+                String::new()
+            };
             return Err(Error::Failed(format!(
-                "'{}' cannot start: {why}. Find the missing members and assemble again with them, or assemble with --force to start it read-only and copy off what is readable",
+                "'{}' cannot start: {why}{against}. Find the missing members and assemble again with them, or assemble with --force to start it read-only and copy off what is readable",
                 array.name
             )));
         }
-        if !opts.force && !newest.clean {
-            Self::refuse_write_hole(&newest, &st, &dirty)?;
+        // Forced past the write hole: the user accepts the parity of the dirty regions as
+        // it is for the chunks that must be rebuilt from it (md's --force on a dirty
+        // degraded array), so the resync below does not hold those stripes.
+        let mut forced_hole = false;
+        if !newest.clean {
+            if let Err(e) = Self::refuse_write_hole(&newest, &st, &dirty) {
+                if !opts.force {
+                    return Err(e);
+                }
+                tracing::warn!(array = %array.name, "{e}: forced");
+                forced_hole = true;
+            }
         }
         let recovering: Vec<usize> = (0..st.slots.len())
             .filter(|&i| st.slots[i].state == SlotState::Rebuilding)
@@ -1125,7 +1216,26 @@ impl Array {
         }
         *array.report.lock() = report;
         if !newest.clean && !dirty.is_empty() {
-            let (bytes, n) = array.resync_regions(&dirty).await?;
+            let (bytes, n) = match array.resync_regions(&dirty).await {
+                // Out of space: serve anyway, with those stripes held as inconsistent
+                // (never rebuilt from, their regions dirty) until the watch resyncs them.
+                Err(Error::NoSpace(msg)) => {
+                    tracing::warn!(array = %array.name, "{msg}; the resync waits for space");
+                    array.defer_resync(&dirty);
+                    (0, 0)
+                }
+                r => {
+                    let r = r?;
+                    if forced_hole {
+                        if let Some(bm) = &array.bitmap {
+                            for (g, t) in bm.unsynced_stripes() {
+                                bm.synced(g, t);
+                            }
+                        }
+                    }
+                    r
+                }
+            };
             let mut r = array.report.lock();
             r.resynced_bytes = bytes;
             r.resynced_regions = n;
@@ -1481,17 +1591,28 @@ impl Array {
     /// recorded on the other members before it is used: no write skips this member before
     /// its failure is durable, so a member whose superblock says it was in service has
     /// every write the array acknowledged (what `freshness` relies on).
-    pub async fn fail_member(&self, member: &Arc<Member>, why: OutReason) {
+    pub async fn fail_member(&self, member: &Arc<Member>, why: impl Into<Why>) {
         let _g = self.mgmt.lock().await;
-        let mut pending = vec![(member.clone(), why)];
+        // Members that then refuse the superblock recording it fail for that reason.
+        let mut pending = vec![(member.clone(), why.into())];
         while let Some((m, why)) = pending.pop() {
             let st = self.state.load_full();
             let mut new = (*st).clone();
             let event = self.event.load(Ordering::Acquire) + 1;
-            if !Self::mark_failed(&mut new, &m, OutRecord { reason: why, event }) {
+            let rec = OutRecord {
+                reason: why.code,
+                event,
+            };
+            if !Self::mark_failed(&mut new, &m, rec) {
                 continue;
             }
-            if why == OutReason::Admin {
+            if let Some(d) = &why.detail {
+                m.stats
+                    .out_reason
+                    .lock()
+                    .get_or_insert_with(|| d.to_string());
+            }
+            if why.code == OutReason::Admin {
                 tracing::info!(member = %m.path, array = %self.name, "member failed by the administrator");
             } else {
                 tracing::error!(member = %m.path, reason = %why, array = %self.name, "member failed");
@@ -1503,7 +1624,7 @@ impl Array {
                 tracing::error!(array = %self.name, "array failed: {f}");
             }
             let lost = self.commit(new).await;
-            pending.extend(lost.into_iter().map(|m| (m, OutReason::MetadataWrite)));
+            pending.extend(lost.into_iter().map(|m| (m, reason::SUPERBLOCK_WRITE)));
             self.cancel_process_on_failure();
         }
         self.kick();
@@ -1703,6 +1824,7 @@ impl Array {
         }
         let size = self.check_new_member(&spec)?;
         check_blank(&spec.dev, force).await?;
+        claim_metadata(&spec.dev, self.geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
         let uuid = m.uuid;
         let _g = self.mgmt.lock().await;
@@ -1781,6 +1903,7 @@ impl Array {
             self.check_domain(&st, slot, &spec)?;
         }
         check_blank(&spec.dev, force).await?;
+        claim_metadata(&spec.dev, self.geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
         let _g = self.mgmt.lock().await;
         let mut new = (*self.state.load_full()).clone();
@@ -1877,10 +2000,13 @@ impl Array {
         for t in tasks {
             let _ = t.await;
         }
+        // Stripes a write left inconsistent get a last chance; any left keep their regions
+        // dirty (the array is not marked clean) and are resynced at the next start.
+        let unsynced = self.resync_unsynced().await.unwrap_or(1);
         let flushed = self.flush().await;
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
-        let clean = flushed.is_ok() && st.failed.is_none();
+        let clean = flushed.is_ok() && st.failed.is_none() && unsynced == 0;
         // With every slot in service, everything is durable everywhere: clear the whole
         // bitmap. Degraded, keep it: its bits are the record of what the members that are
         // out missed (they come back by it).
@@ -1942,6 +2068,9 @@ pub struct Status {
     pub last_process: Option<crate::process::ProcessStatus>,
     pub bitmap_region: Option<u64>,
     pub dirty_regions: u64,
+    /// Stripes a write left inconsistent (it reached some members only, for want of
+    /// space) and not yet resynced.
+    pub inconsistent_stripes: u64,
     pub resync_offset: Option<u64>,
     pub assembly: AssemblyReport,
     /// Members recovered since the array started (stale, re-added, spares, replacements),
@@ -1970,6 +2099,8 @@ pub struct MemberStatus {
     pub repaired: u64,
     pub reads: u64,
     pub writes: u64,
+    /// Writes refused for want of space on its file system (the member stays in service).
+    pub nospace: u64,
     /// Rebuilding/replacing: bytes of member data valid so far.
     pub recovered: Option<u64>,
     /// Rebuilding: only the regions the write-intent bitmap marks.
@@ -2001,6 +2132,7 @@ impl Array {
             repaired: m.stats.repaired.load(Ordering::Relaxed),
             reads: m.stats.reads.load(Ordering::Relaxed),
             writes: m.stats.writes.load(Ordering::Relaxed),
+            nospace: m.stats.nospace.load(Ordering::Relaxed),
             recovered: None,
             bitmap_recovery: false,
             recovery_bytes: None,
@@ -2016,7 +2148,16 @@ impl Array {
                 }
                 (SlotState::Rebuilding, Some(o)) => Some(format!("back after: {}", o.reason)),
                 (SlotState::Rebuilding, None) => None,
-                (_, Some(o)) => Some(o.reason.to_string()),
+                // While it runs, the I/O path's own words where it has them ("shrank from
+                // 256 MiB to 128 MiB ..."); the recorded code otherwise.
+                (_, Some(o)) => match s
+                    .member
+                    .as_ref()
+                    .and_then(|m| m.stats.out_reason.lock().clone())
+                {
+                    Some(d) if o.reason != OutReason::Admin => Some(format!("failed: {d}")),
+                    _ => Some(o.reason.to_string()),
+                },
                 (SlotState::Failed, None) => Some("failed".into()),
                 (SlotState::Empty, None) => None,
             }
@@ -2068,6 +2209,7 @@ impl Array {
                     repaired: 0,
                     reads: 0,
                     writes: 0,
+                    nospace: 0,
                     recovered: None,
                     bitmap_recovery: false,
                     recovery_bytes: None,
@@ -2119,6 +2261,11 @@ impl Array {
             last_process: self.last_process(),
             bitmap_region: self.bitmap.as_ref().map(|b| b.region),
             dirty_regions: self.bitmap.as_ref().map(|b| b.dirty_count()).unwrap_or(0),
+            inconsistent_stripes: self
+                .bitmap
+                .as_ref()
+                .map(|b| b.unsynced_stripes().len() as u64)
+                .unwrap_or(0),
             resync_offset: (resync != u64::MAX).then_some(resync),
             assembly: self.report(),
             recoveries: self.recovery_status(),

@@ -43,8 +43,14 @@ pub type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
 /// must complete every request exactly once (also on error and on shutdown).
 pub trait BlockDev: Send + Sync {
     fn submit(&self, req: IoReq, done: Done);
-    /// Usable bytes.
+    /// Usable bytes, as found when the member was opened.
     fn size(&self) -> u64;
+    /// The member's size now, asked of the device itself (`fstat` for a file, which can be
+    /// truncated under the array; `BLKGETSIZE64` for a block device). The engine asks after
+    /// a read error and after writes to files, and fails a member that has shrunk.
+    fn current_size(&self) -> io::Result<u64> {
+        Ok(self.size())
+    }
     /// What a user calls this device (its path).
     fn name(&self) -> &str;
     /// Stop the workers; pending requests complete with an error.

@@ -20,6 +20,10 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A member's file system is out of space (ENOSPC, EDQUOT): the write did not complete,
+    /// and no member was failed for it. Writes succeed again once space is freed.
+    #[error("{0}")]
+    NoSpace(String),
     #[error("array is shutting down")]
     ShutDown,
     #[error("{0}")]

@@ -359,11 +359,13 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "g" | "gib" => 1024.0_f64.powi(3),
         "t" | "tib" => 1024.0_f64.powi(4),
         "p" | "pib" => 1024.0_f64.powi(5),
+        "e" | "eib" => 1024.0_f64.powi(6),
         "kb" => 1e3,
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
         "pb" => 1e15,
+        "eb" => 1e18,
         other => {
             return Err(format!(
                 "unknown size unit '{other}' in '{s}' (use K, M, G, T, or KB/MB/GB/TB for decimal)"
@@ -371,8 +373,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
     };
     let bytes = v * mult;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("'{s}' is out of range"));
+    // 2^64 itself does not fit (u64::MAX as f64 rounds up to it).
+    if !bytes.is_finite() || !(0.0..18_446_744_073_709_551_616.0).contains(&bytes) {
+        return Err(format!(
+            "'{s}' is out of range (sizes stop below 16E, 2^64 bytes)"
+        ));
     }
     Ok(bytes.round() as u64)
 }
@@ -487,6 +492,10 @@ mod tests {
         assert_eq!(parse_size("20TB").unwrap(), 20_000_000_000_000);
         assert_eq!(parse_size("1.5M").unwrap(), 1572864);
         assert!(parse_size("12X").is_err());
+        assert_eq!(parse_size("15E").unwrap(), 15 << 60);
+        // 16E is 2^64: out of range, not saturated to u64::MAX.
+        assert!(parse_size("16E").unwrap_err().contains("out of range"));
+        assert!(parse_size("20000P").is_err());
         assert_eq!("ec:8+3".parse::<Level>().unwrap(), Level::Ec { k: 8, m: 3 });
         assert!("ec:8".parse::<Level>().is_err());
     }

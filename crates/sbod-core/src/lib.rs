@@ -21,6 +21,7 @@ pub mod layout;
 pub mod locks;
 mod membership;
 pub mod process;
+pub mod reason;
 pub mod signature;
 pub mod superblock;
 

@@ -7,7 +7,9 @@ use crate::array::{Array, Member, State};
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::dev::IoClass;
 use crate::error::{Error, Result};
+use crate::io::WriteFault;
 use crate::layout::{Level, Scheme};
+use crate::reason;
 use crate::superblock::{OutReason, SlotState};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -224,6 +226,10 @@ const PIPELINE: u64 = 8;
 struct StripeCheck {
     mismatched_blocks: u64,
     repaired_blocks: u64,
+    /// Resync: a member is missing, nothing was done.
+    skipped: bool,
+    /// Members a check took out for returning wrong data.
+    failed: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -290,7 +296,92 @@ impl Array {
         let sup = tokio::spawn(async move { a.supervise().await });
         let a = self.clone();
         let sweep = tokio::spawn(async move { a.sweep_loop().await });
-        self.tasks.lock().extend([sup, sweep]);
+        let a = self.clone();
+        let watch = tokio::spawn(async move { a.watch_loop().await });
+        self.tasks.lock().extend([sup, sweep, watch]);
+    }
+
+    /// Every second: fail members that shrank (a truncated member file is caught here even
+    /// where no I/O touches the part cut off), and resync the stripes writes left
+    /// inconsistent for want of space, once writes succeed again.
+    async fn watch_loop(self: Arc<Self>) {
+        loop {
+            // Made before `closing` is read, so a close's kick during a round is not missed.
+            let kicked = self.wake.notified();
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = kicked => {}
+            }
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            self.check_sizes().await;
+            if let Err(e) = self.resync_unsynced().await {
+                tracing::debug!(array = %self.name, error = %e, "inconsistent stripes wait");
+            }
+        }
+    }
+
+    /// Fail every member in service that is now smaller than the data the array keeps on
+    /// it. Returns how many were failed.
+    pub async fn check_sizes(&self) -> usize {
+        let mut n = 0;
+        for m in self.state.load_full().live_members() {
+            if let Some(s) = self.shrunk(&m) {
+                self.fail_member(&m, s.why()).await;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Hold every stripe of these bitmap regions as inconsistent, for the watch to resync
+    /// (a resync that could not run now).
+    pub(crate) fn defer_resync(&self, regions: &[u64]) {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return;
+        };
+        let chunk = self.geometry.chunk as u64;
+        for &r in regions {
+            let from = r * bm.region / chunk;
+            let to = ((r + 1) * bm.region).min(self.geometry.member_size) / chunk;
+            for t in from..to {
+                for g in 0..self.geometry.groups as usize {
+                    bm.unsynced(g, t, r);
+                }
+            }
+        }
+    }
+
+    /// Resync the stripes writes left inconsistent (parity from the data; mirrors from the
+    /// first copy, or the majority of three or more). A stripe whose group misses a member
+    /// waits (its parity cannot be recomputed); out of space stops the round. Returns how
+    /// many stay inconsistent.
+    pub async fn resync_unsynced(&self) -> Result<usize> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok(0);
+        };
+        let stripes = bm.unsynced_stripes();
+        if stripes.is_empty() {
+            return Ok(0);
+        }
+        for (g, t) in stripes {
+            match self.check_stripe(g, t, CheckMode::Resync).await {
+                Ok(c) if !c.skipped => {
+                    bm.synced(g, t);
+                    tracing::info!(array = %self.name, group = g, stripe = t, "resynced a stripe a write had left inconsistent");
+                }
+                Ok(_) => {}
+                Err(e @ Error::NoSpace(_)) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(array = %self.name, group = g, stripe = t, error = %e, "could not resync an inconsistent stripe")
+                }
+            }
+        }
+        Ok(bm.unsynced_stripes().len())
     }
 
     /// Runs rebuilds and the initial resync whenever there is work.
@@ -766,6 +857,7 @@ impl Array {
             }
         }
         let mut bytes = 0;
+        let mut full = Vec::new();
         for (mem, buf) in writes {
             let n = buf.len() as u64;
             bytes += n;
@@ -776,10 +868,15 @@ impl Array {
                 self.note_recovered(&mem.uuid, n);
             }
             if let Err(e) = r {
-                mem.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(member = %mem.path, error = %e, "rebuild write failed");
-                self.fail_member(&mem, OutReason::WriteError).await;
+                if self.write_failed(&mem, &e, reason::REBUILD_WRITE).await == WriteFault::NoSpace {
+                    full.push(mem);
+                }
             }
+        }
+        if !full.is_empty() {
+            // Out of space: the rebuild pauses here (its progress stays before this
+            // stripe) and the supervisor tries again; the member stays.
+            return Err(self.nospace_error(&full));
         }
         Ok(bytes)
     }
@@ -853,8 +950,29 @@ impl Array {
                 jobs.clone().map(|(tt, g)| self.check_stripe(g, tt, mode)),
             )
             .await;
+            // A member a check failed makes the other stripes in flight see it gone: say
+            // what happened to it, not that.
+            let failed: Vec<String> = checks
+                .iter()
+                .filter_map(|c| c.as_ref().ok())
+                .flat_map(|c| c.failed.iter().cloned())
+                .collect();
+            if !failed.is_empty() {
+                return Err(Error::Refused(format!(
+                    "failed {}; the scrub stops here and the array rebuilds what it held (from a spare, or once replaced)",
+                    failed.join(", ")
+                )));
+            }
             for ((tt, g), c) in jobs.zip(checks) {
                 let c = c?;
+                if c.skipped {
+                    // A resync that cannot run (a member missing): the stripe stays held
+                    // as inconsistent, so nothing is rebuilt from its parity, which may
+                    // not match (the write hole); the watch resyncs it once it can.
+                    if let Some(bm) = &self.bitmap {
+                        bm.unsynced(g, tt, bm.region_of(tt * chunk));
+                    }
+                }
                 if c.mismatched_blocks > 0 {
                     h.mismatches
                         .fetch_add(c.mismatched_blocks, Ordering::Relaxed);
@@ -891,13 +1009,23 @@ impl Array {
         let w = self.geometry.width as usize;
         let base = t * chunk;
         let _lock = self.locks.lock(g, t).await;
+        // A stripe a write left inconsistent is not corrupt: a check passes over it, a
+        // repair resyncs it (parity from the data), and nobody is blamed.
+        let unsynced = self.bitmap.as_ref().is_some_and(|b| b.is_unsynced(g, t));
+        if unsynced && mode == CheckMode::Check {
+            return Ok(StripeCheck::default());
+        }
+        let mode = if unsynced { CheckMode::Resync } else { mode };
         let st = self.state.load_full();
         let members: Vec<Option<Arc<Member>>> = (0..w)
             .map(|i| st.slots[g * w + i].readable(base + chunk).cloned())
             .collect();
         if members.iter().any(|m| m.is_none()) {
             if mode == CheckMode::Resync {
-                return Ok(StripeCheck::default());
+                return Ok(StripeCheck {
+                    skipped: true,
+                    ..Default::default()
+                });
             }
             return Err(Error::Refused(format!(
                 "group {g} lost a member during the scrub"
@@ -919,8 +1047,23 @@ impl Array {
                 unreadable.push(i);
             }
         }
+        if mode == CheckMode::Resync
+            && matches!(self.geometry.scheme(), Scheme::Parity { .. })
+            && (0..self.geometry.k())
+                .any(|s| unreadable.contains(&self.geometry.member_of_shard(t, s)))
+        {
+            // Parity here may not match the data (the reason for the resync): a data chunk
+            // that cannot be read cannot be rebuilt from it. The stripe stays held as
+            // inconsistent; reads of that chunk fail rather than guess.
+            return Ok(StripeCheck {
+                skipped: true,
+                ..Default::default()
+            });
+        }
         let mut out = StripeCheck::default();
         let mut rewrite: Vec<(usize, u64, SharedBuf)> = Vec::new(); // (member pos, row offset, data)
+                                                                    // Blocks of each member (by position) that redundancy located as wrong.
+        let mut blame: std::collections::BTreeMap<usize, u64> = Default::default();
         match self.geometry.scheme() {
             Scheme::Mirror { .. } => {
                 let good: Vec<usize> = (0..w).filter(|i| !unreadable.contains(i)).collect();
@@ -941,28 +1084,28 @@ impl Array {
                     if !same {
                         out.mismatched_blocks += 1;
                     }
-                    if mode == CheckMode::Check && unreadable.is_empty() {
-                        continue;
-                    }
-                    // Majority of three or more copies wins; otherwise the first copy.
-                    let mut winner = rows[0];
-                    if rows.len() >= 3 {
-                        for r in &rows {
-                            if rows.iter().filter(|x| *x == r).count() * 2 > rows.len() {
-                                winner = r;
-                            }
-                        }
-                    }
+                    // A majority of three or more copies wins, and locates the copies that
+                    // differ; otherwise the first copy wins and nobody is blamed (two
+                    // copies that differ cannot say which is wrong; md rewrites likewise).
+                    // A resync after a crash expects differences: it blames nobody.
+                    let majority = (rows.len() >= 3)
+                        .then(|| {
+                            rows.iter()
+                                .find(|r| rows.iter().filter(|x| x == r).count() * 2 > rows.len())
+                        })
+                        .flatten()
+                        .copied();
+                    let winner = majority.unwrap_or(rows[0]);
                     let fix = AlignedBuf::from_slice(winner).into_shared();
                     for i in 0..w {
                         let differs = unreadable.contains(&i)
                             || &slice_of(&bufs[i])[row..row + 4096] != winner;
                         if differs {
-                            if !unreadable.contains(&i) {
-                                members[i]
-                                    .stats
-                                    .checksum_errors
-                                    .fetch_add(1, Ordering::Relaxed);
+                            if !unreadable.contains(&i)
+                                && majority.is_some()
+                                && mode != CheckMode::Resync
+                            {
+                                *blame.entry(i).or_default() += 1;
                             }
                             if mode != CheckMode::Check || unreadable.contains(&i) {
                                 rewrite.push((i, row as u64, fix.clone()));
@@ -1029,10 +1172,7 @@ impl Array {
                         match verdict {
                             sbod_codec::Verdict::Clean => {}
                             sbod_codec::Verdict::Corrupt(bad) => {
-                                members[pos(bad)]
-                                    .stats
-                                    .checksum_errors
-                                    .fetch_add(1, Ordering::Relaxed);
+                                *blame.entry(pos(bad)).or_default() += 1;
                                 if mode == CheckMode::Repair {
                                     let mut work: Vec<Vec<u8>> =
                                         rows.iter().map(|r| r.to_vec()).collect();
@@ -1067,11 +1207,13 @@ impl Array {
             }
             Scheme::Concat => {}
         }
+        let mut full = Vec::new();
         for (i, row, buf) in rewrite {
             let m = &members[i];
             let n = buf.len() as u64 / 4096;
+            // Rewrites never grow a member (one that shrank is failed instead).
             match self
-                .mwrite(m, base + row, buf, false, IoClass::Background)
+                .mwrite_in_place(m, base + row, buf, IoClass::Background)
                 .await
             {
                 Ok(()) => {
@@ -1079,10 +1221,34 @@ impl Array {
                     out.repaired_blocks += n;
                 }
                 Err(e) => {
-                    m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(member = %m.path, error = %e, "repair write failed");
-                    self.fail_member(m, OutReason::RepairWrite).await;
+                    if self.write_failed(m, &e, reason::SCRUB_REPAIR_WRITE).await
+                        == WriteFault::NoSpace
+                    {
+                        full.push(m.clone());
+                    }
                 }
+            }
+        }
+        if !full.is_empty() {
+            return Err(self.nospace_error(&full));
+        }
+        if unsynced {
+            if let Some(bm) = &self.bitmap {
+                bm.synced(g, t);
+            }
+        }
+        // A member located as wrong in more blocks than the array tolerates is taken out in
+        // a check (which rewrites nothing); a repair has just rewritten its blocks (and a
+        // repair it refused has failed it). Never left in service, wrong and unrepaired,
+        // past the limit.
+        let max = self.settings.lock().max_checksum_errors;
+        for (i, n) in blame {
+            let m = &members[i];
+            let total = m.stats.checksum_errors.fetch_add(n, Ordering::Relaxed) + n;
+            if mode == CheckMode::Check && total > max && self.in_service(m) {
+                let why = reason::corrupt(total);
+                self.fail_member(m, why.clone()).await;
+                out.failed.push(format!("{} ({why})", m.path));
             }
         }
         Ok(out)

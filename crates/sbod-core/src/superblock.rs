@@ -94,6 +94,8 @@ pub enum OutReason {
     ShortRead,
     /// A remote member whose host could not be reached (refused, reset, timed out).
     Unreachable,
+    /// A scrub located wrong data on it (silent corruption) past `max_checksum_errors`.
+    Corrupt,
     /// A code written by a newer sbod.
     Other(u8),
 }
@@ -112,6 +114,7 @@ impl OutReason {
             OutReason::Shrank => 9,
             OutReason::ShortRead => 10,
             OutReason::Unreachable => 11,
+            OutReason::Corrupt => 12,
             OutReason::Other(c) => c,
         }
     }
@@ -129,6 +132,7 @@ impl OutReason {
             9 => OutReason::Shrank,
             10 => OutReason::ShortRead,
             11 => OutReason::Unreachable,
+            12 => OutReason::Corrupt,
             c => OutReason::Other(c),
         }
     }
@@ -148,6 +152,7 @@ impl std::fmt::Display for OutReason {
             OutReason::Shrank => write!(f, "failed: the device shrank"),
             OutReason::ShortRead => write!(f, "failed: short read"),
             OutReason::Unreachable => write!(f, "failed: unreachable"),
+            OutReason::Corrupt => write!(f, "failed: returned wrong data (silent corruption)"),
             OutReason::Other(c) => write!(f, "failed (reason code {c})"),
         }
     }

@@ -314,6 +314,28 @@ fn short_file_reads_fail_past_the_end() {
     }
 }
 
+/// A member file truncated while open: every queue reports the size it has now (and the
+/// size it was opened with), and stops answering once closed.
+#[test]
+fn current_size_follows_a_truncation() {
+    for backend in backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = make_file(dir.path(), "m", 64 * BLOCK as u64);
+        let d = open(&path, backend);
+        assert_eq!(d.current_size().unwrap(), 64 * BLOCK as u64);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(8 * BLOCK as u64)
+            .unwrap();
+        assert_eq!(d.size(), 64 * BLOCK as u64, "{backend:?}");
+        assert_eq!(d.current_size().unwrap(), 8 * BLOCK as u64, "{backend:?}");
+        d.close();
+        assert!(d.current_size().is_err(), "{backend:?}: size after close");
+    }
+}
+
 /// A file that is not a multiple of the block size: the read of its tail comes back short;
 /// the queue asks again for the rest and reports EOF instead of a half-filled buffer.
 #[test]

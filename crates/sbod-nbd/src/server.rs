@@ -668,9 +668,6 @@ where
     let writer = tokio::spawn(write_replies(w, rx, neg.structured));
     let budget = Arc::new(Semaphore::new(INFLIGHT_BUDGET as usize));
     let slots = Arc::new(Semaphore::new(INFLIGHT_REQUESTS));
-    // Serialises read-modify-write of partial blocks for clients that did not agree to
-    // our block size (different requests in one block must not lose each other's bytes).
-    let rmw = Arc::new(tokio::sync::Mutex::new(()));
     let mut result = Ok(());
     loop {
         let mut hdr = [0u8; REQUEST_LEN];
@@ -745,9 +742,9 @@ where
             .await
             .expect("semaphore open");
         let slot = slots.clone().acquire_owned().await.expect("semaphore open");
-        let (neg, tx, stats, rmw) = (neg.clone(), tx.clone(), stats.clone(), rmw.clone());
+        let (neg, tx, stats) = (neg.clone(), tx.clone(), stats.clone());
         let mut work = Box::pin(async move {
-            let reply = execute(&neg, req, payload, &stats, &rmw).await;
+            let reply = execute(&neg, req, payload, &stats).await;
             let _ = tx.send(reply).await;
             drop(permit);
             drop(slot);
@@ -784,7 +781,6 @@ async fn execute<B: Backend>(
     req: Request,
     payload: Option<B::Buf>,
     stats: &Stats,
-    rmw: &tokio::sync::Mutex<()>,
 ) -> Reply<B::Buf> {
     let e = &neg.export;
     let fua = req.flags & CMD_FLAG_FUA != 0;
@@ -841,8 +837,9 @@ async fn execute<B: Backend>(
             if aligned {
                 done(e.write(req.offset, data, fua).await)
             } else {
-                let _g = rmw.lock().await;
-                done(write_unaligned(e.as_ref(), req.offset, data.as_ref(), bs, fua).await)
+                // The backend merges partial blocks under its own per-block locking, the
+                // same for every connection (see Backend::write_unaligned).
+                done(e.write_unaligned(req.offset, data, fua).await)
             }
         }
         CMD_FLUSH => done(e.flush().await),
@@ -864,9 +861,10 @@ async fn execute<B: Backend>(
                 }
                 done(e.write_zeroes(req.offset, req.length, fua, no_hole).await)
             } else {
-                let _g = rmw.lock().await;
-                let zeros = vec![0u8; req.length as usize];
-                done(write_unaligned(e.as_ref(), req.offset, &zeros, bs, fua).await)
+                done(
+                    e.write_zeroes_unaligned(req.offset, req.length, fua, no_hole)
+                        .await,
+                )
             }
         }
         _ => unreachable!("validated"),
@@ -887,21 +885,6 @@ async fn read_unaligned<B: Backend>(
     out.as_mut()
         .copy_from_slice(&whole.as_ref()[from..from + len as usize]);
     Ok(out)
-}
-
-async fn write_unaligned<B: Backend>(
-    e: &B,
-    offset: u64,
-    data: &[u8],
-    bs: u64,
-    fua: bool,
-) -> Result<(), NbdError> {
-    let start = offset / bs * bs;
-    let end = (offset + data.len() as u64).div_ceil(bs) * bs;
-    let mut whole = e.read(start, (end - start) as u32).await?;
-    let from = (offset - start) as usize;
-    whole.as_mut()[from..from + data.len()].copy_from_slice(data);
-    e.write(start, whole, fua).await
 }
 
 async fn write_replies<W, Buf>(

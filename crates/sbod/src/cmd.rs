@@ -42,6 +42,10 @@ pub struct CreateArgs {
     /// Create missing member files of this size (e.g. 1G).
     #[arg(long, value_parser = size_arg)]
     pub size_each: Option<u64>,
+    /// Give member files all their space now (fallocate), so the array never meets a
+    /// full file system; refused where the file system cannot hold them.
+    #[arg(long)]
+    pub preallocate: bool,
     /// Failure domain of each member, in order (e.g. enc1,enc1,enc2,...).
     #[arg(long, value_delimiter = ',')]
     pub domains: Vec<String>,
@@ -126,6 +130,9 @@ pub struct AddArgs {
     /// Create missing member files of this size.
     #[arg(long, value_parser = size_arg)]
     pub size: Option<u64>,
+    /// Give the member files all their space now (fallocate).
+    #[arg(long)]
+    pub preallocate: bool,
     #[arg(long)]
     pub force: bool,
 }
@@ -140,6 +147,9 @@ pub struct ReplaceArgs {
     /// Create the new member file of this size if missing.
     #[arg(long, value_parser = size_arg)]
     pub size: Option<u64>,
+    /// Give the new member file all its space now (fallocate).
+    #[arg(long)]
+    pub preallocate: bool,
     #[arg(long)]
     pub force: bool,
     /// With a running server: wait for the rebuild and show its progress.
@@ -369,9 +379,6 @@ pub async fn create(args: CreateArgs) -> Result<()> {
             args.name
         );
     }
-    if args.chunk > u32::MAX as u64 {
-        bail!("chunk too large");
-    }
     if !args.domains.is_empty() && args.domains.len() != args.members.len() {
         bail!(
             "--domains lists {} labels for {} members: give one label per member, in order",
@@ -379,21 +386,74 @@ pub async fn create(args: CreateArgs) -> Result<()> {
             args.members.len()
         );
     }
+    // Every value is checked before a file is created or a member touched.
+    spec_of(&args, false).check(args.members.len())?;
+    if let Some(sz) = args.size_each {
+        check_member_size("--size-each", sz, args.chunk)?;
+    }
+    if args.size_each.is_none() {
+        for m in &args.members {
+            members::check_exists(m)?;
+        }
+    }
+    let space = members::space_needed(&args.members, args.size_each)?;
+    if args.preallocate {
+        members::check_preallocate(&space)?;
+    }
     let created = match args.size_each {
         Some(sz) => members::create_files(&args.members, sz)?,
-        None => {
-            for m in &args.members {
-                members::check_exists(m)?;
-            }
-            Vec::new()
-        }
+        None => Vec::new(),
     };
-    let fresh = created.len() == args.members.len();
-    let r = create_on(&args, fresh).await;
+    let fresh = args.members.iter().all(|m| created.contains(m));
+    let r = async {
+        if args.preallocate {
+            members::preallocate(&args.members)?;
+        } else {
+            members::warn_sparse(&space);
+        }
+        create_on(&args, fresh).await
+    }
+    .await;
     if r.is_err() {
         members::remove_created(&created);
     }
     r
+}
+
+fn spec_of(args: &CreateArgs, fresh: bool) -> CreateSpec {
+    CreateSpec {
+        name: args.name.clone(),
+        level: args.level,
+        // A chunk beyond u32 is refused by the check like any other unsupported chunk.
+        chunk: u32::try_from(args.chunk).unwrap_or(0),
+        groups: args.groups,
+        spares: args.spares,
+        copies: args.copies,
+        bitmap_region: args.bitmap_region,
+        assume_clean: args.assume_clean || fresh,
+        force: args.force,
+    }
+}
+
+/// A size for member files sbod creates: room for the metadata and a chunk, and no more
+/// than a member may hold.
+fn check_member_size(opt: &str, size: u64, chunk: u64) -> Result<()> {
+    let min = (1 << 20) + chunk.max(4096) * 2;
+    if size < min {
+        bail!(
+            "{opt} {}: a member needs room for sbod's metadata (about 1 MiB) and data; give at least {}",
+            sbod_core::layout::human(size),
+            sbod_core::layout::human(min.div_ceil(1 << 20) * (1 << 20))
+        );
+    }
+    if size > core_array::MAX_MEMBER_DATA {
+        bail!(
+            "{opt} {}: at most {} per member",
+            sbod_core::layout::human(size),
+            sbod_core::layout::human(core_array::MAX_MEMBER_DATA)
+        );
+    }
+    Ok(())
 }
 
 async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
@@ -403,18 +463,7 @@ async fn create_on(args: &CreateArgs, fresh: bool) -> Result<()> {
         let dom = args.domains.get(i).cloned().unwrap_or_default();
         specs.push(members::open(&abs, &dom)?);
     }
-    let spec = CreateSpec {
-        name: args.name.clone(),
-        level: args.level,
-        chunk: args.chunk as u32,
-        groups: args.groups,
-        spares: args.spares,
-        copies: args.copies,
-        bitmap_region: args.bitmap_region,
-        assume_clean: args.assume_clean || fresh,
-        force: args.force,
-    };
-    let array = Array::create(spec, specs).await?;
+    let array = Array::create(spec_of(args, fresh), specs).await?;
     save_registry(&array)?;
     let status = array.status();
     let needs_sync = status.resync_offset.is_some();
@@ -745,13 +794,38 @@ pub async fn remove(args: MemberArgs) -> Result<()> {
     Ok(())
 }
 
-fn prepare_new(path: &str, size: Option<u64>) -> Result<String> {
+/// Create the new members' files where a size is given (recorded in `created`), give
+/// them their space with `preallocate` (else warn where sparse files cannot all grow),
+/// and name them absolutely.
+fn prepare_new(
+    paths: &[String],
+    size: Option<u64>,
+    preallocate: bool,
+    created: &mut Vec<String>,
+) -> Result<Vec<String>> {
     if let Some(sz) = size {
-        let _ = members::create_files(&[path.to_string()], sz)?;
+        check_member_size("--size", sz, 4096)?;
     }
-
-    members::check_exists(path)?;
-    members::canonical(path)
+    let space = members::space_needed(paths, size)?;
+    if preallocate {
+        members::check_preallocate(&space)?;
+    }
+    if let Some(sz) = size {
+        created.extend(members::create_files(paths, sz)?);
+    }
+    let abs = paths
+        .iter()
+        .map(|p| {
+            members::check_exists(p)?;
+            members::canonical(p)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if preallocate {
+        members::preallocate(paths)?;
+    } else {
+        members::warn_sparse(&space);
+    }
+    Ok(abs)
 }
 
 /// What `add` did with a device, in words.
@@ -782,11 +856,16 @@ fn added(name: &str, p: &str, o: &AddOutcome) -> String {
 }
 
 pub async fn add(args: AddArgs) -> Result<()> {
-    let paths: Vec<String> = args
-        .members
-        .iter()
-        .map(|p| prepare_new(p, args.size))
-        .collect::<Result<_>>()?;
+    let mut created = Vec::new();
+    let r = add_new(&args, &mut created).await;
+    if r.is_err() {
+        members::remove_created(&created);
+    }
+    r
+}
+
+async fn add_new(args: &AddArgs, created: &mut Vec<String>) -> Result<()> {
+    let paths = prepare_new(&args.members, args.size, args.preallocate, created)?;
     if control::running(&args.name).await {
         for p in &paths {
             let v = control::call(
@@ -798,6 +877,7 @@ pub async fn add(args: AddArgs) -> Result<()> {
                 },
             )
             .await?;
+            keep(created, p);
             match v.and_then(|v| serde_json::from_value::<AddOutcome>(v).ok()) {
                 Some(o) => println!("{}", added(&args.name, p, &o)),
                 None => println!("{}: added {p}", args.name),
@@ -829,7 +909,10 @@ pub async fn add(args: AddArgs) -> Result<()> {
             }
         };
         match a.add(spec, args.force).await {
-            Ok(o) => println!("{}", added(&args.name, p, &o)),
+            Ok(o) => {
+                keep(created, p);
+                println!("{}", added(&args.name, p, &o))
+            }
             Err(e) => {
                 result = Err(anyhow!(e));
                 break;
@@ -847,8 +930,28 @@ pub async fn add(args: AddArgs) -> Result<()> {
     result
 }
 
+/// A file `prepare_new` created has become a member: it stays whatever happens next.
+fn keep(created: &mut Vec<String>, member: &str) {
+    created.retain(|c| state::absolute(std::path::Path::new(c)).ok().as_deref() != Some(member));
+}
+
 pub async fn replace(args: ReplaceArgs) -> Result<()> {
-    let new = prepare_new(&args.new, args.size)?;
+    let mut created = Vec::new();
+    let r = replace_with(&args, &mut created).await;
+    if r.is_err() {
+        members::remove_created(&created);
+    }
+    r
+}
+
+async fn replace_with(args: &ReplaceArgs, created: &mut Vec<String>) -> Result<()> {
+    let new = prepare_new(
+        std::slice::from_ref(&args.new),
+        args.size,
+        args.preallocate,
+        created,
+    )?
+    .remove(0);
     let old = member_ref(&args.name, &args.old);
     if control::running(&args.name).await {
         control::call(
@@ -860,6 +963,7 @@ pub async fn replace(args: ReplaceArgs) -> Result<()> {
             },
         )
         .await?;
+        keep(created, &new);
         println!(
             "{}: rebuilding {} to replace {}",
             args.name, args.new, args.old
@@ -887,12 +991,15 @@ pub async fn replace(args: ReplaceArgs) -> Result<()> {
         },
     )
     .await?;
-    let spec = members::open(&new, "")?;
-    let mut r = a
-        .replace(&old, spec, args.force)
-        .await
-        .map_err(|e| anyhow!(e));
+    let mut r = match members::open(&new, "") {
+        Ok(spec) => a
+            .replace(&old, spec, args.force)
+            .await
+            .map_err(|e| anyhow!(e)),
+        Err(e) => Err(e),
+    };
     if r.is_ok() {
+        keep(created, &new);
         save_registry(&a)?;
         r = run_with_progress(&a, "rebuild", a.rebuild_now()).await;
     }

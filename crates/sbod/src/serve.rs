@@ -42,6 +42,11 @@ fn nbd_err(e: sbod_core::Error) -> NbdError {
         sbod_core::Error::Invalid(_) => NbdError::Inval,
         sbod_core::Error::ShutDown => NbdError::ShutDown,
         sbod_core::Error::ReadOnly(_) => NbdError::Perm,
+        // ENOSPC to the client: its write did not complete, nothing else is wrong.
+        sbod_core::Error::NoSpace(msg) => {
+            tracing::debug!("{msg}");
+            NbdError::NoSpc
+        }
         _ => NbdError::Io,
     }
 }
@@ -109,6 +114,33 @@ impl Backend for ArrayExport {
     ) -> Result<(), NbdError> {
         self.array
             .write_zeroes(offset, len as u64, fua, !no_hole)
+            .await
+            .map_err(nbd_err)
+    }
+
+    // Partial blocks are merged by the engine inside the stripe lock every write to them
+    // takes: no connection can lose another's bytes, so multi-conn stays true.
+    async fn write_unaligned(
+        &self,
+        offset: u64,
+        data: AlignedBuf,
+        fua: bool,
+    ) -> Result<(), NbdError> {
+        self.array
+            .write_bytes(offset, &data, fua)
+            .await
+            .map_err(nbd_err)
+    }
+
+    async fn write_zeroes_unaligned(
+        &self,
+        offset: u64,
+        len: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> Result<(), NbdError> {
+        self.array
+            .write_zeroes_bytes(offset, len as u64, fua, !no_hole)
             .await
             .map_err(nbd_err)
     }
