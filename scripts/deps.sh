@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what sbod's build, tests, demo and benchmarks need on a fresh Debian machine:
-# a Rust toolchain (rustup, if cargo is missing) and the real NBD clients the tests drive.
+# a Rust toolchain (rustup, if cargo is missing), the real NBD clients and servers the tests
+# drive, and iproute2 for the tests across network namespaces.
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -9,11 +10,15 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have fio || need_pkgs+=(fio)
 have nbdinfo || need_pkgs+=(libnbd-bin)
 have qemu-img || need_pkgs+=(qemu-utils)
-have nbdkit || need_pkgs+=(nbdkit)
+have nbdkit || need_pkgs+=(nbdkit)   # also its file plugin and delay filter (remote members)
+have ip || need_pkgs+=(iproute2)       # network namespaces for the remote-member tests
+have openssl || need_pkgs+=(openssl)   # test certificates for NBD over TLS
 [ -e /usr/include/isa-l.h ] || need_pkgs+=(libisal-dev)
 python3 -c 'import nbd' 2>/dev/null || /usr/bin/python3 -c 'import nbd' 2>/dev/null || need_pkgs+=(python3-libnbd)
 have cc || need_pkgs+=(build-essential)
 have curl || need_pkgs+=(curl)
+have chromium || need_pkgs+=(chromium)   # the dashboard's test in a real headless browser
+/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || need_pkgs+=(python3-prometheus-client)  # Prometheus' text parser for /metrics
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

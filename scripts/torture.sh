@@ -5,7 +5,9 @@
 #   - member faults: EIO at chosen offsets and rates, latency spikes, a member vanishing
 #     mid-I/O, silent bit flips found and repaired by scrub;
 #   - SIGKILL of `sbod serve` under libnbd clients (sbod-torture), per layout;
-#   - hostile input: the superblock parser and assembly, the NBD handshake and requests.
+#   - hostile input: the superblock parser and assembly, the NBD handshake and requests;
+#   - the trust model: random lives of an array (restarts, crashes, members hidden and
+#     brought back, old copies put back, fails past redundancy, rescues) against a model.
 #
 #   scripts/torture.sh [--scale N | --long] [--out DIR] [--levels raid5,raid6,...]
 #
@@ -53,6 +55,8 @@ suite() { # ITERS, then cargo test arguments
 suite $((10 * scale)) -p sbod-core --test torture_powercut
 suite $((2 * scale)) -p sbod-core --test torture_faults
 suite 1 -p sbod-core --test torture_fuzz
+export SBOD_LIFECYCLE_CASES=$((400 * scale))
+suite 1 -p sbod-core --test lifecycle
 suite 1 -p sbod-nbd --test fuzz
 
 IFS=, read -ra lv <<<"$levels"
@@ -141,6 +145,15 @@ table("Member faults",
                  mib(r["bytes_verified"]),
                  f"{r['flips_injected']} / {r['flips_found']} / {r['flips_repaired']} ({r['flips_unrecoverable_by_design']})",
                  r["clear_errors_returned"], r["wrong_data_returned"]])
+table("Lives of an array (the trust model)",
+      ["cases", "steps", "starts", "refused: member missing / fail past redundancy",
+       "stale members found", "recovered from the bitmap / in full", "re-added while running",
+       "rescues (read-only)", "blocks verified", "clear errors", "wrong data"],
+      by_test("lifecycle"),
+      lambda r: [r["cases"], r["steps"], r["starts"],
+                 f"{r['refused_missing']} / {r['refused_past_redundancy']}", r["stale_found"],
+                 f"{r['bitmap_recoveries']} / {r['full_recoveries']}", r["re_adds"], r["rescues"],
+                 f"{r['blocks_verified']:,}", r["errors_returned"], r["wrong"]])
 table("Hostile input", ["target", "inputs", "outcomes"],
       [r for r in rows if "inputs" in r or r.get("suite") == "nbd-fuzz"], hostile)
 EOF

@@ -4,11 +4,18 @@ use crate::bitmap::Bitmap;
 use crate::buf::AlignedBuf;
 use crate::dev::{self, BlockDev, IoClass};
 use crate::error::{Error, Result};
+use crate::freshness::{self, Verdict};
 use crate::layout::{Geometry, Level, Scheme};
 use crate::locks::StripeLocks;
+use crate::membership::{stale_note, utc};
 use crate::process::ProcessHandle;
-use crate::superblock::{self, MemberEntry, Role, Slot, SlotState, Superblock};
+use crate::reason::{self, Why};
+use crate::superblock::{
+    self, Extension, MemberEntry, OutReason, OutRecord, Role, SessionRec, Slot, SlotState,
+    Superblock,
+};
 use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +35,11 @@ pub struct MemberStats {
     pub repaired: AtomicU64,
     /// Foreground requests submitted (background processes watch this to yield).
     pub fg_ops: AtomicU64,
+    /// Writes its file system refused for want of space (ENOSPC, EDQUOT): not failures of
+    /// the member, which stays in service.
+    pub nospace: AtomicU64,
+    /// Why the engine took it out of service, once it has (see `reason`).
+    pub out_reason: parking_lot::Mutex<Option<String>>,
 }
 
 /// An open member.
@@ -65,6 +77,12 @@ pub struct SlotRt {
     pub recovery: Arc<AtomicU64>,
     /// A member being rebuilt to take this slot over (replace), with its progress.
     pub replacement: Option<(Arc<Member>, Arc<AtomicU64>)>,
+    /// Failed: why. Rebuilding: why it is being recovered. Persisted.
+    pub out: Option<OutRecord>,
+    /// Rebuilding only the regions the write-intent bitmap marks. Persisted.
+    pub bitmap_recovery: bool,
+    /// Details for status ("stale: event 4, array at 6; ..."), not persisted.
+    pub note: Option<Arc<str>>,
 }
 
 impl SlotRt {
@@ -161,6 +179,118 @@ pub struct CreateSpec {
     pub force: bool,
 }
 
+impl CreateSpec {
+    /// Check every value of the layout that does not depend on the members' sizes, for
+    /// `members` devices (spares included), before anything is created or written: a
+    /// clear error naming the option and what would work. Returns (groups, width).
+    pub fn check(&self, members: usize) -> Result<(u32, u32)> {
+        let bad = |m: String| Err(Error::Invalid(m));
+        if self.name.is_empty() || self.name.len() > superblock::MAX_NAME {
+            return bad(format!(
+                "array names are 1 to {} bytes",
+                superblock::MAX_NAME
+            ));
+        }
+        if !self
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return bad(format!(
+                "array name '{}' may only contain letters, digits, '-', '_' and '.'",
+                self.name
+            ));
+        }
+        let chunk = self.chunk as u64;
+        if !chunk.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
+            return bad(format!(
+                "--chunk {}: the chunk is a power of two from 4K to 16M (64K is a good default)",
+                if chunk < 1024 {
+                    chunk.to_string()
+                } else {
+                    crate::layout::human(chunk)
+                }
+            ));
+        }
+        if self.groups == 0 {
+            return bad("--groups 0: an array has at least one group (the default, 1)".into());
+        }
+        if members == 0 {
+            return bad("no members given".into());
+        }
+        if self.spares >= members {
+            return bad(format!(
+                "{members} members with --spares {} leaves none for data",
+                self.spares
+            ));
+        }
+        let data_members = members - self.spares;
+        let groups = match self.level {
+            Level::Raid10 => {
+                if self.groups > 1 {
+                    return bad(
+                        "raid10 forms its groups from --copies (mirror sets); drop --groups".into(),
+                    );
+                }
+                let c = self.copies as usize;
+                if c < 2 {
+                    return bad(format!(
+                        "--copies {c}: a mirror set holds at least 2 copies (2 is the default)"
+                    ));
+                }
+                if !data_members.is_multiple_of(c) {
+                    return bad(format!(
+                        "raid10 with {c} copies needs a multiple of {c} members, not {data_members}"
+                    ));
+                }
+                (data_members / c) as u32
+            }
+            Level::Concat | Level::Raid0 if self.groups > 1 => {
+                return bad(format!("{} does not take --groups", self.level));
+            }
+            _ => self.groups,
+        };
+        if !data_members.is_multiple_of(groups as usize) {
+            let ok: Vec<String> = (1..=data_members)
+                .filter(|g| data_members.is_multiple_of(*g))
+                .map(|g| g.to_string())
+                .collect();
+            return bad(format!(
+                "{data_members} members don't split into {groups} equal groups; {} groups would",
+                ok.join(", ")
+            ));
+        }
+        let width = (data_members / groups as usize) as u32;
+        if let Some(r) = self.bitmap_region {
+            if r == 0 || !r.is_multiple_of(chunk) || r > MAX_MEMBER_DATA {
+                return bad(format!(
+                    "--bitmap-region {r}: the region is a non-zero multiple of the chunk ({}), e.g. {}",
+                    crate::layout::human(chunk),
+                    crate::layout::human(chunk.max(1 << 20))
+                ));
+            }
+        }
+        // The rest of the layout's rules, on a stand-in size.
+        Geometry {
+            level: self.level,
+            groups,
+            width,
+            chunk: self.chunk,
+            member_size: chunk,
+            data_offset: 1 << 20,
+        }
+        .validate()
+        .map_err(Error::Invalid)?;
+        Ok((groups, width))
+    }
+}
+
+/// Chunk limits (power of two in between).
+pub const MIN_CHUNK: u64 = 4096;
+pub const MAX_CHUNK: u64 = 16 << 20;
+/// The most data one member may hold (the layout's limit).
+pub const MAX_MEMBER_DATA: u64 = 1 << 60;
+
 #[derive(Clone, Debug, Default)]
 pub struct AssembleOptions {
     pub force: bool,
@@ -168,9 +298,51 @@ pub struct AssembleOptions {
     pub no_processes: bool,
     /// Only look: write nothing, resync nothing, start nothing (offline status).
     pub read_only: bool,
+    /// Start even though members the array had in service when it stopped are missing
+    /// (they are recorded as missing, and recovered from the bitmap when they come back).
+    pub degraded: bool,
 }
 
-pub use sbod_types::{AssemblyReport, Settings};
+pub use sbod_types::{AssemblyReport, RecoveryStatus, RescueReport, Settings, StaleMember};
+
+/// What `Array::re_add` did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReAdd {
+    pub slot: usize,
+    pub path: String,
+    /// Recovered from the write-intent bitmap (only what was written while it was out),
+    /// else in full.
+    pub bitmap: bool,
+    /// The member's own superblock event, and the array's when it came back.
+    pub member_event: u64,
+    pub array_event: u64,
+    /// Bytes of member space the recovery covers (a bound: regions written since).
+    pub planned_bytes: u64,
+}
+
+/// What `Array::add` did with a device.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AddOutcome {
+    /// A hot spare.
+    Spare,
+    /// A degraded slot took it at once; rebuilt in full.
+    Rebuilding { slot: usize },
+    /// A former member of this array back in its slot.
+    ReAdded(ReAdd),
+}
+
+pub(crate) struct RecoveryLog {
+    pub slot: usize,
+    pub uuid: Uuid,
+    pub path: String,
+    pub reason: String,
+    pub bitmap: bool,
+    pub planned: AtomicU64,
+    pub done: AtomicU64,
+    /// 0 running, 1 done, 2 stopped.
+    pub end: std::sync::atomic::AtomicU8,
+}
 
 pub struct Array {
     pub name: String,
@@ -198,9 +370,41 @@ pub struct Array {
     pub settings: parking_lot::Mutex<Settings>,
     pub(crate) report: parking_lot::Mutex<AssemblyReport>,
     pub(crate) tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// This start's session and the ones before it (see `freshness`).
+    pub(crate) session: Uuid,
+    pub(crate) history: Vec<SessionRec>,
+    /// Every write since this event has its bit set in the bitmap (see `freshness`).
+    pub(crate) bitmap_since: AtomicU64,
+    /// Extension records of a newer sbod, written back unchanged.
+    pub(crate) extensions: Vec<Extension>,
+    pub(crate) recoveries: parking_lot::Mutex<Vec<Arc<RecoveryLog>>>,
+    /// Started for a rescue: reads only.
+    pub(crate) rescue: AtomicBool,
 }
 
-const ADMIN_FAIL: &str = "failed by the administrator";
+/// Where the array's lineage stands (sessions, bitmap coverage), for `build`.
+pub(crate) struct Lineage {
+    pub session: Uuid,
+    pub history: Vec<SessionRec>,
+    pub bitmap_since: u64,
+    pub extensions: Vec<Extension>,
+}
+
+impl Lineage {
+    /// A new session starting with the superblock write of `event`, after `before`.
+    fn start(before: &[SessionRec], event: u64) -> (Uuid, Vec<SessionRec>) {
+        let id = Uuid::new_v4();
+        let mut history = before.to_vec();
+        history.push(SessionRec {
+            id,
+            start_event: event,
+            started: now_secs(),
+        });
+        let skip = history.len().saturating_sub(superblock::MAX_HISTORY);
+        history.drain(..skip);
+        (id, history)
+    }
+}
 
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
@@ -257,6 +461,26 @@ pub async fn check_blank(dev: &Arc<dyn BlockDev>, force: bool) -> Result<()> {
     Ok(())
 }
 
+/// Write zeros over a new member's whole metadata area (both superblock copies, the
+/// bitmap), so that a member file holds the blocks every later superblock and bitmap write
+/// lands on: state changes must be recorded even when the file system is full (a
+/// superblock that cannot be written fails its member), and sparse files would otherwise
+/// allocate the second superblock copy only at the array's second state change.
+async fn claim_metadata(dev: &Arc<dyn BlockDev>, data_offset: u64, path: &str) -> Result<()> {
+    let zero = AlignedBuf::zeroed(data_offset as usize).into_shared();
+    dev::write_at(dev, 0, zero, true, IoClass::Foreground)
+        .await
+        .map_err(|e| {
+            if crate::io::is_nospace(&e) {
+                Error::NoSpace(format!(
+                    "no space left on the file system of {path} for its metadata: free space there, or give it its space with --preallocate"
+                ))
+            } else {
+                Error::io(format!("writing {path}"), e)
+            }
+        })
+}
+
 /// Default bitmap region: about 1024 regions per member, 1 MiB to 128 MiB, a multiple of
 /// the chunk.
 fn default_region(member_size: u64, chunk: u32) -> u64 {
@@ -269,76 +493,14 @@ fn default_region(member_size: u64, chunk: u32) -> u64 {
 impl Array {
     /// Create a new array on `members` (spares last).
     pub async fn create(spec: CreateSpec, members: Vec<MemberSpec>) -> Result<Arc<Array>> {
-        if spec.name.is_empty() || spec.name.len() > superblock::MAX_NAME {
-            return Err(Error::Invalid(format!(
-                "array names are 1 to {} bytes",
-                superblock::MAX_NAME
-            )));
-        }
-        if !spec
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(Error::Invalid(format!(
-                "array name '{}' may only contain letters, digits, '-', '_' and '.'",
-                spec.name
-            )));
-        }
         let total = members.len();
-        if spec.spares >= total {
-            return Err(Error::Invalid(format!(
-                "{total} members with {} spares leaves none for data",
-                spec.spares
-            )));
-        }
+        let (groups, width) = spec.check(total)?;
         let data_members = total - spec.spares;
-        let groups = match spec.level {
-            Level::Raid10 => {
-                if spec.groups > 1 {
-                    return Err(Error::Invalid(
-                        "raid10 forms its groups from --copies (mirror sets); drop --groups".into(),
-                    ));
-                }
-                let c = spec.copies.max(2) as usize;
-                if !data_members.is_multiple_of(c) {
-                    return Err(Error::Invalid(format!(
-                        "raid10 with {c} copies needs a multiple of {c} members, not {data_members}"
-                    )));
-                }
-                (data_members / c) as u32
-            }
-            Level::Concat | Level::Raid0 if spec.groups > 1 => {
-                return Err(Error::Invalid(format!(
-                    "{} does not take --groups",
-                    spec.level
-                )));
-            }
-            _ => spec.groups.max(1),
-        };
-        if !data_members.is_multiple_of(groups as usize) {
-            let ok: Vec<String> = (1..=data_members)
-                .filter(|g| data_members.is_multiple_of(*g))
-                .map(|g| g.to_string())
-                .collect();
-            return Err(Error::Invalid(format!(
-                "{data_members} members don't split into {groups} equal groups; {} groups would",
-                ok.join(", ")
-            )));
-        }
-        let width = (data_members / groups as usize) as u32;
         let min_size = members.iter().map(|m| m.dev.size()).min().unwrap_or(0);
         // Metadata: 2 superblock copies, then the bitmap, data 1 MiB aligned.
         let provisional = min_size.saturating_sub(2 << 20) / spec.chunk as u64 * spec.chunk as u64;
         let region = match spec.bitmap_region {
-            Some(r) => {
-                if r == 0 || r % spec.chunk as u64 != 0 {
-                    return Err(Error::Invalid(
-                        "the bitmap region must be a multiple of the chunk".into(),
-                    ));
-                }
-                r
-            }
+            Some(r) => r, // checked above
             None => default_region(provisional, spec.chunk),
         };
         let bitmap_bytes = Bitmap::bytes_for(provisional.div_ceil(region).max(1));
@@ -443,6 +605,9 @@ impl Array {
                     state: SlotState::Active,
                     recovery: Arc::new(AtomicU64::new(0)),
                     replacement: None,
+                    out: None,
+                    bitmap_recovery: false,
+                    note: None,
                 })
                 .collect(),
             spares: spare_members.to_vec(),
@@ -453,6 +618,7 @@ impl Array {
         } else {
             0
         };
+        let (session, history) = Lineage::start(&[], 1);
         let array = Array::build(
             spec.name.clone(),
             uuid,
@@ -464,23 +630,18 @@ impl Array {
             bitmap_bytes as u32,
             resync,
             &[],
+            Lineage {
+                session,
+                history,
+                bitmap_since: 1,
+                extensions: Vec::new(),
+            },
         )?;
-        // Zero the bitmaps, then write the superblocks.
-        let zero = AlignedBuf::zeroed(bitmap_bytes as usize).into_shared();
-        let futs = opened.iter().map(|m| {
-            let z = zero.clone();
-            async move {
-                dev::write_at(
-                    &m.dev,
-                    superblock::BITMAP_OFFSET,
-                    z,
-                    true,
-                    IoClass::Foreground,
-                )
-                .await
-                .map_err(|e| Error::io(format!("writing {}", m.path), e))
-            }
-        });
+        // Zero the metadata areas (both superblock copies and the bitmap), then write the
+        // superblocks.
+        let futs = opened
+            .iter()
+            .map(|m| claim_metadata(&m.dev, data_offset, &m.path));
         futures::future::try_join_all(futs).await?;
         let st = array.state.load_full();
         let failed = array.persist(&st, false).await;
@@ -510,6 +671,7 @@ impl Array {
         bitmap_bytes: u32,
         resync_offset: u64,
         dirty: &[u64],
+        lineage: Lineage,
     ) -> Result<Arc<Array>> {
         let codec = match geometry.codec_scheme() {
             Some(s) => Some(Arc::new(
@@ -556,6 +718,12 @@ impl Array {
             settings: parking_lot::Mutex::new(Settings::default()),
             report: parking_lot::Mutex::new(AssemblyReport::default()),
             tasks: parking_lot::Mutex::new(Vec::new()),
+            session: lineage.session,
+            history: lineage.history,
+            bitmap_since: AtomicU64::new(lineage.bitmap_since),
+            extensions: lineage.extensions,
+            recoveries: parking_lot::Mutex::new(Vec::new()),
+            rescue: AtomicBool::new(false),
         }))
     }
 
@@ -597,12 +765,39 @@ impl Array {
             )));
         }
         Self::refuse_disagreeing(&found)?;
-        // The newest superblock is the truth.
-        let newest = found
-            .iter()
-            .max_by_key(|(_, sb)| sb.event)
-            .map(|(_, sb)| sb.clone())
-            .expect("non-empty");
+        Self::refuse_inconsistent(&found)?;
+        // The same member given twice: the first one counts.
+        let mut seen = std::collections::HashSet::new();
+        found.retain(|(m, sb)| {
+            let first = seen.insert(sb.this_member);
+            if !first {
+                report
+                    .ignored
+                    .push((m.path.clone(), "the same member was given twice".into()));
+            }
+            first
+        });
+        // Which member is trusted: one function, on the superblocks alone.
+        let judged = {
+            let sbs: Vec<&Superblock> = found.iter().map(|(_, sb)| sb).collect();
+            freshness::judge_members(&sbs)
+        };
+        let verdicts = match judged {
+            Ok(v) => v,
+            Err(split) => {
+                let msg = Self::describe_split(&found, &split);
+                if !(opts.force || opts.read_only) {
+                    let newest = &found[split.verdicts.newest].0.path;
+                    return Err(Error::SplitBrain(format!(
+                        "{msg}. Nothing was merged or written. Assemble with the members of the side that holds the data you want (the other side's members are then rebuilt from it when added), or use --force to take the newest side ({newest}'s) and rebuild the others from it"
+                    )));
+                }
+                report.split_brain = Some(msg);
+                split.verdicts
+            }
+        };
+        let newest = found[verdicts.newest].1.clone();
+        let newest_path = found[verdicts.newest].0.path.clone();
         let g = newest.geometry.clone();
         let mut slots: Vec<SlotRt> = newest
             .slots
@@ -613,18 +808,20 @@ impl Array {
                 state: s.state,
                 recovery: Arc::new(AtomicU64::new(s.recovery_offset)),
                 replacement: None,
+                out: s.out,
+                bitmap_recovery: s.bitmap_recovery && s.state == SlotState::Rebuilding,
+                note: None,
             })
             .collect();
         let mut spares = Vec::new();
-        let mut dirty_images: Vec<Arc<Member>> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for (m, sb) in found {
-            if !seen.insert(sb.this_member) {
-                report
-                    .ignored
-                    .push((m.path.clone(), "the same member was given twice".into()));
-                continue;
-            }
+        // Members whose bitmap records what the array wrote: fresh and in service.
+        let mut bitmap_images: Vec<Arc<Member>> = Vec::new();
+        // Slots whose member missed writes: (slot, its event, from the bitmap, path).
+        let mut stale: Vec<(usize, u64, bool, String)> = Vec::new();
+        // Members present but out of date that once held the slot's data, for a rescue:
+        // (slot, event).
+        let mut rescue_candidates: Vec<(usize, u64)> = Vec::new();
+        for ((m, sb), verdict) in found.into_iter().zip(verdicts.members.iter().copied()) {
             let role = newest.role_of(&sb.this_member);
             let entry = match role {
                 Role::Slot(i) => newest.slots[i].member.clone(),
@@ -639,13 +836,18 @@ impl Array {
                 Role::None => None,
             };
             let Some(entry) = entry else {
-                report.ignored.push((
-                    m.path.clone(),
+                let why = if matches!(verdict, Verdict::Diverged { .. }) {
+                    format!(
+                        "it went on without the newest side (its superblock is from event {}, another session): not used",
+                        sb.event
+                    )
+                } else {
                     format!(
                         "no longer a member of '{}' (its superblock is from event {}, the array is at {}): it was replaced; use `sbod add` to reuse it as a spare",
                         newest.name, sb.event, newest.event
-                    ),
-                ));
+                    )
+                };
+                report.ignored.push((m.path.clone(), why));
                 continue;
             };
             if m.dev.size() < g.data_offset.saturating_add(entry.size) {
@@ -669,25 +871,42 @@ impl Array {
                 Role::Slot(i) => {
                     let s = &mut slots[i];
                     s.member = Some(member.clone());
-                    match s.state {
-                        SlotState::Active => dirty_images.push(member),
-                        SlotState::Rebuilding => {
+                    let in_service = matches!(s.state, SlotState::Active | SlotState::Rebuilding);
+                    if verdict.is_fresh() && in_service {
+                        if verdict == Verdict::FreshMissedLast {
+                            report.missed_last_write.push(m.path.clone());
+                        }
+                        if s.state == SlotState::Rebuilding {
                             report.rebuilding.push(m.path.clone());
                         }
-                        SlotState::Failed | SlotState::Empty => {
-                            // Stale: it missed writes while failed. Never trust its data.
-                            s.state = SlotState::Rebuilding;
-                            s.recovery.store(0, Ordering::Release);
-                            report.rebuilding.push(m.path.clone());
+                        bitmap_images.push(member);
+                    } else {
+                        // Behind, from the other side of a forced split, or back in a slot
+                        // the array records as out: it missed writes. Never read until
+                        // recovered, from the bitmap where that covers what it missed.
+                        let bitmap = !matches!(verdict, Verdict::Diverged { .. })
+                            && freshness::bitmap_covers(&newest, &sb);
+                        if let Role::Slot(j) = sb.role_of(&sb.this_member) {
+                            if j == i && sb.slots[j].state == SlotState::Active {
+                                rescue_candidates.push((i, sb.event));
+                            }
                         }
+                        s.state = SlotState::Rebuilding;
+                        s.recovery = Arc::new(AtomicU64::new(0));
+                        s.bitmap_recovery = bitmap;
+                        s.out = Some(OutRecord {
+                            reason: OutReason::Stale,
+                            event: sb.event,
+                        });
+                        stale.push((i, sb.event, bitmap, m.path.clone()));
+                        report.rebuilding.push(m.path.clone());
                     }
                 }
                 Role::Replacement(i) => {
-                    let off = newest.slots[i]
-                        .replacement
-                        .as_ref()
-                        .map(|r| r.1)
-                        .unwrap_or(0);
+                    let off = match (verdict.is_fresh(), &newest.slots[i].replacement) {
+                        (true, Some((_, off))) => *off,
+                        _ => 0,
+                    };
                     slots[i].replacement = Some((member, Arc::new(AtomicU64::new(off))));
                     report.rebuilding.push(m.path.clone());
                 }
@@ -695,24 +914,56 @@ impl Array {
                 Role::None => unreachable!(),
             }
         }
-        for (i, s) in slots.iter_mut().enumerate() {
-            if s.member.is_none() && matches!(s.state, SlotState::Active | SlotState::Rebuilding) {
-                s.state = SlotState::Failed;
-                report.missing.push(i);
-            }
+        // Slots whose member was in service when the array stopped and is not here: an
+        // array does not start without them unless told to.
+        let missing: Vec<usize> = (0..slots.len())
+            .filter(|&i| {
+                slots[i].member.is_none()
+                    && matches!(slots[i].state, SlotState::Active | SlotState::Rebuilding)
+            })
+            .collect();
+        let allowed = opts.degraded || opts.force || opts.read_only;
+        if !missing.is_empty() && !allowed {
+            let w = g.width as usize;
+            return Err(Error::MissingMembers(crate::error::MissingMembers {
+                array: newest.name.clone(),
+                slots: missing
+                    .iter()
+                    .map(|&i| crate::error::MissingSlot {
+                        slot: i,
+                        group: i / w,
+                        uuid: slots[i].entry.as_ref().map(|e| e.uuid),
+                    })
+                    .collect(),
+                ignored: report.ignored.clone(),
+            }));
+        }
+        for &i in &missing {
+            let s = &mut slots[i];
+            s.state = SlotState::Failed;
+            s.bitmap_recovery = false;
+            s.out = Some(OutRecord {
+                reason: OutReason::Missing,
+                event: newest.event + 1,
+            });
+            report.missing.push(i);
         }
         let state = State {
             slots,
             spares,
             failed: None,
         };
-        // Dirty regions: the union of the bitmaps of members that were in sync.
+        // The write-intent bitmap: the union of the in-sync members' images. It says what
+        // to resync after an unclean stop, and what a member that was out missed (bits are
+        // kept while any slot is out).
         let mut dirty = Vec::new();
         let regions = g.member_size.div_ceil(newest.bitmap_region).max(1);
-        if !newest.clean && g.redundancy() > 0 {
-            report.unclean = true;
+        let any_out = state.slots.iter().any(|s| s.state != SlotState::Active);
+        let bitmap_read = g.redundancy() > 0 && (!newest.clean || any_out);
+        if bitmap_read {
+            report.unclean = !newest.clean;
             let mut union = vec![0u8; newest.bitmap_bytes as usize];
-            for m in &dirty_images {
+            for m in &bitmap_images {
                 let buf = AlignedBuf::zeroed(newest.bitmap_bytes as usize).into_shared();
                 if dev::read_at(
                     &m.dev,
@@ -731,9 +982,12 @@ impl Array {
             }
             dirty = Bitmap::set_bits(&union, regions);
         }
-        if !opts.force && !opts.read_only {
-            Self::refuse_write_hole(&newest, &state, &dirty)?;
-        }
+        // A start for writing is a new session; looking (or a rescue) starts nothing.
+        let (session, history) = if opts.read_only {
+            (newest.session, newest.history.clone())
+        } else {
+            Lineage::start(&newest.history, newest.event + 1)
+        };
         let array = Array::build(
             newest.name.clone(),
             newest.array_uuid,
@@ -745,8 +999,33 @@ impl Array {
             newest.bitmap_bytes,
             newest.resync_offset,
             &dirty,
+            Lineage {
+                session,
+                history,
+                bitmap_since: newest.bitmap_since,
+                extensions: newest.extensions.clone(),
+            },
         )?;
         let mut st = (*array.state.load_full()).clone();
+        for (i, event, bitmap, path) in stale {
+            let planned = array.recovery_bytes(&st.slots[i]);
+            let note = if opts.read_only {
+                // Only looking: nothing will be recovered.
+                format!("stale: event {event}, array at {}", newest.event)
+            } else {
+                stale_note(event, newest.event, bitmap, planned, array.bitmap.as_ref())
+            };
+            st.slots[i].note = Some(note.clone().into());
+            report.stale.push(StaleMember {
+                path,
+                slot: i,
+                event,
+                array_event: newest.event,
+                bitmap,
+                planned_bytes: planned,
+                note,
+            });
+        }
         if opts.read_only {
             array.read_only.store(true, Ordering::Release);
             array.closing.store(true, Ordering::Release);
@@ -755,25 +1034,69 @@ impl Array {
             *array.report.lock() = report;
             return Ok(array);
         }
+        let mut probe = st.clone();
+        array.judge(&mut probe);
+        if let Some(why) = probe.failed {
+            if opts.force {
+                return Ok(array.rescue(st, report, rescue_candidates, &newest));
+            }
+            // Members judged stale are judged against the newest superblock: name it, for a
+            // newest that is wrong (a damaged or foreign copy) is what to look at then.
+            let against = if why.contains("(stale)") {
+                format!(
+                    " (judged against the newest superblock, event {} on {newest_path})",
+                    newest.event
+                )
+            } else {
+                String::new()
+            };
+            return Err(Error::Failed(format!(
+                "'{}' cannot start: {why}{against}. Find the missing members and assemble again with them, or assemble with --force to start it read-only and copy off what is readable",
+                array.name
+            )));
+        }
+        // Forced past the write hole: the user accepts the parity of the dirty regions as
+        // it is for the chunks that must be rebuilt from it (md's --force on a dirty
+        // degraded array), so the resync below does not hold those stripes.
+        let mut forced_hole = false;
+        if !newest.clean {
+            if let Err(e) = Self::refuse_write_hole(&newest, &st, &dirty) {
+                if !opts.force {
+                    return Err(e);
+                }
+                tracing::warn!(array = %array.name, "{e}: forced");
+                forced_hole = true;
+            }
+        }
+        let recovering: Vec<usize> = (0..st.slots.len())
+            .filter(|&i| st.slots[i].state == SlotState::Rebuilding)
+            .collect();
         array.take_spares(&mut st);
         array.judge(&mut st);
-        if let Some(why) = &st.failed {
-            if !opts.force {
-                return Err(Error::Failed(format!(
-                    "'{}' cannot start: {why}. Find the missing members and assemble again with them",
-                    array.name
-                )));
+        for &i in &recovering {
+            let s = &st.slots[i];
+            if let Some(m) = &s.member {
+                let reason = s
+                    .note
+                    .as_deref()
+                    .map(|n| n.split(';').next().unwrap_or(n).to_string())
+                    .unwrap_or_else(|| "rebuild resumed".into());
+                array.log_recovery(i, m, reason, s.bitmap_recovery, array.recovery_bytes(s));
             }
         }
         array.state.store(Arc::new(st));
-        {
+        // Two superblock writes start a session: the start, then the opening once the start
+        // is on every member. Nothing is written before the opening, so a member that
+        // missed only the start of the newest session missed no data (`freshness` trusts
+        // it), while one that stopped before a session that opened is behind.
+        for _ in 0..2 {
             let _g = array.mgmt.lock().await;
             let st = array.state.load_full();
             let lost = array.persist(&st, false).await;
             if !lost.is_empty() {
                 drop(_g);
                 for m in lost {
-                    array.fail_member(&m, "superblock write failed").await;
+                    array.fail_member(&m, OutReason::MetadataWrite).await;
                 }
             }
         }
@@ -790,9 +1113,36 @@ impl Array {
                 )));
             }
         }
+        // Every member in service carries the whole bitmap from now on: the union of what
+        // the members in sync had (a member back from being out, or an old copy, carries
+        // bits of its own past, or lacks recent ones).
+        if bitmap_read {
+            array
+                .sync_bitmap(&array.state.load_full().live_members())
+                .await;
+        }
         *array.report.lock() = report;
-        if !dirty.is_empty() {
-            let (bytes, n) = array.resync_regions(&dirty).await?;
+        if !newest.clean && !dirty.is_empty() {
+            let (bytes, n) = match array.resync_regions(&dirty).await {
+                // Out of space: serve anyway, with those stripes held as inconsistent
+                // (never rebuilt from, their regions dirty) until the watch resyncs them.
+                Err(Error::NoSpace(msg)) => {
+                    tracing::warn!(array = %array.name, "{msg}; the resync waits for space");
+                    array.defer_resync(&dirty);
+                    (0, 0)
+                }
+                r => {
+                    let r = r?;
+                    if forced_hole {
+                        if let Some(bm) = &array.bitmap {
+                            for (g, t) in bm.unsynced_stripes() {
+                                bm.synced(g, t);
+                            }
+                        }
+                    }
+                    r
+                }
+            };
             let mut r = array.report.lock();
             r.resynced_bytes = bytes;
             r.resynced_regions = n;
@@ -801,6 +1151,28 @@ impl Array {
             array.start_processes();
         }
         Ok(array)
+    }
+
+    /// Name both sides of a split brain: members, events, when each was last started.
+    fn describe_split(found: &[(MemberSpec, Superblock)], split: &freshness::SplitBrain) -> String {
+        let side = |idx: Vec<usize>| -> String {
+            let paths: Vec<&str> = idx.iter().map(|&i| found[i].0.path.as_str()).collect();
+            let best = idx
+                .iter()
+                .map(|&i| &found[i].1)
+                .max_by_key(|sb| sb.event)
+                .expect("a side has members");
+            let started = freshness::session_started(best)
+                .map(|t| format!(", last started {}", utc(t)))
+                .unwrap_or_default();
+            format!("{} (event {}{started})", paths.join(", "), best.event)
+        };
+        format!(
+            "the members of '{}' went on in two separate sets without each other (split brain): {} and {}",
+            found[split.verdicts.newest].1.name,
+            side(split.newest_side()),
+            side(split.other_side())
+        )
     }
 
     /// What never changes in an array's life must read the same on every member: a member
@@ -855,6 +1227,45 @@ impl Array {
         )))
     }
 
+    /// Members written by the same superblock write (same session and event) carry the
+    /// same superblock but for the member's own id. One that says otherwise was damaged (or
+    /// forged) with a checksum to match, and must not decide who is in which slot.
+    fn refuse_inconsistent(found: &[(MemberSpec, Superblock)]) -> Result<()> {
+        let same = |a: &Superblock, b: &Superblock| {
+            Superblock {
+                this_member: Uuid::nil(),
+                ..a.clone()
+            } == Superblock {
+                this_member: Uuid::nil(),
+                ..b.clone()
+            }
+        };
+        let mut odd: Vec<&str> = Vec::new();
+        for (i, (m, sb)) in found.iter().enumerate() {
+            let peers: Vec<&Superblock> = found
+                .iter()
+                .enumerate()
+                .filter(|(j, (_, x))| *j != i && x.session == sb.session && x.event == sb.event)
+                .map(|(_, (_, x))| x)
+                .collect();
+            let agree = peers.iter().filter(|x| same(x, sb)).count();
+            // Disagreeing with at least as many as agree (itself included): not trusted.
+            if !peers.is_empty() && peers.len() - agree > agree {
+                odd.push(&m.path);
+            }
+        }
+        if odd.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Refused(format!(
+            "the superblock of {} disagrees with the other members of '{}' written at the same time (who holds which slot, or its state): it is damaged. Assemble without {}; the array runs degraded (--degraded) and rebuilds onto {} once wiped and added back (compare with `sbod examine`)",
+            odd.join(", "),
+            found[0].1.name,
+            if odd.len() == 1 { "it" } else { "them" },
+            if odd.len() == 1 { "it" } else { "them" },
+        )))
+    }
+
     /// The RAID write hole: after a crash, parity in the dirty regions may not match the
     /// data. With every member present the resync makes it match again; but a chunk that
     /// has to be rebuilt from that parity (its member missing, failed, or not yet rebuilt
@@ -872,8 +1283,14 @@ impl Array {
                 s.readable(end).is_none()
             });
             if risky {
+                let why = match (s.state, s.out) {
+                    (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
+                        "stale".to_string()
+                    }
+                    (state, _) => format!("{state:?}").to_lowercase(),
+                };
                 at_risk.push(match &s.member {
-                    Some(m) => format!("{} ({:?})", m.path, s.state).to_lowercase(),
+                    Some(m) => format!("{} ({why})", m.path),
                     None => format!("slot {i} (missing)"),
                 });
             }
@@ -938,19 +1355,38 @@ impl Array {
                         .replacement
                         .as_ref()
                         .map(|(m, r)| (m.entry(), r.load(Ordering::Acquire))),
+                    out: match s.state {
+                        SlotState::Active => None,
+                        _ => s.out,
+                    },
+                    bitmap_recovery: s.bitmap_recovery && s.state == SlotState::Rebuilding,
                 })
                 .collect(),
             spares: st.spares.iter().map(|m| m.entry()).collect(),
+            session: self.session,
+            history: self.history.clone(),
+            bitmap_since: self.bitmap_since.load(Ordering::Acquire),
+            extensions: self.extensions.clone(),
         }
     }
 
     /// Write the superblock for `st` to every live member (event + 1). Returns the
     /// members whose write failed; the caller fails them. Call with `mgmt` held.
     pub(crate) async fn persist(&self, st: &State, clean: bool) -> Vec<Arc<Member>> {
+        if self.read_only.load(Ordering::Acquire) {
+            // Looking or rescuing: nothing is ever written to a member.
+            return Vec::new();
+        }
         let event = self.event.fetch_add(1, Ordering::AcqRel) + 1;
         let members = st.live_members();
+        // One superblock for all: members at the same event say the same thing (assembly
+        // refuses one that does not), though a rebuild may move on meanwhile.
+        let base = self.superblock(st, event, clean, Uuid::nil());
         let futs = members.iter().map(|m| {
-            let sb = self.superblock(st, event, clean, m.uuid);
+            let sb = Superblock {
+                this_member: m.uuid,
+                ..base.clone()
+            };
             let bytes = sb.encode();
             let mut buf = AlignedBuf::zeroed(bytes.len().div_ceil(4096) * 4096);
             buf[..bytes.len()].copy_from_slice(&bytes);
@@ -993,7 +1429,16 @@ impl Array {
                             .as_ref()
                             .map(|m| m.path.clone())
                             .unwrap_or_else(|| format!("slot {}", g * w + i));
-                        format!("{who} ({:?})", s.state).to_lowercase()
+                        let what = match (s.state, s.out) {
+                            (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
+                                "stale".to_string()
+                            }
+                            (SlotState::Failed, Some(o)) if o.reason == OutReason::Missing => {
+                                "missing".to_string()
+                            }
+                            (state, _) => format!("{state:?}").to_lowercase(),
+                        };
+                        format!("{who} ({what})")
                     })
                     .collect();
                 st.failed = Some(format!(
@@ -1035,47 +1480,72 @@ impl Array {
                 .unwrap_or(0);
             let spare = st.spares.remove(pick);
             tracing::warn!(slot = i, spare = %spare.path, "hot spare takes over");
+            self.log_recovery(i, &spare, "hot spare".into(), false, spare.size);
             let s = &mut st.slots[i];
             s.entry = Some(spare.entry());
             s.member = Some(spare);
             s.state = SlotState::Rebuilding;
             s.recovery = Arc::new(AtomicU64::new(0));
+            s.out = None;
+            s.bitmap_recovery = false;
+            s.note = None;
             changed = true;
         }
         changed
     }
 
-    /// Fail a member because of an I/O error (or the user's command). Records the
-    /// failure on the other members before returning, so no write that skipped this member
-    /// is acknowledged before the array knows.
-    pub async fn fail_member(&self, member: &Arc<Member>, why: &str) {
+    /// Fail a member because of an I/O error (or the user's command). The new state is
+    /// recorded on the other members before it is used: no write skips this member before
+    /// its failure is durable, so a member whose superblock says it was in service has
+    /// every write the array acknowledged (what `freshness` relies on).
+    pub async fn fail_member(&self, member: &Arc<Member>, why: impl Into<Why>) {
         let _g = self.mgmt.lock().await;
-        let mut pending = vec![member.clone()];
-        while let Some(m) = pending.pop() {
+        // Members that then refuse the superblock recording it fail for that reason.
+        let mut pending = vec![(member.clone(), why.into())];
+        while let Some((m, why)) = pending.pop() {
             let st = self.state.load_full();
             let mut new = (*st).clone();
-            if !Self::mark_failed(&mut new, &m) {
+            let event = self.event.load(Ordering::Acquire) + 1;
+            let rec = OutRecord {
+                reason: why.code,
+                event,
+            };
+            if !Self::mark_failed(&mut new, &m, rec) {
                 continue;
             }
-            if why == ADMIN_FAIL {
+            if let Some(d) = &why.detail {
+                m.stats
+                    .out_reason
+                    .lock()
+                    .get_or_insert_with(|| d.to_string());
+            }
+            if why.code == OutReason::Admin {
                 tracing::info!(member = %m.path, array = %self.name, "member failed by the administrator");
             } else {
-                tracing::error!(member = %m.path, reason = why, array = %self.name, "member failed");
+                tracing::error!(member = %m.path, reason = %why, array = %self.name, "member failed");
             }
+            self.end_recovery(&m.uuid, false);
             self.take_spares(&mut new);
             self.judge(&mut new);
             if let Some(f) = &new.failed {
                 tracing::error!(array = %self.name, "array failed: {f}");
             }
-            let new = Arc::new(new);
-            self.state.store(new.clone());
-            pending.extend(self.persist(&new, false).await);
+            let lost = self.commit(new).await;
+            pending.extend(lost.into_iter().map(|m| (m, reason::SUPERBLOCK_WRITE)));
             self.cancel_process_on_failure();
         }
         self.kick();
     }
 
-    fn mark_failed(st: &mut State, m: &Arc<Member>) -> bool {
+    /// Record `new` on the live members, then use it. Call with `mgmt` held. Returns the
+    /// members whose superblock write failed (the caller fails them).
+    pub(crate) async fn commit(&self, new: State) -> Vec<Arc<Member>> {
+        let lost = self.persist(&new, false).await;
+        self.state.store(Arc::new(new));
+        lost
+    }
+
+    pub(crate) fn mark_failed(st: &mut State, m: &Arc<Member>, why: OutRecord) -> bool {
         for s in st.slots.iter_mut() {
             if s.member.as_ref().is_some_and(|x| Arc::ptr_eq(x, m)) && s.state != SlotState::Failed
             {
@@ -1085,8 +1555,14 @@ impl Array {
                     s.member = Some(r);
                     s.state = SlotState::Rebuilding;
                     s.recovery = off;
+                    s.bitmap_recovery = false;
+                    s.out = None;
+                    s.note = None;
                 } else {
                     s.state = SlotState::Failed;
+                    s.bitmap_recovery = false;
+                    s.out = Some(why);
+                    s.note = None;
                 }
                 return true;
             }
@@ -1115,8 +1591,10 @@ impl Array {
         })
     }
 
-    /// `sbod fail`: take a member out of service.
-    pub async fn fail(&self, who: &str) -> Result<()> {
+    /// `sbod fail`: take a member out of service. Refused (`Error::WouldFail`) when the
+    /// array would then have lost more members of a group than it survives (it would stop
+    /// serving), unless `force`.
+    pub async fn fail(&self, who: &str, force: bool) -> Result<()> {
         let (role, m) = self.find_member(who)?;
         if let Role::Slot(i) = role {
             let st = self.state.load_full();
@@ -1124,7 +1602,13 @@ impl Array {
                 return Err(Error::Invalid(format!("{who} has already failed")));
             }
         }
-        self.fail_member(&m, ADMIN_FAIL).await;
+        if self.read_only.load(Ordering::Acquire) {
+            return Err(self.read_only_error());
+        }
+        if !force {
+            self.refuse_unsafe_fail(&m)?;
+        }
+        self.fail_member(&m, OutReason::Admin).await;
         Ok(())
     }
 
@@ -1153,6 +1637,7 @@ impl Array {
             removed = s.member.take();
             s.entry = None;
             s.state = SlotState::Empty;
+            s.note = None;
         } else if let Some(p) = st
             .spares
             .iter()
@@ -1165,9 +1650,11 @@ impl Array {
                 self.name
             )));
         }
-        let new = Arc::new(new);
-        self.state.store(new.clone());
-        let _ = self.persist(&new, false).await;
+        let lost = self.commit(new).await;
+        drop(_g);
+        for m in lost {
+            self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
         if let Some(m) = removed {
             // Wipe its claim so it is not mistaken for a member later.
             Self::wipe(&m).await;
@@ -1219,30 +1706,91 @@ impl Array {
         })
     }
 
-    /// `sbod add`: a hot spare. A degraded array takes it at once and rebuilds.
-    pub async fn add(&self, spec: MemberSpec, force: bool) -> Result<()> {
+    /// `sbod add`: a hot spare; a degraded array takes it at once and rebuilds. A device
+    /// whose superblock says it was a member of this array and whose slot is out (failed
+    /// or missing) is re-added there instead (see `re_add`); a former member that cannot
+    /// be re-added is refused with the reason unless `force` (then it is wiped and added
+    /// as a new member).
+    pub async fn add(&self, spec: MemberSpec, force: bool) -> Result<AddOutcome> {
+        if self.read_only.load(Ordering::Acquire) {
+            return Err(self.read_only_error());
+        }
+        if let Ok(sb) = read_superblock(&spec.dev).await {
+            if sb.array_uuid == self.uuid {
+                match self.plan_re_add(&sb, &spec.path) {
+                    Ok(plan) => {
+                        return self
+                            .apply_re_add(spec, &sb, plan)
+                            .await
+                            .map(AddOutcome::ReAdded)
+                    }
+                    Err(e) if !force || matches!(e, Error::Invalid(_)) => return Err(e),
+                    Err(_) => {}
+                }
+            }
+        }
         let size = self.check_new_member(&spec)?;
         check_blank(&spec.dev, force).await?;
+        claim_metadata(&spec.dev, self.geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
+        let uuid = m.uuid;
         let _g = self.mgmt.lock().await;
         let mut new = (*self.state.load_full()).clone();
         new.spares.push(m);
         self.take_spares(&mut new);
         self.judge(&mut new);
-        let new = Arc::new(new);
-        self.state.store(new.clone());
-        let lost = self.persist(&new, false).await;
+        let outcome = match new
+            .slots
+            .iter()
+            .position(|s| s.member.as_ref().is_some_and(|x| x.uuid == uuid))
+        {
+            Some(slot) => AddOutcome::Rebuilding { slot },
+            None => AddOutcome::Spare,
+        };
+        let lost = self.commit(new).await;
         drop(_g);
         for m in lost {
-            self.fail_member(&m, "superblock write failed").await;
+            self.fail_member(&m, OutReason::MetadataWrite).await;
         }
         self.kick();
+        Ok(outcome)
+    }
+
+    /// Refuse a member for `slot` whose failure domain (a host, an enclosure) already holds
+    /// as many members of the slot's group as the group survives losing, as `create` does.
+    fn check_domain(&self, st: &State, slot: usize, spec: &MemberSpec) -> Result<()> {
+        if spec.domain.is_empty() {
+            return Ok(());
+        }
+        let w = self.geometry.width as usize;
+        let g = slot / w;
+        let red = self.geometry.redundancy();
+        let others: Vec<&str> = (g * w..(g + 1) * w)
+            .filter(|&i| i != slot && st.slots[i].state != SlotState::Failed)
+            .filter_map(|i| st.slots[i].member.as_ref())
+            .filter(|m| m.domain == spec.domain)
+            .map(|m| m.path.as_str())
+            .collect();
+        if others.len() >= red {
+            return Err(Error::Refused(format!(
+                "failure domain '{}' already holds {} member{} of group {g} ({}), and the group survives only {red} failure{}: put {} in another domain, or use --force",
+                spec.domain,
+                others.len(),
+                if others.len() == 1 { "" } else { "s" },
+                others.join(", "),
+                if red == 1 { "" } else { "s" },
+                spec.path
+            )));
+        }
         Ok(())
     }
 
     /// `sbod replace`: rebuild `new` to take `old`'s place. While `old` still works it keeps
     /// serving (redundancy is never reduced); if it has failed, `new` simply rebuilds.
     pub async fn replace(&self, old: &str, spec: MemberSpec, force: bool) -> Result<()> {
+        if self.read_only.load(Ordering::Acquire) {
+            return Err(self.read_only_error());
+        }
         let st = self.state.load_full();
         let slot = st
             .slots
@@ -1258,32 +1806,44 @@ impl Array {
             return Err(Error::Busy(format!("{old} is already being replaced")));
         }
         let size = self.check_new_member(&spec)?;
+        if !force {
+            self.check_domain(&st, slot, &spec)?;
+        }
         check_blank(&spec.dev, force).await?;
+        claim_metadata(&spec.dev, self.geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
         let _g = self.mgmt.lock().await;
         let mut new = (*self.state.load_full()).clone();
         let s = &mut new.slots[slot];
         let mut retired = None;
         match s.state {
-            SlotState::Active => s.replacement = Some((m, Arc::new(AtomicU64::new(0)))),
+            SlotState::Active => {
+                self.log_recovery(slot, &m, "replacement".into(), false, m.size);
+                s.replacement = Some((m, Arc::new(AtomicU64::new(0))))
+            }
             _ => {
-                retired = s.member.take();
+                self.log_recovery(slot, &m, "replacement".into(), false, m.size);
+                if let Some(r) = s.member.take() {
+                    self.end_recovery(&r.uuid, false);
+                    retired = Some(r);
+                }
                 s.entry = Some(m.entry());
                 s.member = Some(m);
                 s.state = SlotState::Rebuilding;
                 s.recovery = Arc::new(AtomicU64::new(0));
+                s.bitmap_recovery = false;
+                s.out = None;
+                s.note = None;
             }
         }
         self.judge(&mut new);
-        let new = Arc::new(new);
-        self.state.store(new.clone());
-        let lost = self.persist(&new, false).await;
+        let lost = self.commit(new).await;
         drop(_g);
         if let Some(r) = retired {
             r.dev.close();
         }
         for m in lost {
-            self.fail_member(&m, "superblock write failed").await;
+            self.fail_member(&m, OutReason::MetadataWrite).await;
         }
         self.kick();
         Ok(())
@@ -1328,7 +1888,12 @@ impl Array {
             return Ok(());
         }
         if self.read_only.load(Ordering::Acquire) {
-            for m in self.state.load_full().live_members() {
+            // Looked at or rescued: nothing was written, nothing to record.
+            let st = self.state.load_full();
+            for m in st.live_members() {
+                m.dev.close();
+            }
+            for m in st.slots.iter().filter_map(|s| s.member.as_ref()) {
                 m.dev.close();
             }
             return Ok(());
@@ -1342,13 +1907,22 @@ impl Array {
         for t in tasks {
             let _ = t.await;
         }
+        // Stripes a write left inconsistent get a last chance; any left keep their regions
+        // dirty (the array is not marked clean) and are resynced at the next start.
+        let unsynced = self.resync_unsynced().await.unwrap_or(1);
         let flushed = self.flush().await;
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
-        let clean = flushed.is_ok() && st.failed.is_none();
-        if clean {
+        let clean = flushed.is_ok() && st.failed.is_none() && unsynced == 0;
+        // With every slot in service, everything is durable everywhere: clear the whole
+        // bitmap. Degraded, keep it: its bits are the record of what the members that are
+        // out missed (they come back by it).
+        let whole = st.slots.iter().all(|s| s.state == SlotState::Active);
+        if clean && whole {
             if let Some(bm) = &self.bitmap {
-                // Everything is durable: clear the whole bitmap.
+                // Nothing older than this stop can be recovered from the bitmap now.
+                self.bitmap_since
+                    .store(self.event.load(Ordering::Acquire) + 1, Ordering::Release);
                 let zero = AlignedBuf::zeroed(self.bitmap_bytes as usize).into_shared();
                 for m in st.live_members() {
                     let _ = dev::write_at(
@@ -1384,42 +1958,90 @@ impl Array {
     pub fn status(&self) -> Status {
         let st = self.state.load_full();
         let w = self.geometry.width as usize;
+        let event = self.event.load(Ordering::Relaxed);
         let mut members = Vec::new();
-        let ms = |m: &Arc<Member>, slot: Option<usize>, state: MemberState, rec: Option<u64>| {
-            MemberStatus {
-                slot,
-                group: slot.map(|s| s / w),
-                path: Some(m.path.clone()),
-                uuid: Some(m.uuid.to_string()),
-                state,
-                domain: m.domain.clone(),
-                size: m.size,
-                read_errors: m.stats.read_errors.load(Ordering::Relaxed),
-                write_errors: m.stats.write_errors.load(Ordering::Relaxed),
-                checksum_errors: m.stats.checksum_errors.load(Ordering::Relaxed),
-                repaired: m.stats.repaired.load(Ordering::Relaxed),
-                reads: m.stats.reads.load(Ordering::Relaxed),
-                writes: m.stats.writes.load(Ordering::Relaxed),
-                recovered: rec,
+        let ms = |m: &Arc<Member>, slot: Option<usize>, state: MemberState| MemberStatus {
+            slot,
+            group: slot.map(|s| s / w),
+            path: Some(m.path.clone()),
+            uuid: Some(m.uuid.to_string()),
+            state,
+            reason: None,
+            domain: m.domain.clone(),
+            size: m.size,
+            read_errors: m.stats.read_errors.load(Ordering::Relaxed),
+            write_errors: m.stats.write_errors.load(Ordering::Relaxed),
+            checksum_errors: m.stats.checksum_errors.load(Ordering::Relaxed),
+            repaired: m.stats.repaired.load(Ordering::Relaxed),
+            reads: m.stats.reads.load(Ordering::Relaxed),
+            writes: m.stats.writes.load(Ordering::Relaxed),
+            nospace: m.stats.nospace.load(Ordering::Relaxed),
+            recovered: None,
+            bitmap_recovery: false,
+            recovery_bytes: None,
+        };
+        let reason = |s: &SlotRt| -> Option<String> {
+            if let Some(n) = &s.note {
+                return Some(n.to_string());
+            }
+            match (s.state, s.out) {
+                (SlotState::Active, _) => None,
+                (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
+                    Some(format!("stale: event {}, array at {event}", o.event))
+                }
+                (SlotState::Rebuilding, Some(o)) => Some(format!("back after: {}", o.reason)),
+                (SlotState::Rebuilding, None) => None,
+                // While it runs, the I/O path's own words where it has them ("shrank from
+                // 256 MiB to 128 MiB ..."); the recorded code otherwise.
+                (_, Some(o)) => match s
+                    .member
+                    .as_ref()
+                    .and_then(|m| m.stats.out_reason.lock().clone())
+                {
+                    Some(d) if o.reason != OutReason::Admin => Some(format!("failed: {d}")),
+                    _ => Some(o.reason.to_string()),
+                },
+                (SlotState::Failed, None) => Some("failed".into()),
+                (SlotState::Empty, None) => None,
             }
         };
         let mut rebuilding = false;
         for (i, s) in st.slots.iter().enumerate() {
+            let missing = s.out.is_some_and(|o| o.reason == OutReason::Missing);
             match (&s.member, s.state) {
-                (Some(m), SlotState::Active) => {
-                    members.push(ms(m, Some(i), MemberState::Active, None))
-                }
+                (Some(m), SlotState::Active) => members.push(ms(m, Some(i), MemberState::Active)),
                 (Some(m), SlotState::Rebuilding) => {
                     rebuilding = true;
-                    members.push(ms(
+                    // Looked at (or rescued), a stale member is not being rebuilt.
+                    let stale = self.read_only.load(Ordering::Relaxed)
+                        && s.out.is_some_and(|o| o.reason == OutReason::Stale);
+                    let mut x = ms(
                         m,
                         Some(i),
-                        MemberState::Rebuilding,
-                        Some(s.recovery.load(Ordering::Relaxed)),
-                    ))
+                        if stale {
+                            MemberState::Stale
+                        } else {
+                            MemberState::Rebuilding
+                        },
+                    );
+                    x.recovered = (!stale).then(|| s.recovery.load(Ordering::Relaxed));
+                    x.bitmap_recovery = s.bitmap_recovery;
+                    x.recovery_bytes = Some(self.recovery_bytes(s));
+                    x.reason = reason(s);
+                    members.push(x)
                 }
                 (Some(m), SlotState::Failed) => {
-                    members.push(ms(m, Some(i), MemberState::Failed, None))
+                    let mut x = ms(
+                        m,
+                        Some(i),
+                        if missing {
+                            MemberState::Missing
+                        } else {
+                            MemberState::Failed
+                        },
+                    );
+                    x.reason = reason(s);
+                    members.push(x)
                 }
                 (None, state) => members.push(MemberStatus {
                     slot: Some(i),
@@ -1428,12 +2050,12 @@ impl Array {
                     uuid: s.entry.as_ref().map(|e| e.uuid.to_string()),
                     state: if state == SlotState::Empty {
                         MemberState::Empty
-                    } else if self.report.lock().missing.contains(&i) {
+                    } else if missing || self.report.lock().missing.contains(&i) {
                         MemberState::Missing
                     } else {
                         MemberState::Failed
                     },
-
+                    reason: reason(s),
                     domain: s
                         .entry
                         .as_ref()
@@ -1446,30 +2068,31 @@ impl Array {
                     repaired: 0,
                     reads: 0,
                     writes: 0,
+                    nospace: 0,
                     recovered: None,
+                    bitmap_recovery: false,
+                    recovery_bytes: None,
                 }),
-                (Some(m), SlotState::Empty) => {
-                    members.push(ms(m, Some(i), MemberState::Missing, None))
-                }
+                (Some(m), SlotState::Empty) => members.push(ms(m, Some(i), MemberState::Missing)),
             }
             if let Some((m, r)) = &s.replacement {
                 rebuilding = true;
-                members.push(ms(
-                    m,
-                    Some(i),
-                    MemberState::Replacing,
-                    Some(r.load(Ordering::Relaxed)),
-                ));
+                let mut x = ms(m, Some(i), MemberState::Replacing);
+                x.recovered = Some(r.load(Ordering::Relaxed));
+                members.push(x);
             }
         }
         for m in &st.spares {
-            members.push(ms(m, None, MemberState::Spare, None));
+            members.push(ms(m, None, MemberState::Spare));
         }
         let degraded = st.slots.iter().any(|s| s.state != SlotState::Active);
         let resync = self.resync_offset.load(Ordering::Relaxed);
         let process = self.process.lock().as_ref().map(|p| p.status());
+        let rescue = self.rescue.load(Ordering::Relaxed);
         let state = if st.failed.is_some() {
             ArrayState::Failed
+        } else if rescue {
+            ArrayState::Rescue
         } else if rebuilding {
             ArrayState::Rebuilding
         } else if degraded {
@@ -1485,19 +2108,26 @@ impl Array {
             level: self.geometry.level,
             state,
             failed_reason: st.failed.clone(),
+            read_only: rescue,
             size: self.size,
             chunk: self.geometry.chunk,
             groups: self.geometry.groups,
             width: self.geometry.width,
             redundancy: self.geometry.redundancy(),
-            event: self.event.load(Ordering::Relaxed),
+            event,
             members,
             process: process.filter(|p| !p.finished),
             last_process: self.last_process(),
             bitmap_region: self.bitmap.as_ref().map(|b| b.region),
             dirty_regions: self.bitmap.as_ref().map(|b| b.dirty_count()).unwrap_or(0),
+            inconsistent_stripes: self
+                .bitmap
+                .as_ref()
+                .map(|b| b.unsynced_stripes().len() as u64)
+                .unwrap_or(0),
             resync_offset: (resync != u64::MAX).then_some(resync),
             assembly: self.report(),
+            recoveries: self.recovery_status(),
         }
     }
 

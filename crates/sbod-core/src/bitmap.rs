@@ -11,7 +11,8 @@
 //! serialises with the clearer on the bitmap block's mutex. Both sides use SeqCst, so
 //! either the writer sees CLEARING or the clearer sees the writer (Dekker).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering::SeqCst};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::SeqCst};
 
 pub const CLEAN: u8 = 0;
 pub const DIRTY: u8 = 1;
@@ -29,6 +30,13 @@ pub struct Bitmap {
     touched: Vec<AtomicBool>,
     /// On-disk image of each block, guarded by its mutex (the slow path's lock).
     pub blocks: Vec<tokio::sync::Mutex<Vec<u8>>>,
+    /// Regions that must stay dirty whatever the sweeper sees (stripes left inconsistent).
+    pinned: Vec<AtomicU32>,
+    /// Stripes (group, stripe) a write left inconsistent, with their region: it reached
+    /// some members and not others (out of space). Resynced once writes succeed again;
+    /// their regions stay pinned dirty until then, so a crash resyncs them too.
+    unsynced: parking_lot::Mutex<BTreeMap<(usize, u64), u64>>,
+    unsynced_count: AtomicUsize,
 }
 
 impl Bitmap {
@@ -44,6 +52,9 @@ impl Bitmap {
             blocks: (0..nblocks)
                 .map(|_| tokio::sync::Mutex::new(vec![0u8; BLOCK]))
                 .collect(),
+            pinned: (0..regions).map(|_| AtomicU32::new(0)).collect(),
+            unsynced: parking_lot::Mutex::new(BTreeMap::new()),
+            unsynced_count: AtomicUsize::new(0),
         };
         for &r in dirty {
             if r < regions {
@@ -107,7 +118,7 @@ impl Bitmap {
     pub fn idle_candidates(&self) -> Vec<u64> {
         let mut out = Vec::new();
         for i in 0..self.regions as usize {
-            if self.state[i].load(SeqCst) == DIRTY {
+            if self.state[i].load(SeqCst) == DIRTY && self.pinned[i].load(SeqCst) == 0 {
                 let touched = self.touched[i].swap(false, SeqCst);
                 if !touched && self.inflight[i].load(SeqCst) == 0 {
                     out.push(i as u64);
@@ -120,7 +131,7 @@ impl Bitmap {
     /// With the block's mutex held: try to start clearing `r`. False if a writer came in.
     pub fn begin_clear(&self, r: u64, image: &mut [u8]) -> bool {
         let i = r as usize;
-        if self.state[i].load(SeqCst) != DIRTY {
+        if self.state[i].load(SeqCst) != DIRTY || self.pinned[i].load(SeqCst) != 0 {
             return false;
         }
         self.state[i].store(CLEARING, SeqCst);
@@ -138,11 +149,57 @@ impl Bitmap {
         self.state[r as usize].store(CLEAN, SeqCst);
     }
 
+    /// Is the region's bit set (or being cleared)?
+    pub fn is_dirty(&self, r: u64) -> bool {
+        self.state
+            .get(r as usize)
+            .is_some_and(|s| s.load(SeqCst) != CLEAN)
+    }
+
+    /// Regions whose bit is set.
+    pub fn dirty_regions(&self) -> Vec<u64> {
+        (0..self.regions).filter(|&r| self.is_dirty(r)).collect()
+    }
+
     pub fn dirty_count(&self) -> u64 {
         self.state
             .iter()
             .filter(|s| s.load(SeqCst) != CLEAN)
             .count() as u64
+    }
+
+    /// Record a stripe a write left inconsistent, in region `r` (which the write entered,
+    /// so it is dirty on disk): the region is pinned dirty until [`Bitmap::synced`].
+    pub fn unsynced(&self, group: usize, stripe: u64, r: u64) {
+        let mut u = self.unsynced.lock();
+        if u.insert((group, stripe), r).is_none() {
+            self.pinned[r as usize].fetch_add(1, SeqCst);
+            self.unsynced_count.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// Is this stripe inconsistent? (One atomic load while none is.)
+    pub fn is_unsynced(&self, group: usize, stripe: u64) -> bool {
+        self.unsynced_count.load(SeqCst) != 0 && self.unsynced.lock().contains_key(&(group, stripe))
+    }
+
+    /// The stripe is consistent again: unpin its region.
+    pub fn synced(&self, group: usize, stripe: u64) {
+        if self.unsynced_count.load(SeqCst) == 0 {
+            return;
+        }
+        if let Some(r) = self.unsynced.lock().remove(&(group, stripe)) {
+            self.pinned[r as usize].fetch_sub(1, SeqCst);
+            self.unsynced_count.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// The inconsistent stripes, in order.
+    pub fn unsynced_stripes(&self) -> Vec<(usize, u64)> {
+        if self.unsynced_count.load(SeqCst) == 0 {
+            return Vec::new();
+        }
+        self.unsynced.lock().keys().copied().collect()
     }
 
     /// Regions whose bit is set in an on-disk image.
@@ -182,5 +239,31 @@ mod tests {
         assert!(!b.try_enter(3));
         b.finish_clear(3);
         assert_eq!(b.dirty_count(), 0);
+    }
+
+    #[test]
+    fn an_unsynced_stripe_pins_its_region_dirty() {
+        let b = Bitmap::new(1 << 20, 10 << 20, &[2]);
+        let mut img = vec![0u8; BLOCK];
+        b.unsynced(0, 40, 2);
+        b.unsynced(0, 40, 2); // once only
+        b.unsynced(1, 41, 2);
+        assert!(b.is_unsynced(0, 40) && !b.is_unsynced(0, 39));
+        assert!(b.idle_candidates().is_empty());
+        assert!(
+            b.idle_candidates().is_empty(),
+            "a pinned region is never a candidate"
+        );
+        assert!(!b.begin_clear(2, &mut img));
+        b.synced(0, 40);
+        assert!(
+            !b.begin_clear(2, &mut img),
+            "still pinned by the other stripe"
+        );
+        assert_eq!(b.unsynced_stripes(), vec![(1, 41)]);
+        b.synced(1, 41);
+        b.synced(1, 41);
+        assert_eq!(b.idle_candidates(), vec![2]);
+        assert!(b.begin_clear(2, &mut img));
     }
 }

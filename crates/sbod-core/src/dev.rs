@@ -43,8 +43,14 @@ pub type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
 /// must complete every request exactly once (also on error and on shutdown).
 pub trait BlockDev: Send + Sync {
     fn submit(&self, req: IoReq, done: Done);
-    /// Usable bytes.
+    /// Usable bytes, as found when the member was opened.
     fn size(&self) -> u64;
+    /// The member's size now, asked of the device itself (`fstat` for a file, which can be
+    /// truncated under the array; `BLKGETSIZE64` for a block device). The engine asks after
+    /// a read error and after writes to files, and fails a member that has shrunk.
+    fn current_size(&self) -> io::Result<u64> {
+        Ok(self.size())
+    }
     /// What a user calls this device (its path).
     fn name(&self) -> &str;
     /// Stop the workers; pending requests complete with an error.
@@ -54,6 +60,24 @@ pub trait BlockDev: Send + Sync {
     fn queue(&self) -> &'static str {
         ""
     }
+    /// For members reached over a network: `Some(true)` while the member's host answers
+    /// (or is being reconnected to), `Some(false)` once it has stayed unreachable past its
+    /// deadline (requests then fail with [`unreachable`] errors). `None` for local devices.
+    fn link_up(&self) -> Option<bool> {
+        None
+    }
+}
+
+/// The error a network member completes requests with once its host has stayed
+/// unreachable past its deadline: the engine fails such a member at once, as a dead disk,
+/// rather than counting read errors.
+pub fn unreachable(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, msg.into())
+}
+
+/// Is this error a member's host being unreachable (see [`unreachable`])?
+pub fn is_unreachable(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotConnected
 }
 
 pub(crate) fn closed_err() -> io::Error {

@@ -47,6 +47,95 @@ pub(crate) struct NewData {
     pub src: SharedBuf,
 }
 
+/// A member found smaller than the data the array keeps on it.
+#[derive(Debug)]
+pub(crate) struct Shrank {
+    /// Its size when opened, now, and what the array needs (data offset + data).
+    pub from: u64,
+    pub to: u64,
+    pub need: u64,
+}
+
+impl std::fmt::Display for Shrank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.why())
+    }
+}
+
+impl std::error::Error for Shrank {}
+
+impl Shrank {
+    pub fn why(&self) -> crate::reason::Why {
+        crate::reason::shrank(self.from, self.to, self.need)
+    }
+}
+
+fn shrank_of(e: &io::Error) -> Option<&Shrank> {
+    e.get_ref().and_then(|x| x.downcast_ref::<Shrank>())
+}
+
+/// Out of space on the member's file system: not a failure of the member.
+pub(crate) fn is_nospace(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// What a failed member write means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteFault {
+    /// Its file system is full: the member stays in service.
+    NoSpace,
+    /// The member was taken out of service.
+    Failed,
+}
+
+/// Check a member file's size around each write (see `mwrite`). Only the benchmark of its
+/// cost (scripts/bench-size-check.sh, docs/PERFORMANCE.md) builds without it.
+const CHECK_SIZE_AFTER_WRITES: bool = !cfg!(feature = "bench-no-size-check");
+
+/// The unit of a byte-granular write's merge: the block size the volume is written in.
+const BLOCK: u64 = 4096;
+
+/// A 4 KiB block a byte-granular write covers in part: bytes `new` of it are the caller's,
+/// the rest keep what the volume holds, read under the stripe lock (see `write_bytes`).
+#[derive(Clone, Debug)]
+pub(crate) struct Patch {
+    /// Where the block starts in the piece's buffer.
+    pub at: usize,
+    pub new: std::ops::Range<usize>,
+}
+
+impl Patch {
+    /// Fill the bytes of the block in `buf` that the write does not cover from `old`.
+    fn merge(&self, buf: &SharedBuf, old: &SharedBuf) {
+        let blk = &mut slice_mut(buf)[self.at..self.at + BLOCK as usize];
+        let old = slice_of(old);
+        blk[..self.new.start].copy_from_slice(&old[..self.new.start]);
+        blk[self.new.end..].copy_from_slice(&old[self.new.end..]);
+    }
+}
+
+/// Run writes to several stripes to the end, then give the first error. Never stop at the
+/// first error (as `try_join_all` does, dropping the others mid-flight): a stripe write
+/// dropped between its member writes would leave data and parity disagreeing, unrecorded.
+async fn all_done<F: std::future::Future<Output = Result<()>>>(
+    futs: impl IntoIterator<Item = F>,
+) -> Result<()> {
+    futures::future::join_all(futs)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>>>()
+        .map(|_| ())
+}
+
+/// What became of a set of member writes.
+#[derive(Default)]
+struct Written {
+    any_failed: bool,
+    /// Members whose file system was full, and a member offset one of them refused.
+    full: Vec<Arc<Member>>,
+    region: Option<u64>,
+}
+
 /// One member write of a plan.
 struct Target {
     member: Arc<Member>,
@@ -110,6 +199,11 @@ impl Array {
         dev::read_at(&m.dev, self.member_off(off), buf, class).await
     }
 
+    /// Write to a member. A member file can be truncated under the array, and a write past
+    /// its new end grows it back with a hole of zeros before the written bytes; so after
+    /// every write to a file the member's size is checked before the write counts as done
+    /// (and before a write to its last block, which would grow it back whole and hide the
+    /// cut): a shrunk member's write returns a [`Shrank`] error, which fails it.
     pub(crate) async fn mwrite(
         &self,
         m: &Arc<Member>,
@@ -119,49 +213,181 @@ impl Array {
         class: IoClass,
     ) -> io::Result<()> {
         m.stats.writes.fetch_add(1, Ordering::Relaxed);
-        m.stats
-            .write_bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        let len = buf.len() as u64;
+        m.stats.write_bytes.fetch_add(len, Ordering::Relaxed);
         if class == IoClass::Foreground {
             m.stats.fg_ops.fetch_add(1, Ordering::Relaxed);
         }
-        dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await
+        let check = m.is_file && CHECK_SIZE_AFTER_WRITES;
+        if check && off + len >= m.size {
+            self.check_size(m)?;
+        }
+        dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await?;
+        if check {
+            self.check_size(m)?;
+        }
+        Ok(())
     }
 
-    /// A member failed to read: count it, and fail it once errors persist.
+    /// A write that must not grow the member (a repair, a resync): checks its size first.
+    pub(crate) async fn mwrite_in_place(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        class: IoClass,
+    ) -> io::Result<()> {
+        self.check_size(m)?;
+        self.mwrite(m, off, buf, false, class).await
+    }
+
+    /// Has the member shrunk below the data the array keeps on it? (A device that cannot
+    /// say, a vanished one, is judged by its I/O errors instead.)
+    pub(crate) fn shrunk(&self, m: &Member) -> Option<Shrank> {
+        let need = self.geometry.data_offset + m.size;
+        match m.dev.current_size() {
+            Ok(now) if now < need => Some(Shrank {
+                from: m.dev.size(),
+                to: now,
+                need,
+            }),
+            _ => None,
+        }
+    }
+
+    fn check_size(&self, m: &Member) -> io::Result<()> {
+        match self.shrunk(m) {
+            Some(s) => Err(io::Error::other(s)),
+            None => Ok(()),
+        }
+    }
+
+    /// A member failed to read. A member that shrank, or that came back short (EOF inside
+    /// its data), is failed at once: it lies about its size, and what it would return past
+    /// the cut is not the array's data. Other errors are counted, and fail the member once
+    /// they persist.
     pub(crate) async fn note_read_error(&self, m: &Arc<Member>, e: &io::Error) {
         let n = m.stats.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::warn!(member = %m.path, error = %e, count = n, "read error");
+        if let Some(s) = self.shrunk(m) {
+            self.fail_member(m, s.why()).await;
+            return;
+        }
+        if dev::is_unreachable(e) {
+            self.fail_member(m, crate::reason::UNREACHABLE).await;
+            return;
+        }
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            self.fail_member(m, crate::reason::SHORT_READ).await;
+            return;
+        }
         let max = self.settings.lock().max_read_errors;
         if n > max {
-            self.fail_member(m, "too many read errors").await;
+            self.fail_member(m, crate::reason::READ_ERRORS).await;
         }
     }
 
-    /// Write to every target concurrently; fail the members that refuse. Errors only if
-    /// the array can no longer hold the data.
-    async fn write_targets(&self, targets: Vec<Target>, fua: bool, class: IoClass) -> Result<()> {
-        let futs = targets.into_iter().map(|t| async move {
-            let r = self.mwrite(&t.member, t.offset, t.buf, fua, class).await;
-            (t.member, r)
-        });
-        let mut failed: Vec<(Arc<Member>, io::Error)> = Vec::new();
-        for (m, r) in futures::future::join_all(futs).await {
-            if let Err(e) = r {
-                failed.push((m, e));
-            }
+    /// A member write failed: decide what it means (the one place that does). A member
+    /// that shrank is failed at once (a shrunk block device also answers ENOSPC past its
+    /// end, so size is asked first); out of space (ENOSPC, EDQUOT) is not a failure of the
+    /// member, which stays in service (counted); anything else fails it with `why`.
+    pub(crate) async fn write_failed(
+        &self,
+        m: &Arc<Member>,
+        e: &io::Error,
+        why: crate::reason::Why,
+    ) -> WriteFault {
+        if let Some(s) = shrank_of(e) {
+            self.fail_member(m, s.why()).await;
+            return WriteFault::Failed;
         }
-        for (m, e) in &failed {
+        if let Some(s) = self.shrunk(m) {
+            self.fail_member(m, s.why()).await;
+            return WriteFault::Failed;
+        }
+        if dev::is_unreachable(e) {
             m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(member = %m.path, error = %e, "write error");
-            self.fail_member(m, "write error").await;
+            tracing::error!(member = %m.path, error = %e, "member unreachable");
+            self.fail_member(m, crate::reason::UNREACHABLE).await;
+            return WriteFault::Failed;
         }
-        if !failed.is_empty() {
-            if let Some(why) = &self.state.load().failed {
-                return Err(Error::Failed(why.clone()));
+        if is_nospace(e) {
+            let n = m.stats.nospace.fetch_add(1, Ordering::Relaxed);
+            if n.is_power_of_two() || n == 0 {
+                tracing::warn!(member = %m.path, error = %e, count = n + 1, "out of space: the write is refused, the member stays in service");
             }
+            return WriteFault::NoSpace;
+        }
+        m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(member = %m.path, error = %e, "{why}");
+        self.fail_member(m, why).await;
+        WriteFault::Failed
+    }
+
+    pub(crate) fn nospace_error(&self, m: &[Arc<Member>]) -> Error {
+        let who: Vec<&str> = m.iter().map(|m| m.path.as_str()).collect();
+        Error::NoSpace(format!(
+            "'{}': no space left on the file system of {}: the write did not complete (no member was failed); free space there, or give the members their space with --preallocate, and write again",
+            self.name,
+            who.join(", ")
+        ))
+    }
+
+    /// Write to every target concurrently. Members that fail are failed (the write still
+    /// succeeds while the array holds the data); members whose file system is full are
+    /// not, but the write then fails with [`Error::NoSpace`], and the stripe `key` (group,
+    /// stripe), which it may have reached on some members only, is recorded as
+    /// inconsistent until resynced.
+    async fn write_targets(
+        &self,
+        targets: Vec<Target>,
+        fua: bool,
+        class: IoClass,
+        key: Option<(usize, u64)>,
+    ) -> Result<()> {
+        let out = self.write_each(targets, fua, class).await;
+        self.judge_writes(&out, key)
+    }
+
+    /// The outcome of writes to targets: an error if the array failed, or NoSpace (after
+    /// recording the stripe `key` as inconsistent) if a member was out of space.
+    fn judge_writes(&self, out: &Written, key: Option<(usize, u64)>) -> Result<()> {
+        if !out.any_failed {
+            return Ok(());
+        }
+        if let Some(why) = &self.state.load().failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        if let Some(off) = out.region {
+            if let (Some((g, t)), Some(bm)) = (key, self.bitmap.as_ref()) {
+                bm.unsynced(g, t, bm.region_of(off));
+            }
+            return Err(self.nospace_error(&out.full));
         }
         Ok(())
+    }
+
+    /// Write to every target concurrently and judge each failure (see `write_failed`).
+    async fn write_each(&self, targets: Vec<Target>, fua: bool, class: IoClass) -> Written {
+        let futs = targets.into_iter().map(|t| async move {
+            let r = self.mwrite(&t.member, t.offset, t.buf, fua, class).await;
+            (t.member, t.offset, r)
+        });
+        let mut out = Written::default();
+        for (m, off, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                out.any_failed = true;
+                if self.write_failed(&m, &e, crate::reason::WRITE_ERROR).await
+                    == WriteFault::NoSpace
+                {
+                    out.region = Some(off);
+                    if !out.full.iter().any(|x| Arc::ptr_eq(x, &m)) {
+                        out.full.push(m);
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Mark the bitmap region of member offset `off` dirty (durably) before writing it.
@@ -207,15 +433,23 @@ impl Array {
                 )
             }
         });
+        let mut full = Vec::new();
         for (m, r) in futures::future::join_all(futs).await {
             if let Err(e) = r {
-                m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(member = %m.path, error = %e, "bitmap write failed");
-                self.fail_member(&m, "bitmap write error").await;
+                if self.write_failed(&m, &e, crate::reason::BITMAP_WRITE).await
+                    == WriteFault::NoSpace
+                {
+                    full.push(m);
+                }
             }
         }
         if let Some(why) = &self.state.load().failed {
             return Err(Error::Failed(why.clone()));
+        }
+        if !full.is_empty() {
+            // The bit may be on some members only: harmless (assembly takes the union),
+            // but the write it guards must not go ahead.
+            return Err(self.nospace_error(&full));
         }
         Ok(())
     }
@@ -318,8 +552,18 @@ impl Array {
         dst: SharedBuf,
         repair: Option<Arc<Member>>,
     ) -> Result<()> {
-        let chunk = self.geometry.chunk as u64;
         let _lock = self.locks.lock(p.group, p.stripe).await;
+        self.reconstruct_locked(p, dst, repair).await
+    }
+
+    /// `degraded_read` with the stripe lock already held.
+    async fn reconstruct_locked(
+        &self,
+        p: ChunkPiece,
+        dst: SharedBuf,
+        repair: Option<Arc<Member>>,
+    ) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
         let st = self.state.load_full();
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone()));
@@ -346,23 +590,50 @@ impl Array {
         slice_mut(&dst).copy_from_slice(slice_of(out));
         if let Some(m) = repair {
             let fix = AlignedBuf::from_slice(slice_of(out)).into_shared();
-            match self
-                .mwrite(&m, base + p.chunk_off, fix, false, IoClass::Foreground)
-                .await
-            {
-                Ok(()) => {
-                    m.stats.repaired.fetch_add(p.len / 4096, Ordering::Relaxed);
-                    tracing::info!(member = %m.path, offset = base + p.chunk_off, "rewrote unreadable range");
-                }
-                Err(e) => {
-                    m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(member = %m.path, error = %e, "repair write failed");
-                    self.fail_member(&m, "could not rewrite an unreadable range")
-                        .await;
-                }
-            }
+            self.repair(&m, base + p.chunk_off, fix, IoClass::Foreground)
+                .await;
         }
         Ok(())
+    }
+
+    /// Rewrite a range a member failed to read, with data redundancy rebuilt. Only while
+    /// the member is still in service (the read error may have failed it: a member that
+    /// shrank is never written again), and never past its size; a repair that cannot be
+    /// written fails the member. Returns whether it was rewritten.
+    pub(crate) async fn repair(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        class: IoClass,
+    ) -> bool {
+        if !self.in_service(m) {
+            return false;
+        }
+        let len = buf.len() as u64;
+        match self.mwrite_in_place(m, off, buf, class).await {
+            Ok(()) => {
+                m.stats.repaired.fetch_add(len / 4096, Ordering::Relaxed);
+                tracing::info!(member = %m.path, offset = off, "rewrote unreadable range");
+                true
+            }
+            Err(e) => {
+                // Out of space rewriting blocks it holds: it keeps its error, and the
+                // next read of them reconstructs again.
+                self.write_failed(m, &e, crate::reason::REPAIR_WRITE).await;
+                false
+            }
+        }
+    }
+
+    /// Is this member still one the array writes to?
+    pub(crate) fn in_service(&self, m: &Arc<Member>) -> bool {
+        self.state
+            .load()
+            .slots
+            .iter()
+            .flat_map(|s| s.write_targets())
+            .any(|x| Arc::ptr_eq(x, m))
     }
 
     async fn read_mirror(
@@ -371,6 +642,20 @@ impl Array {
         stripe: u64,
         moff: u64,
         dst: SharedBuf,
+    ) -> Result<()> {
+        self.read_copies(group, stripe, moff, dst, false).await
+    }
+
+    /// Read from the first copy that answers; copies that failed are rewritten from it
+    /// unless the caller holds the stripe lock (`locked`: a write follows that rewrites
+    /// every copy anyway).
+    async fn read_copies(
+        &self,
+        group: usize,
+        stripe: u64,
+        moff: u64,
+        dst: SharedBuf,
+        locked: bool,
     ) -> Result<()> {
         let w = self.geometry.width as usize;
         let st = self.state.load_full();
@@ -390,7 +675,7 @@ impl Array {
         for m in &order {
             match self.mread(m, moff, dst.clone(), IoClass::Foreground).await {
                 Ok(()) => {
-                    if !bad.is_empty() {
+                    if !bad.is_empty() && !locked {
                         self.repair_mirror(group, stripe, moff, &dst, bad).await;
                     }
                     return Ok(());
@@ -435,19 +720,8 @@ impl Array {
             return;
         }
         for m in bad {
-            match self
-                .mwrite(&m, moff, fresh.clone(), false, IoClass::Foreground)
-                .await
-            {
-                Ok(()) => {
-                    m.stats.repaired.fetch_add(len / 4096, Ordering::Relaxed);
-                }
-                Err(_) => {
-                    m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                    self.fail_member(&m, "could not rewrite an unreadable range")
-                        .await;
-                }
-            }
+            self.repair(&m, moff, fresh.clone(), IoClass::Foreground)
+                .await;
         }
     }
 
@@ -456,9 +730,111 @@ impl Array {
     /// Write `data` at `offset`; with `fua`, durable on every member before returning.
     pub async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
         self.check_io(offset, data.len() as u64)?;
+        self.check_writable()?;
         let len = data.len() as u64;
         let data = data.into_shared();
-        self.write_shared(offset, len, &data, fua).await
+        self.write_shared(offset, len, &data, fua, &[]).await
+    }
+
+    /// Write `data` at any byte `offset` (an NBD client that did not agree to the block
+    /// size; zeroing part of a block). The 4 KiB blocks it covers only in part are read
+    /// and merged inside the same stripe lock every write to them takes, so writes from
+    /// any number of connections, to the same blocks at once, never lose each other's
+    /// bytes. Aligned requests take the plain path.
+    pub async fn write_bytes(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        let len = data.len() as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.size)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "range {offset}+{len} is beyond the end of the volume ({} bytes)",
+                    self.size
+                ))
+            })?;
+        let (start, stop) = (offset / BLOCK * BLOCK, end.div_ceil(BLOCK) * BLOCK);
+        if (start, stop) == (offset, end) {
+            return self.write(offset, AlignedBuf::from_slice(data), fua).await;
+        }
+        self.check_io(start, stop - start)?;
+        let mut buf = AlignedBuf::zeroed((stop - start) as usize);
+        let at = (offset - start) as usize;
+        buf[at..at + data.len()].copy_from_slice(data);
+        // The blocks at either end that keep bytes of their own (one, if both ends lie in
+        // the same block).
+        let mut patches = Vec::new();
+        let head_end = (start + BLOCK).min(end);
+        if offset > start || head_end < start + BLOCK {
+            patches.push(Patch {
+                at: 0,
+                new: at..(head_end - start) as usize,
+            });
+        }
+        if end < stop && stop - BLOCK > start {
+            patches.push(Patch {
+                at: (stop - BLOCK - start) as usize,
+                new: 0..(end - (stop - BLOCK)) as usize,
+            });
+        }
+        let data = buf.into_shared();
+        self.write_shared(start, stop - start, &data, fua, &patches)
+            .await
+    }
+
+    /// Make `len` bytes at any byte `offset` read back as zeros: the blocks covered in
+    /// part are merged as by [`Array::write_bytes`], whole blocks are zeroed as by
+    /// [`Array::write_zeroes`] (with `punch`, deallocated where the members can).
+    pub async fn write_zeroes_bytes(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        punch: bool,
+    ) -> Result<()> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.size)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "range {offset}+{len} is beyond the end of the volume ({} bytes)",
+                    self.size
+                ))
+            })?;
+        let (a0, a1) = (offset.div_ceil(BLOCK) * BLOCK, end / BLOCK * BLOCK);
+        if a0 >= a1 {
+            // No whole block inside: at most two partial ones.
+            return self
+                .write_bytes(offset, &vec![0u8; len as usize], fua)
+                .await;
+        }
+        let head = async {
+            match offset < a0 {
+                true => {
+                    self.write_bytes(offset, &vec![0u8; (a0 - offset) as usize], false)
+                        .await
+                }
+                false => Ok(()),
+            }
+        };
+        let tail = async {
+            match a1 < end {
+                true => {
+                    self.write_bytes(a1, &vec![0u8; (end - a1) as usize], false)
+                        .await
+                }
+                false => Ok(()),
+            }
+        };
+        let middle = self.write_zeroes(a0, a1 - a0, false, punch);
+        let (h, m, t) = futures::future::join3(head, middle, tail).await;
+        h.and(m).and(t)?;
+        if fua {
+            self.flush().await?;
+        }
+        Ok(())
     }
 
     pub(crate) async fn write_shared(
@@ -467,40 +843,64 @@ impl Array {
         len: u64,
         data: &SharedBuf,
         fua: bool,
+        patches: &[Patch],
     ) -> Result<()> {
+        // The patches inside a piece at `buf_off..buf_off+len` of the buffer, relative to it.
+        let within = |buf_off: u64, len: u64| -> Vec<Patch> {
+            patches
+                .iter()
+                .filter(|p| (buf_off..buf_off + len).contains(&(p.at as u64)))
+                .map(|p| Patch {
+                    at: p.at - buf_off as usize,
+                    new: p.new.clone(),
+                })
+                .collect()
+        };
         match self.geometry.scheme() {
             Scheme::Concat | Scheme::Parity { m: 0, .. } => {
                 let futs = self.direct_pieces(offset, len).into_iter().map(|d| {
                     let src = data.slice(d.buf_off as usize..(d.buf_off + d.len) as usize);
-                    self.write_plain(d.slot, d.lock_key, d.moff, src, fua)
+                    let mine = within(d.buf_off, d.len);
+                    self.write_plain(d.slot, d.lock_key, d.moff, src, fua, mine)
                 });
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
             Scheme::Mirror { .. } => {
                 let futs = self.geometry.pieces(offset, len).into_iter().map(|p| {
                     let src = data.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
-                    self.write_mirror(p.group, p.stripe, p.chunk_off, src, fua)
+                    let mine = within(p.buf_off, p.len);
+                    self.write_mirror(p.group, p.stripe, p.chunk_off, src, fua, mine)
                 });
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
             Scheme::Parity { .. } => {
                 // Group pieces by stripe; each stripe is planned on its own.
-                let mut stripes: Vec<(usize, u64, Vec<NewData>)> = Vec::new();
+                type Planned = (usize, u64, Vec<NewData>, Vec<(usize, Patch)>);
+                let mut stripes: Vec<Planned> = Vec::new();
                 for p in self.geometry.pieces(offset, len) {
                     let nd = NewData {
                         index: p.index,
                         chunk_off: p.chunk_off,
                         src: data.slice(p.buf_off as usize..(p.buf_off + p.len) as usize),
                     };
+                    let mine = within(p.buf_off, p.len);
                     match stripes.last_mut() {
-                        Some((g, t, v)) if *g == p.group && *t == p.stripe => v.push(nd),
-                        _ => stripes.push((p.group, p.stripe, vec![nd])),
+                        Some((g, t, v, pp)) if *g == p.group && *t == p.stripe => {
+                            pp.extend(mine.into_iter().map(|x| (v.len(), x)));
+                            v.push(nd);
+                        }
+                        _ => stripes.push((
+                            p.group,
+                            p.stripe,
+                            vec![nd],
+                            mine.into_iter().map(|x| (0, x)).collect(),
+                        )),
                     }
                 }
                 let futs = stripes
                     .into_iter()
-                    .map(|(g, t, v)| self.write_stripe(g, t, v, fua));
-                futures::future::try_join_all(futs).await?;
+                    .map(|(g, t, v, pp)| self.write_stripe(g, t, v, fua, pp));
+                all_done(futs).await?;
             }
         }
         Ok(())
@@ -561,12 +961,19 @@ impl Array {
         moff: u64,
         src: SharedBuf,
         fua: bool,
+        patches: Vec<Patch>,
     ) -> Result<()> {
         let chunk = self.geometry.chunk as u64;
         let mut _locks = Vec::new();
         for t in moff / chunk..(moff + src.len() as u64).div_ceil(chunk) {
             // Ascending order; the copy holds one lock at a time, so this cannot deadlock.
             _locks.push(self.locks.lock(lock_key, t).await);
+        }
+        for p in &patches {
+            let old = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
+            self.read_direct(slot, moff + p.at as u64, old.clone())
+                .await?;
+            p.merge(&src, &old);
         }
         let st = self.state.load_full();
         let targets: Vec<Target> = st.slots[slot]
@@ -580,7 +987,9 @@ impl Array {
         if targets.is_empty() {
             return Err(Error::Failed(format!("slot {slot} has no working member")));
         }
-        self.write_targets(targets, fua, IoClass::Foreground).await
+        // One copy: a write refused for space leaves nothing inconsistent to resync.
+        self.write_targets(targets, fua, IoClass::Foreground, None)
+            .await
     }
 
     async fn write_mirror(
@@ -590,11 +999,18 @@ impl Array {
         chunk_off: u64,
         src: SharedBuf,
         fua: bool,
+        patches: Vec<Patch>,
     ) -> Result<()> {
         let chunk = self.geometry.chunk as u64;
         let moff = stripe * chunk + chunk_off;
         let _region = self.enter_region(moff).await?;
         let _lock = self.locks.lock(group, stripe).await;
+        for p in &patches {
+            let old = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
+            self.read_copies(group, stripe, moff + p.at as u64, old.clone(), true)
+                .await?;
+            p.merge(&src, &old);
+        }
         let st = self.state.load_full();
         let w = self.geometry.width as usize;
         let targets: Vec<Target> = (0..w)
@@ -608,7 +1024,8 @@ impl Array {
         if targets.is_empty() {
             return Err(Error::Failed(format!("group {group} has no working copy")));
         }
-        self.write_targets(targets, fua, IoClass::Foreground).await
+        self.write_targets(targets, fua, IoClass::Foreground, Some((group, stripe)))
+            .await
     }
 
     /// Write new data into one parity stripe.
@@ -618,11 +1035,46 @@ impl Array {
         stripe: u64,
         new: Vec<NewData>,
         fua: bool,
+        patches: Vec<(usize, Patch)>,
     ) -> Result<()> {
         let chunk = self.geometry.chunk as u64;
         let base = stripe * chunk;
         let _region = self.enter_region(base).await?;
         let _lock = self.locks.lock(group, stripe).await;
+        for (i, p) in &patches {
+            // The block as the volume holds it now: from its member, else rebuilt.
+            let d = &new[*i];
+            let piece = ChunkPiece {
+                group,
+                stripe,
+                index: d.index,
+                chunk_off: d.chunk_off + p.at as u64,
+                len: BLOCK,
+                buf_off: 0,
+            };
+            let old = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
+            let slot =
+                group * self.geometry.width as usize + self.geometry.data_member(stripe, d.index);
+            let mut bad = None;
+            let st = self.state.load_full();
+            if let Some(m) = st.slots[slot].readable(base + piece.chunk_off + BLOCK) {
+                match self
+                    .mread(m, base + piece.chunk_off, old.clone(), IoClass::Foreground)
+                    .await
+                {
+                    Ok(()) => {
+                        p.merge(&d.src, &old);
+                        continue;
+                    }
+                    Err(e) => {
+                        self.note_read_error(m, &e).await;
+                        bad = Some(m.clone());
+                    }
+                }
+            }
+            self.reconstruct_locked(piece, old.clone(), bad).await?;
+            p.merge(&d.src, &old);
+        }
         let st = self.state.load_full();
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone()));
@@ -656,7 +1108,29 @@ impl Array {
             .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
             .collect();
         let mut done = false;
-        if full {
+        // Parity computed from the data alone (not from old parity): the rows written are
+        // consistent afterwards whatever they were before.
+        let mut from_data = full;
+        // With a data chunk missing, the stripe must stay consistent through a write that
+        // reaches some members only (a member file's file system full): that chunk lives
+        // only in parity. Members that can run out of space (files) take the plan below,
+        // which keeps the old rows to put back.
+        let missing_data = (0..k).any(|i| readable(i).is_none());
+        // (A whole-stripe write over a stripe already inconsistent has nothing to keep:
+        // what the missing chunk held is not known; it settles the stripe instead.)
+        let settles = full
+            && r0 == 0
+            && rl as u64 == chunk
+            && self
+                .bitmap
+                .as_ref()
+                .is_some_and(|b| b.is_unsynced(group, stripe));
+        let can_run_out = missing_data
+            && !settles
+            && (0..k + m).any(|s| st.slots[slot_of(s)].write_targets().any(|x| x.is_file));
+        if can_run_out {
+            // done stays false: the gather plan.
+        } else if full {
             let data: Vec<&[u8]> = by_index
                 .iter()
                 .map(|d| slice_of(&d.expect("full").src))
@@ -686,8 +1160,12 @@ impl Array {
                 done = self
                     .rcw(&codec, base, r0, rl, &by_index, &parity, &readable)
                     .await;
+                from_data = true;
             }
         }
+        // What to write back should the write reach some members and not others for
+        // want of space (the degraded plan below): the rows as they were.
+        let mut undo: Option<Vec<Target>> = None;
         let mut targets = Vec::new();
         if done {
             for d in &new {
@@ -713,6 +1191,20 @@ impl Array {
                     IoClass::Foreground,
                 )
                 .await?;
+            // A stripe with a member missing is only consistent while every write to it
+            // reaches every member: a write refused for space on one member would leave
+            // the missing member's data impossible to rebuild. So keep the old rows, and
+            // write them back if that happens.
+            let old_rows: Vec<SharedBuf> = (0..k)
+                .map(|i| {
+                    let b = shards.bufs[i].as_ref().expect("data gathered");
+                    if by_index[i].is_some() {
+                        AlignedBuf::from_slice(slice_of(b)).into_shared()
+                    } else {
+                        b.clone()
+                    }
+                })
+                .collect();
             let data: Vec<SharedBuf> = (0..k)
                 .map(|i| {
                     let b = shards.bufs[i].as_ref().expect("data gathered").clone();
@@ -723,6 +1215,39 @@ impl Array {
                     b
                 })
                 .collect();
+            let old_parity: Vec<SharedBuf> = (0..m)
+                .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
+                .collect();
+            {
+                let dr: Vec<&[u8]> = old_rows.iter().map(slice_of).collect();
+                let mut p: Vec<&mut [u8]> = old_parity.iter().map(slice_mut).collect();
+                codec
+                    .encode(&dr, &mut p)
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
+            }
+            let mut back = Vec::new();
+            for (i, b) in old_rows.iter().enumerate() {
+                if by_index[i].is_some() || shards.stale.contains(&i) {
+                    for mem in st.slots[slot_of(i)].write_targets() {
+                        back.push(Target {
+                            member: mem.clone(),
+                            offset: base + r0,
+                            buf: b.clone(),
+                        });
+                    }
+                }
+            }
+            for (r, p) in old_parity.iter().enumerate() {
+                for mem in st.slots[slot_of(k + r)].write_targets() {
+                    back.push(Target {
+                        member: mem.clone(),
+                        offset: base + r0,
+                        buf: p.clone(),
+                    });
+                }
+            }
+            undo = Some(back);
+            from_data = true;
             {
                 let dr: Vec<&[u8]> = data.iter().map(slice_of).collect();
                 let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
@@ -752,7 +1277,43 @@ impl Array {
                 });
             }
         }
-        self.write_targets(targets, fua, IoClass::Foreground).await
+        let key = Some((group, stripe));
+        let r = match undo {
+            None => {
+                self.write_targets(targets, fua, IoClass::Foreground, key)
+                    .await
+            }
+            Some(back) => {
+                let first = self.write_each(targets, fua, IoClass::Foreground).await;
+                match self.judge_writes(&first, None) {
+                    Err(e @ Error::NoSpace(_)) => {
+                        // Put the rows back as they were. A member out of space took a
+                        // prefix of its write (a file system lands what fits, in order),
+                        // whose blocks are allocated now: rewriting them needs no space,
+                        // and where its rewrite is refused further on nothing had
+                        // changed. Only a refusal from a member whose write had landed
+                        // whole leaves the stripe inconsistent.
+                        let mut again = self.write_each(back, fua, IoClass::Foreground).await;
+                        again
+                            .full
+                            .retain(|m| !first.full.iter().any(|f| Arc::ptr_eq(f, m)));
+                        if again.full.is_empty() {
+                            again.region = None;
+                        }
+                        self.judge_writes(&again, key)?;
+                        Err(e)
+                    }
+                    other => other,
+                }
+            }
+        };
+        if r.is_ok() && from_data && r0 == 0 && rl as u64 == chunk {
+            // Every row's parity now follows from the data: consistent again.
+            if let Some(bm) = &self.bitmap {
+                bm.synced(group, stripe);
+            }
+        }
+        r
     }
 
     /// Read-modify-write: parity += coef * (old ^ new). False if a read failed.
@@ -867,6 +1428,10 @@ impl Array {
 
     /// Make every acknowledged write durable on every member.
     pub async fn flush(&self) -> Result<()> {
+        if self.read_only.load(Ordering::Acquire) {
+            // A rescue writes nothing: nothing to make durable.
+            return Ok(());
+        }
         let st = self.state.load_full();
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone()));
@@ -882,9 +1447,11 @@ impl Array {
             .map(|m| async move { (m.clone(), dev::flush(&m.dev).await) });
         for (m, r) in futures::future::join_all(futs).await {
             if let Err(e) = r {
+                // Even out of space: a flush that fails may have dropped written data
+                // (the kernel forgets pages it could not write back), so the member failed.
                 m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(member = %m.path, error = %e, "flush failed");
-                self.fail_member(&m, "flush error").await;
+                self.fail_member(&m, crate::reason::FLUSH_ERROR).await;
             }
         }
         if let Some(why) = &self.state.load().failed {
@@ -896,6 +1463,7 @@ impl Array {
     /// Make a range read back as zeros (NBD WRITE_ZEROES); `punch` also deallocates.
     pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool, punch: bool) -> Result<()> {
         self.check_io(offset, len)?;
+        self.check_writable()?;
         let chunk = self.geometry.chunk as u64;
         let w = self.geometry.width as usize;
         match self.geometry.scheme() {
@@ -933,14 +1501,14 @@ impl Array {
                 } else {
                     futs.push(Box::pin(self.zero_by_writing(offset, len, fua)));
                 }
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
             Scheme::Concat => {
                 let futs = self
                     .concat_pieces(offset, len)
                     .into_iter()
                     .map(|(slot, moff, _, n)| self.zero_slot(slot, moff, n, punch, None));
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
             scheme => {
                 let futs = self
@@ -953,8 +1521,14 @@ impl Array {
                             let _region = self.enter_region(moff).await?;
                             let _lock = self.locks.lock(p.group, p.stripe).await;
                             for i in 0..w {
-                                self.zero_slot(p.group * w + i, moff, p.len, punch, None)
-                                    .await?;
+                                self.zero_slot(
+                                    p.group * w + i,
+                                    moff,
+                                    p.len,
+                                    punch,
+                                    Some((p.group, p.stripe)),
+                                )
+                                .await?;
                             }
                             Ok(())
                         } else {
@@ -962,7 +1536,7 @@ impl Array {
                             self.zero_slot(slot, moff, p.len, punch, None).await
                         }
                     });
-                futures::future::try_join_all(futs).await?;
+                all_done(futs).await?;
             }
         }
         if fua {
@@ -973,7 +1547,7 @@ impl Array {
 
     async fn zero_by_writing(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
         let z = AlignedBuf::zeroed(len as usize).into_shared();
-        self.write_shared(offset, len, &z, fua).await
+        self.write_shared(offset, len, &z, fua, &[]).await
     }
 
     async fn zero_stripe(&self, group: usize, stripe: u64, punch: bool) -> Result<()> {
@@ -982,8 +1556,9 @@ impl Array {
         let base = stripe * chunk;
         let _region = self.enter_region(base).await?;
         let _lock = self.locks.lock(group, stripe).await;
-        let futs = (0..w).map(|i| self.zero_slot(group * w + i, base, chunk, punch, None));
-        futures::future::try_join_all(futs).await?;
+        let futs = (0..w)
+            .map(|i| self.zero_slot(group * w + i, base, chunk, punch, Some((group, stripe))));
+        all_done(futs).await?;
         Ok(())
     }
 
@@ -994,24 +1569,41 @@ impl Array {
         moff: u64,
         len: u64,
         punch: bool,
-        _hint: Option<()>,
+        key: Option<(usize, u64)>,
     ) -> Result<()> {
         let st = self.state.load_full();
         let members: Vec<Arc<Member>> = st.slots[slot].write_targets().cloned().collect();
+        let mut full = Vec::new();
         for m in members {
             let req = IoReq {
                 offset: self.member_off(moff),
                 kind: IoKind::Zero { len, punch },
                 class: IoClass::Foreground,
             };
-            if let Err(e) = dev::io(&m.dev, req).await {
-                m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(member = %m.path, error = %e, "zeroing failed");
-                self.fail_member(&m, "write error").await;
+            let mut r = dev::io(&m.dev, req).await;
+            if r.is_ok() && m.is_file {
+                // Zeroing by writing (the last resort) would grow a truncated file.
+                r = self.check_size(&m);
+            }
+            if let Err(e) = r {
+                if self.write_failed(&m, &e, crate::reason::WRITE_ERROR).await
+                    == WriteFault::NoSpace
+                {
+                    full.push(m);
+                }
             }
         }
         if let Some(why) = &self.state.load().failed {
             return Err(Error::Failed(why.clone()));
+        }
+        if !full.is_empty() {
+            // Zeroing that was refused leaves old data (and a consistent stripe: zeroing
+            // by writing is planned as a write and goes through `write_targets`), except
+            // where copies differ: resync them like any inconsistent stripe.
+            if let (Some(bm), Some(key)) = (self.bitmap.as_ref(), key) {
+                bm.unsynced(key.0, key.1, bm.region_of(moff));
+            }
+            return Err(self.nospace_error(&full));
         }
         Ok(())
     }
@@ -1021,6 +1613,7 @@ impl Array {
     /// discard on them does not promise zeros.
     pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
         self.check_io(offset, len)?;
+        self.check_writable()?;
         let st = self.state.load_full();
         let all_files = st.live_members().iter().all(|m| m.is_file);
         if !all_files {
@@ -1125,6 +1718,23 @@ impl Array {
             }
         }
         let stale: Vec<usize> = (0..n).filter(|&s| wanted[s]).collect();
+        // Parity re-encoded from every data chunk is right whatever the stripe held; data
+        // rebuilt from parity is only right where parity matched.
+        if stale.iter().any(|&s| s < k)
+            && self
+                .bitmap
+                .as_ref()
+                .is_some_and(|b| b.is_unsynced(group, stripe))
+        {
+            // Parity here may not match the data (a write reached some members only):
+            // what it would rebuild is not known to be the data. An error, never guesses.
+            return Err(Error::io(
+                format!("group {group} stripe {stripe}"),
+                io::Error::other(
+                    "this stripe was left inconsistent by a write that ran out of space and cannot be reconstructed until it is resynced (that happens by itself once space is free, while all its members are present)",
+                ),
+            ));
+        }
         if !stale.is_empty() {
             let work: Vec<SharedBuf> = (0..n)
                 .map(|s| {

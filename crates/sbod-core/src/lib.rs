@@ -15,14 +15,17 @@ pub mod bitmap;
 pub mod buf;
 pub mod dev;
 pub mod error;
+pub mod freshness;
 mod io;
 pub mod layout;
 pub mod locks;
+mod membership;
 pub mod process;
+pub mod reason;
 pub mod signature;
 pub mod superblock;
 
-pub use array::{Array, AssembleOptions, CreateSpec, MemberSpec};
+pub use array::{AddOutcome, Array, AssembleOptions, CreateSpec, MemberSpec, ReAdd};
 pub use buf::AlignedBuf;
 pub use error::{Error, Result};
 pub use layout::{Geometry, Level};

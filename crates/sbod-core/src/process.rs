@@ -7,8 +7,10 @@ use crate::array::{Array, Member, State};
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::dev::IoClass;
 use crate::error::{Error, Result};
+use crate::io::WriteFault;
 use crate::layout::{Level, Scheme};
-use crate::superblock::SlotState;
+use crate::reason;
+use crate::superblock::{OutReason, SlotState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -186,6 +188,10 @@ const PIPELINE: u64 = 8;
 struct StripeCheck {
     mismatched_blocks: u64,
     repaired_blocks: u64,
+    /// Resync: a member is missing, nothing was done.
+    skipped: bool,
+    /// Members a check took out for returning wrong data.
+    failed: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -252,7 +258,92 @@ impl Array {
         let sup = tokio::spawn(async move { a.supervise().await });
         let a = self.clone();
         let sweep = tokio::spawn(async move { a.sweep_loop().await });
-        self.tasks.lock().extend([sup, sweep]);
+        let a = self.clone();
+        let watch = tokio::spawn(async move { a.watch_loop().await });
+        self.tasks.lock().extend([sup, sweep, watch]);
+    }
+
+    /// Every second: fail members that shrank (a truncated member file is caught here even
+    /// where no I/O touches the part cut off), and resync the stripes writes left
+    /// inconsistent for want of space, once writes succeed again.
+    async fn watch_loop(self: Arc<Self>) {
+        loop {
+            // Made before `closing` is read, so a close's kick during a round is not missed.
+            let kicked = self.wake.notified();
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = kicked => {}
+            }
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            self.check_sizes().await;
+            if let Err(e) = self.resync_unsynced().await {
+                tracing::debug!(array = %self.name, error = %e, "inconsistent stripes wait");
+            }
+        }
+    }
+
+    /// Fail every member in service that is now smaller than the data the array keeps on
+    /// it. Returns how many were failed.
+    pub async fn check_sizes(&self) -> usize {
+        let mut n = 0;
+        for m in self.state.load_full().live_members() {
+            if let Some(s) = self.shrunk(&m) {
+                self.fail_member(&m, s.why()).await;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Hold every stripe of these bitmap regions as inconsistent, for the watch to resync
+    /// (a resync that could not run now).
+    pub(crate) fn defer_resync(&self, regions: &[u64]) {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return;
+        };
+        let chunk = self.geometry.chunk as u64;
+        for &r in regions {
+            let from = r * bm.region / chunk;
+            let to = ((r + 1) * bm.region).min(self.geometry.member_size) / chunk;
+            for t in from..to {
+                for g in 0..self.geometry.groups as usize {
+                    bm.unsynced(g, t, r);
+                }
+            }
+        }
+    }
+
+    /// Resync the stripes writes left inconsistent (parity from the data; mirrors from the
+    /// first copy, or the majority of three or more). A stripe whose group misses a member
+    /// waits (its parity cannot be recomputed); out of space stops the round. Returns how
+    /// many stay inconsistent.
+    pub async fn resync_unsynced(&self) -> Result<usize> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok(0);
+        };
+        let stripes = bm.unsynced_stripes();
+        if stripes.is_empty() {
+            return Ok(0);
+        }
+        for (g, t) in stripes {
+            match self.check_stripe(g, t, CheckMode::Resync).await {
+                Ok(c) if !c.skipped => {
+                    bm.synced(g, t);
+                    tracing::info!(array = %self.name, group = g, stripe = t, "resynced a stripe a write had left inconsistent");
+                }
+                Ok(_) => {}
+                Err(e @ Error::NoSpace(_)) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(array = %self.name, group = g, stripe = t, error = %e, "could not resync an inconsistent stripe")
+                }
+            }
+        }
+        Ok(bm.unsynced_stripes().len())
     }
 
     /// Runs rebuilds and the initial resync whenever there is work.
@@ -264,15 +355,18 @@ impl Array {
             let notified = self.wake.notified();
             let st = self.state.load_full();
             if st.failed.is_none() && !rebuild_targets(&st).is_empty() {
-                // A scrub gives way to a rebuild.
+                // A scrub gives way to a rebuild (one run in the foreground is waited for).
                 let running = self.process.lock().clone();
                 if let Some(p) = running.filter(|p| !p.is_finished()) {
-                    p.cancel();
+                    if p.kind != ProcessKind::Rebuild {
+                        p.cancel();
+                    }
                     p.wait().await;
                 }
                 if let Err(e) = self.rebuild().await {
                     tracing::error!(array = %self.name, error = %e, "rebuild stopped");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    // Try again in a while, or at once when woken (a close, a new member).
+                    let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }
                 continue;
             }
@@ -282,7 +376,7 @@ impl Array {
             {
                 if let Err(e) = self.initial_resync().await {
                     tracing::warn!(array = %self.name, error = %e, "resync paused");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }
                 continue;
             }
@@ -296,15 +390,21 @@ impl Array {
             return;
         };
         loop {
+            // Created before looking at `closing`, so a close's kick is never missed (a
+            // sweeper first polled after the close used to sleep its full second).
+            let notified = self.wake.notified();
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(1000)) => {}
-                _ = self.wake.notified() => {}
+                _ = notified => {}
             }
             if self.closing.load(Ordering::Acquire) {
                 return;
             }
             let cand = bm.idle_candidates();
-            if cand.is_empty() || self.flush().await.is_err() {
+            if cand.is_empty() || !self.may_clear_bits().await || self.flush().await.is_err() {
                 continue;
             }
             let mut i = 0;
@@ -331,6 +431,36 @@ impl Array {
                 }
             }
         }
+    }
+
+    /// Bits are the record of what a member that is out missed: none is cleared while any
+    /// slot is out. And before the first clear since the event last moved, the superblocks
+    /// move `bitmap_since` to a new event, so a member that stopped before it (a copy put
+    /// back, a member taken out) can never be recovered from bits already gone.
+    async fn may_clear_bits(&self) -> bool {
+        let whole = |st: &State| st.slots.iter().all(|s| s.state == SlotState::Active);
+        if !whole(&self.state.load_full()) {
+            return false;
+        }
+        let _g = self.mgmt.lock().await;
+        let st = self.state.load_full();
+        if !whole(&st) || st.failed.is_some() {
+            return false;
+        }
+        let event = self.event.load(Ordering::Acquire);
+        if self.bitmap_since.load(Ordering::Acquire) >= event {
+            return true;
+        }
+        self.bitmap_since.store(event + 1, Ordering::Release);
+        let lost = self.persist(&st, false).await;
+        drop(_g);
+        if lost.is_empty() {
+            return true;
+        }
+        for m in lost {
+            self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
+        false
     }
 
     fn lock_key(&self, slot: usize) -> usize {
@@ -364,11 +494,11 @@ impl Array {
                 }
                 let start = targets
                     .iter()
-                    .map(|t| t.2.load(Ordering::Acquire))
+                    .map(|t| t.progress.load(Ordering::Acquire))
                     .min()
                     .unwrap_or(0)
                     / chunk;
-                let end = targets.iter().map(|t| t.1.size).max().unwrap_or(0) / chunk;
+                let end = targets.iter().map(|t| t.member.size).max().unwrap_or(0) / chunk;
                 handle.total.store(end * chunk, Ordering::Relaxed);
                 let event = self.event.load(Ordering::Acquire);
                 let mut t = start;
@@ -377,6 +507,21 @@ impl Array {
                         self.checkpoint().await;
                         return Ok(());
                     }
+                    // Stripes no target needs (a bitmap recovery over regions nothing was
+                    // written to) are passed over without I/O.
+                    let next = self.next_needed(&targets, t * chunk).map(|o| o / chunk);
+                    let skip_to = next.unwrap_or(end).min(end);
+                    if skip_to > t {
+                        t = skip_to;
+                        for x in &targets {
+                            let off = (t * chunk).min(x.member.size);
+                            if x.progress.load(Ordering::Acquire) < off {
+                                x.progress.store(off, Ordering::Release);
+                            }
+                        }
+                        handle.done.store(t * chunk, Ordering::Relaxed);
+                        continue;
+                    }
                     // A window of stripes in flight at once keeps every member busy;
                     // progress only advances past stripes that are all done.
                     let w_end = (t + PIPELINE).min(end);
@@ -384,14 +529,15 @@ impl Array {
                     for tt in t..w_end {
                         let mut keys: Vec<usize> = targets
                             .iter()
-                            .filter(|x| {
-                                x.2.load(Ordering::Acquire) <= tt * chunk && tt * chunk < x.1.size
-                            })
-                            .map(|x| self.lock_key(x.0))
+                            .filter(|x| self.target_needs(x, tt * chunk))
+                            .map(|x| self.lock_key(x.slot))
                             .collect();
                         keys.sort_unstable();
                         keys.dedup();
-                        jobs.extend(keys.into_iter().map(|key| self.rebuild_stripe(key, tt)));
+                        jobs.extend(
+                            keys.into_iter()
+                                .map(|key| self.rebuild_stripe(key, tt, &targets)),
+                        );
                     }
                     let mut bytes = 0;
                     for r in futures::future::join_all(jobs).await {
@@ -399,8 +545,8 @@ impl Array {
                     }
                     for x in &targets {
                         let off = w_end * chunk;
-                        if x.2.load(Ordering::Acquire) < off {
-                            x.2.store(off.min(x.1.size), Ordering::Release);
+                        if x.progress.load(Ordering::Acquire) < off {
+                            x.progress.store(off.min(x.member.size), Ordering::Release);
                         }
                     }
                     handle.done.store(w_end * chunk, Ordering::Relaxed);
@@ -449,30 +595,71 @@ impl Array {
         }
     }
 
-    /// Persist rebuild progress.
+    /// Persist rebuild (and initial resync) progress. What the rebuild wrote below the
+    /// recorded offsets is made durable first: a superblock must never say a member is
+    /// valid where its data could still be lost to a power cut.
     async fn checkpoint(&self) {
+        if self.flush().await.is_err() {
+            return;
+        }
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
         let lost = self.persist(&st, false).await;
         drop(_g);
         for m in lost {
-            self.fail_member(&m, "superblock write failed").await;
+            self.fail_member(&m, OutReason::MetadataWrite).await;
         }
     }
 
-    /// Promote targets that are complete.
+    /// Promote targets that are complete: their data is made durable, the new state is
+    /// recorded on the members, and only then used (a retired member stops getting writes
+    /// only once no superblock says it is in service).
     async fn finish_targets(&self) {
+        let complete = |st: &State| {
+            st.slots.iter().any(|s| {
+                (s.state == SlotState::Rebuilding
+                    && s.recovery.load(Ordering::Acquire)
+                        >= s.member.as_ref().map(|m| m.size).unwrap_or(0))
+                    || s.replacement.as_ref().is_some_and(|(m, off)| {
+                        off.load(Ordering::Acquire) >= m.size && s.state == SlotState::Active
+                    })
+            })
+        };
+        let st = self.state.load_full();
+        if !complete(&st) || self.flush().await.is_err() {
+            return;
+        }
+        // About to be in sync: they carry the whole bitmap first.
+        let joining: Vec<Arc<Member>> = st
+            .slots
+            .iter()
+            .flat_map(|s| {
+                let main = (s.state == SlotState::Rebuilding)
+                    .then(|| s.member.clone())
+                    .flatten();
+                main.into_iter()
+                    .chain(s.replacement.as_ref().map(|(m, _)| m.clone()))
+            })
+            .collect();
+        self.sync_bitmap(&joining).await;
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
         let mut new = (*st).clone();
         let mut retired = Vec::new();
+        let mut done = Vec::new();
         let mut changed = false;
         for s in new.slots.iter_mut() {
             if s.state == SlotState::Rebuilding {
                 let size = s.member.as_ref().map(|m| m.size).unwrap_or(0);
                 if s.recovery.load(Ordering::Acquire) >= size {
                     s.state = SlotState::Active;
+                    s.out = None;
+                    s.bitmap_recovery = false;
+                    s.note = None;
                     changed = true;
+                    if let Some(m) = &s.member {
+                        done.push(m.uuid);
+                    }
                     tracing::info!(member = %s.member.as_ref().map(|m| m.path.as_str()).unwrap_or("?"), "rebuild complete");
                 }
             }
@@ -483,6 +670,7 @@ impl Array {
                         retired.push(old);
                     }
                     s.entry = Some(m.entry());
+                    done.push(m.uuid);
                     changed = true;
                     tracing::info!(member = %m.path, "replacement complete");
                 }
@@ -492,9 +680,10 @@ impl Array {
             return;
         }
         self.judge(&mut new);
-        let new = Arc::new(new);
-        self.state.store(new.clone());
-        let lost = self.persist(&new, false).await;
+        let lost = self.commit(new).await;
+        for u in &done {
+            self.end_recovery(u, true);
+        }
         drop(_g);
         for m in retired {
             // The old member leaves the array: wipe its claim.
@@ -503,13 +692,49 @@ impl Array {
             m.dev.close();
         }
         for m in lost {
-            self.fail_member(&m, "superblock write failed").await;
+            self.fail_member(&m, OutReason::MetadataWrite).await;
         }
+    }
+
+    /// Does rebuild target `x` still need member offset `off`? A bitmap recovery needs
+    /// only regions whose bit is set: a region clean now was clean when the member came
+    /// back (bits are not cleared while a slot is out), and every write since reached it.
+    fn target_needs(&self, x: &Target, off: u64) -> bool {
+        x.progress.load(Ordering::Acquire) <= off
+            && off < x.member.size
+            && (!x.bitmap
+                || self
+                    .bitmap
+                    .as_ref()
+                    .is_none_or(|b| b.is_dirty(b.region_of(off))))
+    }
+
+    /// The lowest member offset at or after `from` some target needs.
+    fn next_needed(&self, targets: &[Target], from: u64) -> Option<u64> {
+        targets
+            .iter()
+            .filter_map(|x| {
+                let start = from.max(x.progress.load(Ordering::Acquire));
+                if start >= x.member.size {
+                    return None;
+                }
+                match (&self.bitmap, x.bitmap) {
+                    (Some(b), true) => {
+                        let first = b.region_of(start);
+                        (first..b.regions)
+                            .find(|&r| b.is_dirty(r))
+                            .map(|r| (r * b.region).max(start))
+                            .filter(|&o| o < x.member.size)
+                    }
+                    _ => Some(start),
+                }
+            })
+            .min()
     }
 
     /// Rebuild member offsets `[t*chunk, (t+1)*chunk)` of every target in the group (or
     /// concat slot) `key`. Returns bytes written.
-    async fn rebuild_stripe(&self, key: usize, t: u64) -> Result<u64> {
+    async fn rebuild_stripe(&self, key: usize, t: u64, plan: &[Target]) -> Result<u64> {
         let chunk = self.geometry.chunk as u64;
         let w = self.geometry.width as usize;
         let _lock = self.locks.lock(key, t).await;
@@ -520,13 +745,13 @@ impl Array {
         } else {
             (key * w..(key + 1) * w).collect()
         };
-        // (slot, member, progress)
         let targets: Vec<(usize, Arc<Member>)> = rebuild_targets(&st)
             .into_iter()
-            .filter(|x| {
-                slots.contains(&x.0) && x.2.load(Ordering::Acquire) <= base && base < x.1.size
-            })
-            .map(|x| (x.0, x.1))
+            .filter(|x| slots.contains(&x.slot) && self.target_needs(x, base))
+            // Only the targets of this pass: one that joined meanwhile is planned next,
+            // from its own progress.
+            .filter(|x| plan.iter().any(|p| Arc::ptr_eq(&p.member, &x.member)))
+            .map(|x| (x.slot, x.member))
             .collect();
         if targets.is_empty() {
             return Ok(0);
@@ -594,16 +819,26 @@ impl Array {
             }
         }
         let mut bytes = 0;
+        let mut full = Vec::new();
         for (mem, buf) in writes {
-            bytes += buf.len() as u64;
-            if let Err(e) = self
+            let n = buf.len() as u64;
+            bytes += n;
+            let r = self
                 .mwrite(&mem, base, buf, false, IoClass::Background)
-                .await
-            {
-                mem.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(member = %mem.path, error = %e, "rebuild write failed");
-                self.fail_member(&mem, "write error during rebuild").await;
+                .await;
+            if r.is_ok() {
+                self.note_recovered(&mem.uuid, n);
             }
+            if let Err(e) = r {
+                if self.write_failed(&mem, &e, reason::REBUILD_WRITE).await == WriteFault::NoSpace {
+                    full.push(mem);
+                }
+            }
+        }
+        if !full.is_empty() {
+            // Out of space: the rebuild pauses here (its progress stays before this
+            // stripe) and the supervisor tries again; the member stays.
+            return Err(self.nospace_error(&full));
         }
         Ok(bytes)
     }
@@ -677,8 +912,29 @@ impl Array {
                 jobs.clone().map(|(tt, g)| self.check_stripe(g, tt, mode)),
             )
             .await;
+            // A member a check failed makes the other stripes in flight see it gone: say
+            // what happened to it, not that.
+            let failed: Vec<String> = checks
+                .iter()
+                .filter_map(|c| c.as_ref().ok())
+                .flat_map(|c| c.failed.iter().cloned())
+                .collect();
+            if !failed.is_empty() {
+                return Err(Error::Refused(format!(
+                    "failed {}; the scrub stops here and the array rebuilds what it held (from a spare, or once replaced)",
+                    failed.join(", ")
+                )));
+            }
             for ((tt, g), c) in jobs.zip(checks) {
                 let c = c?;
+                if c.skipped {
+                    // A resync that cannot run (a member missing): the stripe stays held
+                    // as inconsistent, so nothing is rebuilt from its parity, which may
+                    // not match (the write hole); the watch resyncs it once it can.
+                    if let Some(bm) = &self.bitmap {
+                        bm.unsynced(g, tt, bm.region_of(tt * chunk));
+                    }
+                }
                 if c.mismatched_blocks > 0 {
                     h.mismatches
                         .fetch_add(c.mismatched_blocks, Ordering::Relaxed);
@@ -715,13 +971,23 @@ impl Array {
         let w = self.geometry.width as usize;
         let base = t * chunk;
         let _lock = self.locks.lock(g, t).await;
+        // A stripe a write left inconsistent is not corrupt: a check passes over it, a
+        // repair resyncs it (parity from the data), and nobody is blamed.
+        let unsynced = self.bitmap.as_ref().is_some_and(|b| b.is_unsynced(g, t));
+        if unsynced && mode == CheckMode::Check {
+            return Ok(StripeCheck::default());
+        }
+        let mode = if unsynced { CheckMode::Resync } else { mode };
         let st = self.state.load_full();
         let members: Vec<Option<Arc<Member>>> = (0..w)
             .map(|i| st.slots[g * w + i].readable(base + chunk).cloned())
             .collect();
         if members.iter().any(|m| m.is_none()) {
             if mode == CheckMode::Resync {
-                return Ok(StripeCheck::default());
+                return Ok(StripeCheck {
+                    skipped: true,
+                    ..Default::default()
+                });
             }
             return Err(Error::Refused(format!(
                 "group {g} lost a member during the scrub"
@@ -743,8 +1009,23 @@ impl Array {
                 unreadable.push(i);
             }
         }
+        if mode == CheckMode::Resync
+            && matches!(self.geometry.scheme(), Scheme::Parity { .. })
+            && (0..self.geometry.k())
+                .any(|s| unreadable.contains(&self.geometry.member_of_shard(t, s)))
+        {
+            // Parity here may not match the data (the reason for the resync): a data chunk
+            // that cannot be read cannot be rebuilt from it. The stripe stays held as
+            // inconsistent; reads of that chunk fail rather than guess.
+            return Ok(StripeCheck {
+                skipped: true,
+                ..Default::default()
+            });
+        }
         let mut out = StripeCheck::default();
         let mut rewrite: Vec<(usize, u64, SharedBuf)> = Vec::new(); // (member pos, row offset, data)
+                                                                    // Blocks of each member (by position) that redundancy located as wrong.
+        let mut blame: std::collections::BTreeMap<usize, u64> = Default::default();
         match self.geometry.scheme() {
             Scheme::Mirror { .. } => {
                 let good: Vec<usize> = (0..w).filter(|i| !unreadable.contains(i)).collect();
@@ -765,28 +1046,28 @@ impl Array {
                     if !same {
                         out.mismatched_blocks += 1;
                     }
-                    if mode == CheckMode::Check && unreadable.is_empty() {
-                        continue;
-                    }
-                    // Majority of three or more copies wins; otherwise the first copy.
-                    let mut winner = rows[0];
-                    if rows.len() >= 3 {
-                        for r in &rows {
-                            if rows.iter().filter(|x| *x == r).count() * 2 > rows.len() {
-                                winner = r;
-                            }
-                        }
-                    }
+                    // A majority of three or more copies wins, and locates the copies that
+                    // differ; otherwise the first copy wins and nobody is blamed (two
+                    // copies that differ cannot say which is wrong; md rewrites likewise).
+                    // A resync after a crash expects differences: it blames nobody.
+                    let majority = (rows.len() >= 3)
+                        .then(|| {
+                            rows.iter()
+                                .find(|r| rows.iter().filter(|x| x == r).count() * 2 > rows.len())
+                        })
+                        .flatten()
+                        .copied();
+                    let winner = majority.unwrap_or(rows[0]);
                     let fix = AlignedBuf::from_slice(winner).into_shared();
                     for i in 0..w {
                         let differs = unreadable.contains(&i)
                             || &slice_of(&bufs[i])[row..row + 4096] != winner;
                         if differs {
-                            if !unreadable.contains(&i) {
-                                members[i]
-                                    .stats
-                                    .checksum_errors
-                                    .fetch_add(1, Ordering::Relaxed);
+                            if !unreadable.contains(&i)
+                                && majority.is_some()
+                                && mode != CheckMode::Resync
+                            {
+                                *blame.entry(i).or_default() += 1;
                             }
                             if mode != CheckMode::Check || unreadable.contains(&i) {
                                 rewrite.push((i, row as u64, fix.clone()));
@@ -853,10 +1134,7 @@ impl Array {
                         match verdict {
                             sbod_codec::Verdict::Clean => {}
                             sbod_codec::Verdict::Corrupt(bad) => {
-                                members[pos(bad)]
-                                    .stats
-                                    .checksum_errors
-                                    .fetch_add(1, Ordering::Relaxed);
+                                *blame.entry(pos(bad)).or_default() += 1;
                                 if mode == CheckMode::Repair {
                                     let mut work: Vec<Vec<u8>> =
                                         rows.iter().map(|r| r.to_vec()).collect();
@@ -891,11 +1169,13 @@ impl Array {
             }
             Scheme::Concat => {}
         }
+        let mut full = Vec::new();
         for (i, row, buf) in rewrite {
             let m = &members[i];
             let n = buf.len() as u64 / 4096;
+            // Rewrites never grow a member (one that shrank is failed instead).
             match self
-                .mwrite(m, base + row, buf, false, IoClass::Background)
+                .mwrite_in_place(m, base + row, buf, IoClass::Background)
                 .await
             {
                 Ok(()) => {
@@ -903,10 +1183,34 @@ impl Array {
                     out.repaired_blocks += n;
                 }
                 Err(e) => {
-                    m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(member = %m.path, error = %e, "repair write failed");
-                    self.fail_member(m, "write error during repair").await;
+                    if self.write_failed(m, &e, reason::SCRUB_REPAIR_WRITE).await
+                        == WriteFault::NoSpace
+                    {
+                        full.push(m.clone());
+                    }
                 }
+            }
+        }
+        if !full.is_empty() {
+            return Err(self.nospace_error(&full));
+        }
+        if unsynced {
+            if let Some(bm) = &self.bitmap {
+                bm.synced(g, t);
+            }
+        }
+        // A member located as wrong in more blocks than the array tolerates is taken out in
+        // a check (which rewrites nothing); a repair has just rewritten its blocks (and a
+        // repair it refused has failed it). Never left in service, wrong and unrepaired,
+        // past the limit.
+        let max = self.settings.lock().max_checksum_errors;
+        for (i, n) in blame {
+            let m = &members[i];
+            let total = m.stats.checksum_errors.fetch_add(n, Ordering::Relaxed) + n;
+            if mode == CheckMode::Check && total > max && self.in_service(m) {
+                let why = reason::corrupt(total);
+                self.fail_member(m, why.clone()).await;
+                out.failed.push(format!("{} ({why})", m.path));
             }
         }
         Ok(out)
@@ -965,18 +1269,38 @@ impl Array {
     }
 }
 
-/// (slot, member, progress) for every member being rebuilt.
-fn rebuild_targets(st: &State) -> Vec<(usize, Arc<Member>, Arc<AtomicU64>)> {
+/// A member being rebuilt.
+struct Target {
+    slot: usize,
+    member: Arc<Member>,
+    /// Valid below this member offset.
+    progress: Arc<AtomicU64>,
+    /// Only the regions the write-intent bitmap marks.
+    bitmap: bool,
+}
+
+/// Every member being rebuilt.
+fn rebuild_targets(st: &State) -> Vec<Target> {
     let mut v = Vec::new();
     for (i, s) in st.slots.iter().enumerate() {
         if s.state == SlotState::Rebuilding {
             if let Some(m) = &s.member {
-                v.push((i, m.clone(), s.recovery.clone()));
+                v.push(Target {
+                    slot: i,
+                    member: m.clone(),
+                    progress: s.recovery.clone(),
+                    bitmap: s.bitmap_recovery,
+                });
             }
         }
         if let Some((m, off)) = &s.replacement {
             if s.state == SlotState::Active {
-                v.push((i, m.clone(), off.clone()));
+                v.push(Target {
+                    slot: i,
+                    member: m.clone(),
+                    progress: off.clone(),
+                    bitmap: false,
+                });
             }
         }
     }

@@ -6,13 +6,26 @@
 //! the valid copy with the higher event. The format is little-endian and hand-encoded so
 //! that every byte is defined here and a damaged block is refused with a message, never a
 //! panic.
+//!
+//! Version 2 adds what deciding which member to trust needs (see `freshness`): the session
+//! (a new id each time the array is started for writing) and the recent sessions before it,
+//! the event since which the write-intent bitmap covers every write (`bitmap_since`), and
+//! per slot why its member is out. After the fixed body comes an extension area of tagged
+//! records, so later features add fields without a new version: an unknown record marked
+//! incompatible makes the superblock refused (a newer sbod wrote it), an unknown compatible
+//! one is kept and written back unchanged. Version 1 superblocks are still read.
 
 use crate::layout::{Geometry, Level};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub const MAGIC: [u8; 8] = *b"SBODsb\x00\x01";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// Sessions remembered in `history` (md keeps one event counter; the ids of the last
+/// starts also tell a member that went on elsewhere from one that merely stopped early).
+pub const MAX_HISTORY: usize = 16;
+/// Extension record flag: a reader that does not know the tag must refuse the superblock.
+pub const EXT_INCOMPAT: u16 = 1;
 /// Bytes reserved for each superblock copy.
 pub const COPY_SIZE: usize = 32 * 1024;
 /// Where the write-intent bitmap starts.
@@ -55,6 +68,123 @@ impl SlotState {
     }
 }
 
+/// Why a slot's member is out of service (or, on a rebuilding slot, why it is being
+/// recovered). Stored as a code; codes this sbod does not know are kept as `Other`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutReason {
+    /// A write (or the rebuild's write) to it failed.
+    WriteError,
+    /// It failed more reads than `max_read_errors`.
+    ReadErrors,
+    FlushError,
+    /// Its superblock or bitmap could not be written.
+    MetadataWrite,
+    /// A range could not be rewritten after a read error or a scrub.
+    RepairWrite,
+    /// `sbod fail`.
+    Admin,
+    /// Not present when the array was started (`--degraded`).
+    Missing,
+    /// Its superblock is older than the array's: it missed writes.
+    Stale,
+    /// The device got smaller than the data it holds.
+    Shrank,
+    /// Reads returned fewer bytes than asked (the device lies about its size).
+    ShortRead,
+    /// A remote member whose host could not be reached (refused, reset, timed out).
+    Unreachable,
+    /// A scrub located wrong data on it (silent corruption) past `max_checksum_errors`.
+    Corrupt,
+    /// A code written by a newer sbod.
+    Other(u8),
+}
+
+impl OutReason {
+    pub fn code(self) -> u8 {
+        match self {
+            OutReason::WriteError => 1,
+            OutReason::ReadErrors => 2,
+            OutReason::FlushError => 3,
+            OutReason::MetadataWrite => 4,
+            OutReason::RepairWrite => 5,
+            OutReason::Admin => 6,
+            OutReason::Missing => 7,
+            OutReason::Stale => 8,
+            OutReason::Shrank => 9,
+            OutReason::ShortRead => 10,
+            OutReason::Unreachable => 11,
+            OutReason::Corrupt => 12,
+            OutReason::Other(c) => c,
+        }
+    }
+
+    pub fn from_code(c: u8) -> OutReason {
+        match c {
+            1 => OutReason::WriteError,
+            2 => OutReason::ReadErrors,
+            3 => OutReason::FlushError,
+            4 => OutReason::MetadataWrite,
+            5 => OutReason::RepairWrite,
+            6 => OutReason::Admin,
+            7 => OutReason::Missing,
+            8 => OutReason::Stale,
+            9 => OutReason::Shrank,
+            10 => OutReason::ShortRead,
+            11 => OutReason::Unreachable,
+            12 => OutReason::Corrupt,
+            c => OutReason::Other(c),
+        }
+    }
+}
+
+impl std::fmt::Display for OutReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OutReason::WriteError => write!(f, "failed: write error"),
+            OutReason::ReadErrors => write!(f, "failed: too many read errors"),
+            OutReason::FlushError => write!(f, "failed: flush error"),
+            OutReason::MetadataWrite => write!(f, "failed: superblock or bitmap write error"),
+            OutReason::RepairWrite => write!(f, "failed: a repair could not be written"),
+            OutReason::Admin => write!(f, "failed by the administrator"),
+            OutReason::Missing => write!(f, "missing"),
+            OutReason::Stale => write!(f, "stale"),
+            OutReason::Shrank => write!(f, "failed: the device shrank"),
+            OutReason::ShortRead => write!(f, "failed: short read"),
+            OutReason::Unreachable => write!(f, "failed: unreachable"),
+            OutReason::Corrupt => write!(f, "failed: returned wrong data (silent corruption)"),
+            OutReason::Other(c) => write!(f, "failed (reason code {c})"),
+        }
+    }
+}
+
+/// Why and at which event a slot's member went out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutRecord {
+    pub reason: OutReason,
+    /// For `Stale`: the event the member's own superblock had; otherwise the array's event
+    /// when it happened.
+    pub event: u64,
+}
+
+/// One start of the array for writing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRec {
+    pub id: Uuid,
+    /// The event its first superblock write had.
+    pub start_event: u64,
+    /// Unix seconds.
+    pub started: u64,
+}
+
+/// An extension record this sbod does not know, kept as read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Extension {
+    pub tag: u16,
+    pub flags: u16,
+    pub data: Vec<u8>,
+}
+
 /// A member as the array records it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MemberEntry {
@@ -73,6 +203,11 @@ pub struct Slot {
     pub recovery_offset: u64,
     /// A member being rebuilt to take this slot over while the current one still serves.
     pub replacement: Option<(MemberEntry, u64)>,
+    /// Failed: why. Rebuilding: why it is being recovered (stale, missing, ...).
+    pub out: Option<OutRecord>,
+    /// Rebuilding from the write-intent bitmap: only regions whose bit is set are rebuilt
+    /// (the member was in sync before and missed only what the bitmap records).
+    pub bitmap_recovery: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -94,14 +229,29 @@ pub struct Superblock {
     pub resync_offset: u64,
     pub slots: Vec<Slot>,
     pub spares: Vec<MemberEntry>,
+    /// The start of the array this superblock belongs to (nil in version 1).
+    pub session: Uuid,
+    /// The last starts, oldest first, this session last (empty in version 1).
+    pub history: Vec<SessionRec>,
+    /// Every write since this event has its region's bit set in the bitmap of the members
+    /// in sync: a member that left at or after it can be recovered from the bitmap alone.
+    pub bitmap_since: u64,
+    /// Extension records this sbod does not know (compatible ones), kept as read.
+    pub extensions: Vec<Extension>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SbError {
     #[error("no sbod superblock (wrong magic)")]
     NoMagic,
-    #[error("superblock version {0} is newer than this sbod understands (1); upgrade sbod")]
+    #[error(
+        "superblock version {0} is newer than this sbod understands ({VERSION}); upgrade sbod"
+    )]
     Version(u32),
+    #[error(
+        "the superblock was written by a newer sbod (feature {0} is not known here); upgrade sbod"
+    )]
+    Incompatible(u16),
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the block is damaged")]
     Checksum { stored: u32, computed: u32 },
     #[error("superblock is malformed: {0}")]
@@ -112,6 +262,9 @@ struct W(Vec<u8>);
 impl W {
     fn u8(&mut self, v: u8) {
         self.0.push(v)
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes())
     }
     fn u32(&mut self, v: u32) {
         self.0.extend_from_slice(&v.to_le_bytes())
@@ -151,6 +304,9 @@ impl<'a> R<'a> {
     }
     fn u8(&mut self) -> Result<u8, SbError> {
         Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, SbError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
     }
     fn u32(&mut self) -> Result<u32, SbError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
@@ -210,9 +366,17 @@ const HDR: usize = 20;
 
 impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_as(VERSION)
+    }
+
+    /// Encode in an older format (version 1 drops what version 2 added): for tests of
+    /// arrays written by an older sbod.
+    #[doc(hidden)]
+    pub fn encode_as(&self, version: u32) -> Vec<u8> {
+        let v2 = version >= 2;
         let mut w = W(Vec::with_capacity(4096));
         w.0.extend_from_slice(&MAGIC);
-        w.u32(VERSION);
+        w.u32(version);
         w.u32(0); // length, patched below
         w.u32(0); // crc, patched below
         w.uuid(&self.array_uuid);
@@ -253,10 +417,28 @@ impl Superblock {
                 }
                 None => w.u8(0),
             }
+            if !v2 {
+                continue;
+            }
+            match s.out {
+                Some(o) => {
+                    // Code 0 means "none": a reason is never written as 0.
+                    w.u8(o.reason.code().max(1));
+                    w.u64(o.event);
+                }
+                None => {
+                    w.u8(0);
+                    w.u64(0);
+                }
+            }
+            w.u8(s.bitmap_recovery as u8);
         }
         w.u32(self.spares.len() as u32);
         for m in &self.spares {
             w.member(m);
+        }
+        if v2 {
+            self.encode_v2_tail(&mut w);
         }
         let len = w.0.len() as u32;
         w.0[12..16].copy_from_slice(&len.to_le_bytes());
@@ -269,15 +451,34 @@ impl Superblock {
         w.0
     }
 
+    fn encode_v2_tail(&self, w: &mut W) {
+        w.uuid(&self.session);
+        w.u64(self.bitmap_since);
+        let skip = self.history.len().saturating_sub(MAX_HISTORY);
+        w.u8((self.history.len() - skip) as u8);
+        for h in &self.history[skip..] {
+            w.uuid(&h.id);
+            w.u64(h.start_event);
+            w.u64(h.started);
+        }
+        for e in &self.extensions {
+            w.u16(e.tag);
+            w.u16(e.flags);
+            w.u32(e.data.len() as u32);
+            w.0.extend_from_slice(&e.data);
+        }
+    }
+
     /// Decode one copy. Never panics, whatever the bytes.
     pub fn decode(b: &[u8]) -> Result<Superblock, SbError> {
         if b.len() < HDR || b[..8] != MAGIC {
             return Err(SbError::NoMagic);
         }
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(SbError::Version(version));
         }
+        let v2 = version >= 2;
         let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
         if !(HDR..=COPY_SIZE.min(b.len())).contains(&len) {
             return Err(SbError::Malformed(format!("length {len} out of range")));
@@ -342,11 +543,28 @@ impl Superblock {
                 1 => Some((r.member()?, r.u64()?)),
                 _ => return Err(SbError::Malformed("bad replacement flag".into())),
             };
+            let (out, bitmap_recovery) = if v2 {
+                let code = r.u8()?;
+                let event = r.u64()?;
+                let out = (code != 0).then(|| OutRecord {
+                    reason: OutReason::from_code(code),
+                    event,
+                });
+                let flags = r.u8()?;
+                if flags > 1 {
+                    return Err(SbError::Malformed("unknown slot flags".into()));
+                }
+                (out, flags == 1)
+            } else {
+                (None, false)
+            };
             slots.push(Slot {
                 member,
                 state,
                 recovery_offset,
                 replacement,
+                out,
+                bitmap_recovery,
             });
         }
         let nspares = r.u32()? as usize;
@@ -357,6 +575,46 @@ impl Superblock {
         for _ in 0..nspares {
             spares.push(r.member()?);
         }
+        let (session, bitmap_since, history, extensions) = if v2 {
+            let session = r.uuid()?;
+            let bitmap_since = r.u64()?;
+            let n = r.u8()? as usize;
+            if n > MAX_HISTORY {
+                return Err(SbError::Malformed(format!("{n} sessions in the history")));
+            }
+            let mut history = Vec::with_capacity(n);
+            for _ in 0..n {
+                history.push(SessionRec {
+                    id: r.uuid()?,
+                    start_event: r.u64()?,
+                    started: r.u64()?,
+                });
+            }
+            if history
+                .windows(2)
+                .any(|w| w[0].start_event >= w[1].start_event)
+                || history.last().is_some_and(|h| h.start_event > event)
+            {
+                return Err(SbError::Malformed(
+                    "the session history is out of order".into(),
+                ));
+            }
+            let mut extensions = Vec::new();
+            while r.pos < len {
+                let tag = r.u16()?;
+                let flags = r.u16()?;
+                let n = r.u32()? as usize;
+                let data = r.take(n)?.to_vec();
+                // No extension is known yet: every record is someone else's.
+                if flags & EXT_INCOMPAT != 0 {
+                    return Err(SbError::Incompatible(tag));
+                }
+                extensions.push(Extension { tag, flags, data });
+            }
+            (session, bitmap_since, history, extensions)
+        } else {
+            (Uuid::nil(), event, Vec::new(), Vec::new())
+        };
         if geometry.data_offset < BITMAP_OFFSET + bitmap_bytes as u64
             || !geometry.data_offset.is_multiple_of(4096)
         {
@@ -397,6 +655,10 @@ impl Superblock {
             resync_offset,
             slots,
             spares,
+            session,
+            history,
+            bitmap_since,
+            extensions,
         })
     }
 
@@ -486,6 +748,18 @@ mod tests {
                     },
                     recovery_offset: if i == 3 { 4096 } else { 0 },
                     replacement: None,
+                    out: match i {
+                        3 => Some(OutRecord {
+                            reason: OutReason::Stale,
+                            event: 4,
+                        }),
+                        5 => Some(OutRecord {
+                            reason: OutReason::Other(200),
+                            event: 6,
+                        }),
+                        _ => None,
+                    },
+                    bitmap_recovery: i == 3,
                 })
                 .collect(),
             spares: vec![MemberEntry {
@@ -493,7 +767,108 @@ mod tests {
                 domain: String::new(),
                 size: 65536 * 100,
             }],
+            session: Uuid::new_v4(),
+            history: vec![
+                SessionRec {
+                    id: Uuid::new_v4(),
+                    start_event: 1,
+                    started: 1_700_000_000,
+                },
+                SessionRec {
+                    id: Uuid::new_v4(),
+                    start_event: 5,
+                    started: 1_700_000_100,
+                },
+            ],
+            bitmap_since: 5,
+            extensions: Vec::new(),
         }
+    }
+
+    #[test]
+    fn version_1_superblocks_are_read_with_defaults() {
+        let mut sb = sample();
+        let b = sb.encode_as(1);
+        let d = Superblock::decode(&b).unwrap();
+        // What version 1 cannot say: no session, no reasons, and a bitmap that covers
+        // nothing before the superblock's own event.
+        assert_eq!(d.session, Uuid::nil());
+        assert!(d.history.is_empty() && d.extensions.is_empty());
+        assert_eq!(d.bitmap_since, d.event);
+        assert!(d
+            .slots
+            .iter()
+            .all(|s| s.out.is_none() && !s.bitmap_recovery));
+        sb.session = Uuid::nil();
+        sb.history.clear();
+        sb.bitmap_since = sb.event;
+        for s in sb.slots.iter_mut() {
+            s.out = None;
+            s.bitmap_recovery = false;
+        }
+        assert_eq!(d, sb);
+        assert!(Superblock::decode(&sb.encode_as(3)).is_err());
+    }
+
+    fn with_extension(tag: u16, flags: u16, data: &[u8]) -> Vec<u8> {
+        let mut sb = sample();
+        sb.extensions.push(Extension {
+            tag,
+            flags,
+            data: data.to_vec(),
+        });
+        sb.encode()
+    }
+
+    #[test]
+    fn unknown_compatible_extensions_are_kept() {
+        let b = with_extension(0x7001, 0, b"later feature");
+        let d = Superblock::decode(&b).unwrap();
+        assert_eq!(
+            d.extensions,
+            vec![Extension {
+                tag: 0x7001,
+                flags: 0,
+                data: b"later feature".to_vec()
+            }]
+        );
+        // Written back unchanged.
+        assert_eq!(d.encode(), b);
+    }
+
+    #[test]
+    fn unknown_incompatible_extensions_are_refused() {
+        let b = with_extension(0x7002, EXT_INCOMPAT, &[1, 2, 3]);
+        let e = Superblock::decode(&b).unwrap_err();
+        assert_eq!(e, SbError::Incompatible(0x7002));
+        assert!(e.to_string().contains("newer sbod"), "{e}");
+        // A record that runs past the end is malformed, not read out of bounds.
+        let mut b = with_extension(0x7003, 0, &[9; 16]);
+        let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+        b[len - 16 - 4..len - 16].copy_from_slice(&1000u32.to_le_bytes());
+        b[16..20].fill(0);
+        let crc = crc32c::crc32c(&b[..len]);
+        b[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(Superblock::decode(&b), Err(SbError::Malformed(_))));
+    }
+
+    #[test]
+    fn reasons_keep_their_codes() {
+        for c in 1..=255u8 {
+            let r = OutReason::from_code(c);
+            assert_eq!(r.code(), c);
+            assert!(!r.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn a_history_out_of_order_is_refused() {
+        let mut sb = sample();
+        sb.history.swap(0, 1);
+        assert!(matches!(
+            Superblock::decode(&sb.encode()),
+            Err(SbError::Malformed(_))
+        ));
     }
 
     #[test]
@@ -505,7 +880,7 @@ mod tests {
 
     #[test]
     fn any_flipped_bit_is_refused() {
-        let b = sample().encode();
+        let b = with_extension(0x7001, 0, b"xyz");
         for i in 0..b.len() * 8 {
             let mut c = b.clone();
             c[i / 8] ^= 1 << (i % 8);

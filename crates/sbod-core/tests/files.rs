@@ -70,11 +70,15 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 async fn assemble(paths: &[PathBuf]) -> Result<Arc<Array>, Error> {
+    assemble_with(paths, AssembleOptions::default()).await
+}
+
+async fn assemble_with(paths: &[PathBuf], opts: AssembleOptions) -> Result<Arc<Array>, Error> {
     Array::assemble(
         paths.iter().map(|p| open(p)).collect(),
         AssembleOptions {
             no_processes: true,
-            ..Default::default()
+            ..opts
         },
     )
     .await
@@ -109,8 +113,12 @@ fn life_cycle_on_files() {
         }
         a.flush().await.unwrap();
         // Two members fail: everything still reads back.
-        a.fail(&paths[2].display().to_string()).await.unwrap();
-        a.fail(&paths[5].display().to_string()).await.unwrap();
+        a.fail(&paths[2].display().to_string(), false)
+            .await
+            .unwrap();
+        a.fail(&paths[5].display().to_string(), false)
+            .await
+            .unwrap();
         assert_eq!(a.status().state, "degraded");
         assert!(a.read(0, size as usize).await.unwrap()[..] == model[..]);
         // Writes go on while degraded.
@@ -142,8 +150,12 @@ fn life_cycle_on_files() {
         assert_eq!(b.status().state, "optimal");
         assert!(b.read(0, size as usize).await.unwrap()[..] == model[..]);
         // The rebuilt members carry real data: lose two original members and read again.
-        b.fail(&members[0].display().to_string()).await.unwrap();
-        b.fail(&members[1].display().to_string()).await.unwrap();
+        b.fail(&members[0].display().to_string(), false)
+            .await
+            .unwrap();
+        b.fail(&members[1].display().to_string(), false)
+            .await
+            .unwrap();
         assert!(b.read(0, size as usize).await.unwrap()[..] == model[..]);
         b.close().await.unwrap();
     });
@@ -172,8 +184,26 @@ fn stale_member_is_rebuilt_not_trusted() {
             .filter(|(i, _)| *i != 1)
             .map(|(_, p)| p.clone())
             .collect();
-        let b = assemble(&without).await.unwrap();
+        // It was in service when the array stopped: starting without it takes --degraded.
+        let err = assemble(&without)
+            .await
+            .err()
+            .expect("started without a member");
+        assert!(
+            matches!(err, Error::MissingMembers(_)) && err.to_string().contains("--degraded"),
+            "{err}"
+        );
+        let b = assemble_with(
+            &without,
+            AssembleOptions {
+                degraded: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(b.status().state, "degraded");
+        assert_eq!(b.status().members[1].state, "missing");
         let newer = pattern(size, 2);
         b.write(0, AlignedBuf::from_slice(&newer), false)
             .await
@@ -192,7 +222,9 @@ fn stale_member_is_rebuilt_not_trusted() {
         c.rebuild_now().await.unwrap();
         assert_eq!(c.status().state, "optimal");
         // Now member 1 must carry the new data: lose another member and read through it.
-        c.fail(&paths[0].display().to_string()).await.unwrap();
+        c.fail(&paths[0].display().to_string(), false)
+            .await
+            .unwrap();
         assert!(c.read(0, size).await.unwrap()[..] == newer[..]);
         c.close().await.unwrap();
     });
@@ -338,5 +370,330 @@ fn unclean_shutdown_resyncs_only_dirty_regions() {
         h.wait().await;
         assert_eq!(h.status().mismatches, 0);
         b.close().await.unwrap();
+    });
+}
+
+fn event_of(p: &Path) -> u64 {
+    let b = std::fs::read(p).unwrap();
+    sbod_core::superblock::Superblock::decode_area(&b[..2 * sbod_core::superblock::COPY_SIZE])
+        .unwrap()
+        .event
+}
+
+fn degraded() -> AssembleOptions {
+    AssembleOptions {
+        degraded: true,
+        ..Default::default()
+    }
+}
+
+/// Issue 13, item 1, as it was seen: raid5 of 4 files; data A, stop; keep a copy of
+/// member 2; data B, stop (or crash); put the old copy back. The array used to say OPTIMAL
+/// and return a mix of A and B. Now the copy is stale, named with its event, never read,
+/// and rebuilt; every read returns B.
+#[test]
+fn issue_13_an_old_copy_put_back_is_never_read() {
+    for crash in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        rt().block_on(async {
+            let paths = make_files(dir.path(), 4, 16 * MIB, "d");
+            let a = Array::create(
+                spec("vol0", Level::Raid5),
+                paths.iter().map(|p| open(p)).collect(),
+            )
+            .await
+            .unwrap();
+            let size = a.size() as usize;
+            a.close().await.unwrap();
+            let a = assemble(&paths).await.unwrap();
+            let data_a = pattern(size, 1);
+            a.write(0, AlignedBuf::from_slice(&data_a), false)
+                .await
+                .unwrap();
+            a.close().await.unwrap();
+            let copy = dir.path().join("d2.copy");
+            std::fs::copy(&paths[2], &copy).unwrap();
+            let old_event = event_of(&copy);
+            let b = assemble(&paths).await.unwrap();
+            let data_b = pattern(size, 2);
+            b.write(0, AlignedBuf::from_slice(&data_b), false)
+                .await
+                .unwrap();
+            if crash {
+                b.abandon().await;
+            } else {
+                b.close().await.unwrap();
+            }
+            drop(b);
+            let array_event = event_of(&paths[0]);
+            std::fs::copy(&copy, &paths[2]).unwrap();
+            let c = if crash {
+                // After a crash the stale copy is as good as missing where writes were
+                // under way, and parity there may not match (the write hole): refused,
+                // naming it, unless forced. (Here nothing was in flight: forcing is safe.)
+                let e = assemble(&paths).await.err().expect("write hole ignored");
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("not shut down cleanly") && msg.contains("d2.img (stale)"),
+                    "{msg}"
+                );
+                assemble_with(
+                    &paths,
+                    AssembleOptions {
+                        force: true,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap()
+            } else {
+                assemble(&paths).await.unwrap()
+            };
+            let st = c.status();
+            assert_eq!(st.state, "rebuilding", "crash={crash}: {st:?}");
+            let m2 = &st.members[2];
+            assert_eq!(m2.state, "rebuilding");
+            let reason = m2.reason.clone().unwrap();
+            assert!(
+                reason.starts_with(&format!("stale: event {old_event}, array at {array_event}")),
+                "crash={crash}: {reason}"
+            );
+            // Nothing read from the copy: B everywhere, before the rebuild and after.
+            assert!(
+                c.read(0, size).await.unwrap()[..] == data_b[..],
+                "crash={crash}"
+            );
+            c.rebuild_now().await.unwrap();
+            assert_eq!(c.status().state, "optimal");
+            c.fail(&paths[0].display().to_string(), false)
+                .await
+                .unwrap();
+            assert!(
+                c.read(0, size).await.unwrap()[..] == data_b[..],
+                "crash={crash}"
+            );
+            c.close().await.unwrap();
+        });
+    }
+}
+
+/// A member missing at a start: refused by name without `degraded`; with it, the array
+/// runs and records the member as missing; when it comes back it is re-added while the
+/// array runs and recovered from the write-intent bitmap: only the regions written while
+/// it was out, reported in bytes.
+#[test]
+fn a_missing_member_comes_back_by_the_bitmap() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let paths = make_files(dir.path(), 4, 34 * MIB, "d");
+        let a = Array::create(
+            CreateSpec {
+                bitmap_region: Some(MIB),
+                ..spec("vol0", Level::Raid5)
+            },
+            paths.iter().map(|p| open(p)).collect(),
+        )
+        .await
+        .unwrap();
+        let size = a.size() as usize;
+        let mut model = pattern(size, 1);
+        a.write(0, AlignedBuf::from_slice(&model), false)
+            .await
+            .unwrap();
+        a.close().await.unwrap();
+        let without: Vec<PathBuf> = [0, 1, 3].iter().map(|&i| paths[i].clone()).collect();
+        let e = assemble(&without).await.err().expect("started without d2");
+        let msg = e.to_string();
+        assert!(
+            matches!(e, Error::MissingMembers(ref m) if m.slots.len() == 1 && m.slots[0].slot == 2)
+                && msg.contains("slot 2")
+                && msg.contains("--degraded"),
+            "{msg}"
+        );
+        let b = assemble_with(&without, degraded()).await.unwrap();
+        let st = b.status();
+        assert_eq!(st.state, "degraded");
+        assert_eq!(st.members[2].state, "missing");
+        assert_eq!(st.members[2].reason.as_deref(), Some("missing"));
+        // Two small writes while it is away.
+        for off in [0u64, size as u64 / 2] {
+            let p = pattern(64 * 1024, off + 5);
+            b.write(off, AlignedBuf::from_slice(&p), false)
+                .await
+                .unwrap();
+            model[off as usize..off as usize + p.len()].copy_from_slice(&p);
+        }
+        let r = b.re_add(open(&paths[2])).await.unwrap();
+        assert!(r.bitmap && r.slot == 2, "{r:?}");
+        let region = st.bitmap_region.unwrap();
+        assert!(r.planned_bytes <= 2 * region, "{r:?}");
+        assert_eq!(b.status().members[2].state, "rebuilding");
+        b.rebuild_now().await.unwrap();
+        let st = b.status();
+        assert_eq!(st.state, "optimal");
+        let rec = st.recoveries.iter().find(|x| x.slot == 2).unwrap();
+        assert!(rec.bitmap && rec.state == "done", "{rec:?}");
+        assert!(
+            rec.recovered_bytes > 0 && rec.recovered_bytes <= 2 * region,
+            "resynced {} of a {} member: {rec:?}",
+            rec.recovered_bytes,
+            b.geometry.member_size
+        );
+        // It holds what was written while it was away: read through it.
+        b.fail(&paths[0].display().to_string(), false)
+            .await
+            .unwrap();
+        assert!(b.read(0, size).await.unwrap()[..] == model[..]);
+        b.close().await.unwrap();
+    });
+}
+
+/// Issue 13, item 5: the third `fail` on raid6 used to be accepted and the array failed;
+/// `assemble --force` then refused too. Now the third is refused saying what would be
+/// lost; forced, the array fails, and a forced assembly starts it read-only from the
+/// freshest members, serving what was written.
+#[test]
+fn issue_13_failing_past_redundancy_and_the_rescue() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let paths = make_files(dir.path(), 5, 16 * MIB, "d");
+        let a = Array::create(
+            spec("vol0", Level::Raid6),
+            paths.iter().map(|p| open(p)).collect(),
+        )
+        .await
+        .unwrap();
+        let size = a.size() as usize;
+        let data = pattern(size, 9);
+        a.write(0, AlignedBuf::from_slice(&data), false)
+            .await
+            .unwrap();
+        let p = |i: usize| paths[i].display().to_string();
+        a.fail(&p(1), false).await.unwrap();
+        a.fail(&p(3), false).await.unwrap();
+        let e = a.fail(&p(4), false).await.expect_err("third fail accepted");
+        let msg = e.to_string();
+        assert!(
+            matches!(e, Error::WouldFail(_))
+                && msg.contains("would leave group 0 of 'vol0' with 2 working members of 5")
+                && msg.contains("raid6 survives 2")
+                && msg.contains("--force"),
+            "{msg}"
+        );
+        assert_eq!(a.status().state, "degraded");
+        assert!(a.read(0, size).await.unwrap()[..] == data[..]);
+        a.fail(&p(4), true).await.unwrap();
+        assert_eq!(a.status().state, "failed");
+        assert!(matches!(a.read(0, 4096).await, Err(Error::Failed(_))));
+        a.close().await.ok();
+        drop(a);
+        let e = assemble(&paths)
+            .await
+            .err()
+            .expect("a failed array started");
+        assert!(
+            matches!(e, Error::Failed(_)) && e.to_string().contains("--force"),
+            "{e}"
+        );
+        let r = assemble_with(
+            &paths,
+            AssembleOptions {
+                force: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert!(r.is_read_only());
+        let st = r.status();
+        assert_eq!(st.state, "rescue");
+        assert!(st.read_only);
+        let rescue = r.report().rescue.unwrap();
+        assert!(
+            !rescue.used.is_empty() && rescue.unreadable_groups.is_empty(),
+            "{rescue:?}"
+        );
+        assert!(rescue.used[0].contains("left at event"), "{rescue:?}");
+        // Nothing was written after the array failed: the rescue reads it all back.
+        assert!(r.read(0, size).await.unwrap()[..] == data[..]);
+        assert!(matches!(
+            r.write(0, AlignedBuf::zeroed(4096), false).await,
+            Err(Error::ReadOnly(_))
+        ));
+        let before: Vec<u64> = paths.iter().map(|p| event_of(p)).collect();
+        r.close().await.unwrap();
+        let after: Vec<u64> = paths.iter().map(|p| event_of(p)).collect();
+        assert_eq!(before, after, "a rescue wrote superblocks");
+    });
+}
+
+/// Two halves of a mirror each started alone and went on: the halves are never merged.
+/// Assembly refuses and names both sides; forced, it takes the newest side and rebuilds
+/// the other from it.
+#[test]
+fn a_split_brain_is_refused_and_forced_takes_the_newest_side() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let paths = make_files(dir.path(), 2, 16 * MIB, "d");
+        let a = Array::create(
+            spec("vol0", Level::Raid1),
+            paths.iter().map(|p| open(p)).collect(),
+        )
+        .await
+        .unwrap();
+        let size = a.size() as usize;
+        a.close().await.unwrap();
+        // Side one: d0 alone, twice (so its event is the newest).
+        let x = pattern(size, 3);
+        for _ in 0..2 {
+            let s = assemble_with(&paths[..1], degraded()).await.unwrap();
+            s.write(0, AlignedBuf::from_slice(&x), false).await.unwrap();
+            s.close().await.unwrap();
+        }
+        // Side two: d1 alone.
+        let y = pattern(size, 4);
+        let s = assemble_with(&paths[1..], degraded()).await.unwrap();
+        s.write(0, AlignedBuf::from_slice(&y), false).await.unwrap();
+        s.close().await.unwrap();
+        let e = assemble(&paths).await.err().expect("merged a split brain");
+        let msg = e.to_string();
+        let (d0, d1) = (
+            paths[0].display().to_string(),
+            paths[1].display().to_string(),
+        );
+        assert!(
+            matches!(e, Error::SplitBrain(_))
+                && msg.contains("split brain")
+                && msg.contains(&format!("{d0} (event"))
+                && msg.contains(&format!("{d1} (event"))
+                && msg.contains("--force"),
+            "{msg}"
+        );
+        // Each side alone still starts (with --degraded), with its own data.
+        let s = assemble_with(&paths[1..], degraded()).await.unwrap();
+        assert!(s.read(0, size).await.unwrap()[..] == y[..]);
+        s.close().await.unwrap();
+        let f = assemble_with(
+            &paths,
+            AssembleOptions {
+                force: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert!(f.report().split_brain.is_some());
+        // The other side's member is rebuilt in full (the rebuild may already be over).
+        let st = f.status();
+        let rec = st.recoveries.iter().find(|r| r.slot == 1);
+        assert!(
+            st.members[1].state == "rebuilding" || rec.is_some_and(|r| !r.bitmap),
+            "{st:?}"
+        );
+        assert!(f.read(0, size).await.unwrap()[..] == x[..]);
+        f.rebuild_now().await.unwrap();
+        f.fail(&d0, false).await.unwrap();
+        assert!(f.read(0, size).await.unwrap()[..] == x[..]);
+        f.close().await.unwrap();
     });
 }

@@ -486,7 +486,7 @@ fn members_vanish_mid_io() {
                             gone += 1;
                         } else {
                             // A spare (plain MemDev) now holds this slot: fail it by hand.
-                            r.a.fail(&m.path).await.ok();
+                            r.a.fail(&m.path, true).await.ok();
                             gone += 1;
                         }
                     }

@@ -12,7 +12,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sbod_core::dev::MemDev;
 use sbod_core::layout::{Geometry, Level};
-use sbod_core::superblock::{MemberEntry, Slot, SlotState, Superblock, COPY_SIZE};
+use sbod_core::superblock::{
+    Extension, MemberEntry, OutReason, OutRecord, SessionRec, Slot, SlotState, Superblock,
+    COPY_SIZE,
+};
 use sbod_core::{AlignedBuf, Array, AssembleOptions, Error};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -57,6 +60,7 @@ fn kind(e: &sbod_core::superblock::SbError) -> &'static str {
     match e {
         NoMagic => "refused: no magic",
         Version(_) => "refused: version",
+        Incompatible(_) => "refused: newer feature",
         Checksum { .. } => "refused: checksum",
         Malformed(_) => "refused: malformed",
     }
@@ -106,12 +110,56 @@ fn slot() -> impl Strategy<Value = Slot> {
         size(),
         proptest::option::weighted(0.9, entry()),
         proptest::option::weighted(0.1, (entry(), size())),
+        proptest::option::weighted(0.3, (1u8..=255, any::<u64>())),
+        any::<bool>(),
     )
-        .prop_map(|(state, recovery_offset, member, replacement)| Slot {
-            member,
-            state,
-            recovery_offset,
-            replacement,
+        .prop_map(
+            |(state, recovery_offset, member, replacement, out, bitmap_recovery)| Slot {
+                member,
+                state,
+                recovery_offset,
+                replacement,
+                out: out.map(|(code, event)| OutRecord {
+                    reason: OutReason::from_code(code),
+                    event,
+                }),
+                bitmap_recovery,
+            },
+        )
+}
+
+/// Sessions, bitmap coverage and extension records: anything at all.
+#[allow(clippy::type_complexity)]
+fn lineage() -> impl Strategy<Value = (Uuid, Vec<SessionRec>, u64, Vec<Extension>)> {
+    (
+        any::<u128>(),
+        proptest::collection::vec((any::<u128>(), 0u64..1000, any::<u64>()), 0..20),
+        any::<u64>(),
+        proptest::collection::vec(
+            (
+                any::<u16>(),
+                0u16..4,
+                proptest::collection::vec(any::<u8>(), 0..40),
+            ),
+            0..3,
+        ),
+    )
+        .prop_map(|(session, history, bitmap_since, ext)| {
+            (
+                Uuid::from_u128(session),
+                history
+                    .into_iter()
+                    .map(|(id, start_event, started)| SessionRec {
+                        id: Uuid::from_u128(id),
+                        start_event,
+                        started,
+                    })
+                    .collect(),
+                bitmap_since,
+                ext.into_iter()
+                    .map(|(tag, flags, data)| Extension { tag, flags, data })
+                    .collect(),
+            )
         })
 }
 
@@ -133,6 +181,7 @@ fn superblock() -> impl Strategy<Value = Superblock> {
         proptest::collection::vec(slot(), 0..12),
         proptest::collection::vec(entry(), 0..3),
         ("[a-zA-Z0-9_.-]{0,64}", any::<u64>(), 0u64..1000),
+        lineage(),
     )
         .prop_map(
             |(
@@ -144,6 +193,7 @@ fn superblock() -> impl Strategy<Value = Superblock> {
                 slots,
                 spares,
                 (name, created, event),
+                (session, history, bitmap_since, extensions),
             )| Superblock {
                 array_uuid: Uuid::new_v4(),
                 name,
@@ -164,6 +214,10 @@ fn superblock() -> impl Strategy<Value = Superblock> {
                 resync_offset,
                 slots,
                 spares,
+                session,
+                history,
+                bitmap_since,
+                extensions,
             },
         )
 }
@@ -298,6 +352,11 @@ enum Change {
     ThisMember(usize),
     OtherArray,
     DropSlot(usize),
+    Session(u128),
+    ForgetHistory,
+    BitmapSince(u64),
+    SlotOut(usize, u8, u64),
+    BitmapRecovery(usize),
 }
 
 fn change() -> impl Strategy<Value = Change> {
@@ -327,6 +386,11 @@ fn change() -> impl Strategy<Value = Change> {
         (0usize..8).prop_map(Change::ThisMember),
         Just(Change::OtherArray),
         (0usize..8).prop_map(Change::DropSlot),
+        any::<u128>().prop_map(Change::Session),
+        Just(Change::ForgetHistory),
+        any::<u64>().prop_map(Change::BitmapSince),
+        (0usize..8, any::<u8>(), any::<u64>()).prop_map(|(i, c, e)| Change::SlotOut(i, c, e)),
+        (0usize..8).prop_map(Change::BitmapRecovery),
     ]
 }
 
@@ -390,6 +454,22 @@ fn apply(sb: &mut Superblock, c: &Change, others: &[Uuid], bitmap: &mut [u8]) {
         Change::DropSlot(i) => {
             if !sb.slots.is_empty() {
                 sb.slots.remove(i % n);
+            }
+        }
+        Change::Session(u) => sb.session = Uuid::from_u128(u),
+        Change::ForgetHistory => sb.history.clear(),
+        Change::BitmapSince(v) => sb.bitmap_since = v,
+        Change::SlotOut(i, code, event) => {
+            if let Some(s) = sb.slots.get_mut(i % n) {
+                s.out = (code != 0).then(|| OutRecord {
+                    reason: OutReason::from_code(code),
+                    event,
+                });
+            }
+        }
+        Change::BitmapRecovery(i) => {
+            if let Some(s) = sb.slots.get_mut(i % n) {
+                s.bitmap_recovery = !s.bitmap_recovery;
             }
         }
     }
@@ -461,6 +541,8 @@ fn assembly_of_hostile_superblocks_never_panics() {
                         Err(Error::Refused(_)) => "refused",
                         Err(Error::Invalid(_)) => "invalid",
                         Err(Error::Failed(_)) => "failed to start",
+                        Err(Error::MissingMembers(_)) => "refused: members missing",
+                        Err(Error::SplitBrain(_)) => "refused: split brain",
                         Err(Error::Io { .. }) => "i/o error",
                         Err(e) => panic!("unexpected error kind: {e:?}"),
                     }
@@ -581,9 +663,15 @@ fn one_member_with_a_different_layout_is_refused() {
         assert!(matches!(e, Error::Refused(_)), "{msg}");
         assert!(msg.contains("m4") && msg.contains("disagrees"), "{msg}");
         // Without it, the array runs degraded with the right data.
-        let b = Array::assemble(specs(&devs[..4]), AssembleOptions::default())
-            .await
-            .unwrap();
+        let b = Array::assemble(
+            specs(&devs[..4]),
+            AssembleOptions {
+                degraded: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(b.status().state, "degraded");
         assert!(b.read(0, 64 * BLOCK).await.unwrap()[..] == blocks_of(5, 0, 64)[..]);
         b.close().await.unwrap();

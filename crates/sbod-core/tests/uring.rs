@@ -314,6 +314,28 @@ fn short_file_reads_fail_past_the_end() {
     }
 }
 
+/// A member file truncated while open: every queue reports the size it has now (and the
+/// size it was opened with), and stops answering once closed.
+#[test]
+fn current_size_follows_a_truncation() {
+    for backend in backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = make_file(dir.path(), "m", 64 * BLOCK as u64);
+        let d = open(&path, backend);
+        assert_eq!(d.current_size().unwrap(), 64 * BLOCK as u64);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(8 * BLOCK as u64)
+            .unwrap();
+        assert_eq!(d.size(), 64 * BLOCK as u64, "{backend:?}");
+        assert_eq!(d.current_size().unwrap(), 8 * BLOCK as u64, "{backend:?}");
+        d.close();
+        assert!(d.current_size().is_err(), "{backend:?}: size after close");
+    }
+}
+
 /// A file that is not a multiple of the block size: the read of its tail comes back short;
 /// the queue asks again for the rest and reports EOF instead of a half-filled buffer.
 #[test]
@@ -627,7 +649,7 @@ fn raid6_run(backend: Backend) {
             }
             a.flush().await.unwrap();
             let p = |i: usize| paths[i].display().to_string();
-            a.fail(&p(2)).await.unwrap();
+            a.fail(&p(2), false).await.unwrap();
             assert_eq!(a.status().state, "degraded");
             assert!(a.read(0, size).await.unwrap()[..] == model[..]);
             let extra = pattern(size / 2, 9);
@@ -642,8 +664,8 @@ fn raid6_run(backend: Backend) {
             let spare = member_specs(&paths[6..], backend).pop().unwrap();
             a.replace(&p(2), spare, false).await.unwrap();
             wait_optimal(&a).await;
-            a.fail(&p(0)).await.unwrap();
-            a.fail(&p(4)).await.unwrap();
+            a.fail(&p(0), false).await.unwrap();
+            a.fail(&p(4), false).await.unwrap();
             assert!(
                 a.read(0, size).await.unwrap()[..] == model[..],
                 "{backend:?}: after rebuild and two losses"

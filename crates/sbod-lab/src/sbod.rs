@@ -330,6 +330,7 @@ pub fn array_info(v: &Value) -> ArrayInfo {
                     let slot = m["slot"].as_u64()?;
                     let path = m["path"].as_str().unwrap_or("?").to_string();
                     let kind = match std::fs::metadata(&path) {
+                        _ if path.contains("://") => "nbd",
                         Ok(md) if md.file_type().is_block_device() => "block",
                         _ => "file",
                     };
@@ -403,7 +404,8 @@ impl Backend for SbodBackend {
                     ..
                 } = &self.setup
                 {
-                    if !Path::new(r).exists() {
+                    // A remote member (an NBD URI) is checked when it is opened.
+                    if !r.contains("://") && !Path::new(r).exists() {
                         bail!("the replacement {r} does not exist");
                     }
                 }

@@ -71,7 +71,7 @@ pub struct MemberInfo {
     pub slot: u32,
     pub path: String,
     pub size_bytes: u64,
-    /// "file" or "block".
+    /// "file", "block" or "nbd" (a remote member, by its NBD URI).
     pub kind: String,
 }
 

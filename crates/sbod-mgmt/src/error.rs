@@ -38,7 +38,12 @@ pub fn kind_of(e: &anyhow::Error) -> ErrorKind {
         if let Some(c) = cause.downcast_ref::<sbod_core::Error>() {
             return match c {
                 sbod_core::Error::Invalid(_) => ErrorKind::Invalid,
-                sbod_core::Error::Refused(_) => ErrorKind::Refused,
+                sbod_core::Error::Refused(_)
+                | sbod_core::Error::MissingMembers(_)
+                | sbod_core::Error::SplitBrain(_)
+                | sbod_core::Error::WouldFail(_) => ErrorKind::Refused,
+                sbod_core::Error::ReadOnly(_) => ErrorKind::Conflict,
+                sbod_core::Error::NoSpace(_) => ErrorKind::Io,
                 sbod_core::Error::Failed(_)
                 | sbod_core::Error::Busy(_)
                 | sbod_core::Error::ShutDown => ErrorKind::Conflict,

@@ -42,8 +42,8 @@ impl Local {
         let a = &self.array;
         Ok(match req {
             Request::Status => serde_json::to_value(a.status())?,
-            Request::Fail { member } => {
-                let r = a.fail(&member).await;
+            Request::Fail { member, force } => {
+                let r = a.fail(&member, force).await;
                 self.save()?;
                 r?;
                 Value::Null
@@ -59,10 +59,15 @@ impl Local {
                 domain,
                 force,
             } => {
-                let spec = members::open(&member, &domain)?;
-                a.add(spec, force).await?;
+                // A failed member the array still holds open goes back on that handle
+                // (opening it again would meet its own lock).
+                let spec = match a.held_device(&member) {
+                    Some(s) => s,
+                    None => members::open(&member, &domain)?,
+                };
+                let outcome = a.add(spec, force).await?;
                 self.save()?;
-                Value::Null
+                serde_json::to_value(outcome)?
             }
             Request::Replace { old, new, force } => {
                 let spec = members::open(&new, "")?;

@@ -10,7 +10,7 @@ use crate::{members, registry};
 use anyhow::{anyhow, bail, Context, Result};
 use sbod_core::array::read_superblock;
 use sbod_core::superblock::Superblock;
-use sbod_core::{Array, AssembleOptions, CreateSpec};
+use sbod_core::{AddOutcome, Array, AssembleOptions, CreateSpec};
 use sbod_types::control::{
     AddArgs, AssembleArgs, CreateArgs, IoMetrics, MemberArgs, ReplaceArgs, Request, ScrubArgs,
     SetArgs,
@@ -73,30 +73,24 @@ impl Manager {
         registry::list()
     }
 
-    /// Open a registered array in this process.
+    /// Open a registered array in this process. A rescue (`force` on a failed array) that
+    /// cannot read everything looks at the members that failed too (it writes nothing).
     pub async fn open_offline(&self, name: &str, opts: AssembleOptions) -> Result<Local> {
         let reg = registry::load(name)?;
-        let mut specs = Vec::new();
-        for p in &reg.members {
-            let r = if opts.read_only {
-                members::open_read_only(p)
-            } else {
-                members::open(p, "")
-            };
-            match r {
-                Ok(s) => specs.push(s),
-                Err(e) => self
-                    .reporter
-                    .note(&format!("warning: {e}; assembling '{name}' without it")),
-            }
+        let mut a = self
+            .assemble_registered(name, &reg, &opts, &reg.to_open())
+            .await?;
+        let short = a
+            .report()
+            .rescue
+            .is_some_and(|r| !r.unreadable_groups.is_empty());
+        if short && !reg.failed.is_empty() {
+            a.close().await.ok();
+            let mut all = reg.to_open();
+            all.extend(reg.failed.iter().map(|f| f.path.clone()));
+            all.dedup();
+            a = self.assemble_registered(name, &reg, &opts, &all).await?;
         }
-        if specs.is_empty() {
-            return Err(err(
-                ErrorKind::Io,
-                format!("none of the members of '{name}' could be opened"),
-            ));
-        }
-        let a = Array::assemble(specs, opts).await?;
         if a.uuid.to_string() != reg.uuid {
             a.close().await.ok();
             bail!(
@@ -115,7 +109,50 @@ impl Manager {
         for (p, why) in &rep.ignored {
             self.reporter.note(&format!("warning: {p}: {why}"));
         }
+        if !opts.read_only {
+            for line in report_lines(&a, Some(&reg)) {
+                self.reporter.note(&format!("{name}: {line}"));
+            }
+        }
         Ok(Local::offline(name, a))
+    }
+
+    /// Assemble a registered array from the given member paths.
+    async fn assemble_registered(
+        &self,
+        name: &str,
+        reg: &registry::Registry,
+        opts: &AssembleOptions,
+        paths: &[String],
+    ) -> Result<Arc<Array>> {
+        let mut specs = Vec::new();
+        for p in paths {
+            let was_missing = reg.failed.iter().any(|f| f.missing && &f.path == p);
+            if was_missing && !sbod_remote::is_uri(p) && !std::path::Path::new(p).exists() {
+                // Still missing: the array already knows.
+                continue;
+            }
+            let r = if opts.read_only {
+                members::open_read_only(p)
+            } else {
+                members::open(p, "")
+            };
+            match r {
+                Ok(s) => specs.push(s),
+                Err(e) => self
+                    .reporter
+                    .note(&format!("warning: {e}; assembling '{name}' without it")),
+            }
+        }
+        if specs.is_empty() {
+            return Err(err(
+                ErrorKind::Io,
+                format!("none of the members of '{name}' could be opened"),
+            ));
+        }
+        Array::assemble(specs, opts.clone())
+            .await
+            .map_err(|e| explain(e, Some(reg)))
     }
 
     /// Open for a verb that changes membership (no background processes started).
@@ -124,6 +161,7 @@ impl Manager {
             name,
             AssembleOptions {
                 no_processes: true,
+                degraded: true,
                 ..Default::default()
             },
         )
@@ -225,7 +263,14 @@ impl Manager {
     /// Take a member out of service.
     pub async fn fail(&self, name: &str, a: &MemberArgs) -> Result<Via> {
         let member = registry::member_ref(name, &a.member);
-        self.member_change(name, Request::Fail { member }).await
+        self.member_change(
+            name,
+            Request::Fail {
+                member,
+                force: a.force,
+            },
+        )
+        .await
     }
 
     /// Remove a failed member or a spare.
@@ -243,18 +288,47 @@ impl Manager {
         Ok(Via::Offline)
     }
 
-    /// Create a new member's file if asked, and name it absolutely.
-    fn prepare_new(path: &str, size: Option<u64>) -> Result<String> {
+    /// Create the new members' files where a size is given (recorded in `created`), give
+    /// them their space with `preallocate` (else warn where sparse files cannot all grow),
+    /// and name them the way the registry does.
+    fn prepare_new(
+        &self,
+        paths: &[String],
+        size: Option<u64>,
+        preallocate: bool,
+        created: &mut Vec<String>,
+    ) -> Result<Vec<String>> {
         if let Some(sz) = size {
-            let _ = members::create_files(&[path.to_string()], sz)?;
+            check_member_size("--size", sz, 4096)?;
         }
-        members::check_exists(path)?;
-        registry::absolute(std::path::Path::new(path))
+        let space = members::space_needed(paths, size)?;
+        if preallocate {
+            members::check_preallocate(&space)?;
+        }
+        if let Some(sz) = size {
+            created.extend(members::create_files(paths, sz)?);
+        }
+        let abs = paths
+            .iter()
+            .map(|p| {
+                members::check_exists(p)?;
+                members::canonical(p)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if preallocate {
+            members::preallocate(paths)?;
+        } else {
+            for w in members::sparse_warnings(&space) {
+                self.reporter.note(&w);
+            }
+        }
+        Ok(abs)
     }
 
-    /// Add hot spares; a degraded array rebuilds onto one (offline: in the foreground).
-    /// Returns the members added, as absolute paths.
-    pub async fn add(&self, name: &str, a: &AddArgs) -> Result<(Via, Vec<String>)> {
+    /// Add hot spares, or give former members back (re-added to their slot, resynced from
+    /// the write-intent bitmap); a degraded array rebuilds onto a spare (offline: in the
+    /// foreground). Returns each member (as registered) with what was done with it.
+    pub async fn add(&self, name: &str, a: &AddArgs) -> Result<(Via, Vec<(String, Added)>)> {
         registry::load(name)?;
         if a.members.is_empty() {
             return Err(err(ErrorKind::Invalid, "name at least one member to add"));
@@ -263,33 +337,61 @@ impl Manager {
         if !served {
             self.refuse_offline(name, "adding a member (and the rebuild it may start)")?;
         }
-        let paths: Vec<String> = a
-            .members
-            .iter()
-            .map(|p| Self::prepare_new(p, a.size.map(|s| s.0)))
-            .collect::<Result<_>>()?;
+        let mut created = Vec::new();
+        let r = self.add_new(name, a, served, &mut created).await;
+        if r.is_err() {
+            members::remove_created(&created);
+        }
+        r
+    }
+
+    async fn add_new(
+        &self,
+        name: &str,
+        a: &AddArgs,
+        served: bool,
+        created: &mut Vec<String>,
+    ) -> Result<(Via, Vec<(String, Added)>)> {
+        let paths = self.prepare_new(&a.members, a.size.map(|s| s.0), a.preallocate, created)?;
         let req = |p: &String| Request::Add {
             member: p.clone(),
             domain: a.domain.clone(),
             force: a.force,
         };
+        let mut out = Vec::new();
         if served {
             for p in &paths {
-                self.remote(name, &req(p))
+                let v = self
+                    .remote(name, &req(p))
                     .await?
                     .ok_or_else(|| anyhow!("the server for '{name}' went away"))?;
+                keep(created, p);
+                let o = serde_json::from_value::<AddOutcome>(v)
+                    .map(Added::Outcome)
+                    .unwrap_or(Added::Done);
+                out.push((p.clone(), o));
             }
-            return Ok((Via::Served, paths));
+            return Ok((Via::Served, out));
         }
         let l = self.open_for_change(name).await?;
         self.with_offline(l, async |l| {
             for p in &paths {
-                l.call(req(p)).await?;
+                if l.array.state().live_members().iter().any(|m| &m.path == p) {
+                    // A missing member that is back: assembly took it in already.
+                    out.push((p.clone(), Added::Back));
+                    continue;
+                }
+                let v = l.call(req(p)).await?;
+                keep(created, p);
+                let o = serde_json::from_value::<AddOutcome>(v)
+                    .map(Added::Outcome)
+                    .unwrap_or(Added::Done);
+                out.push((p.clone(), o));
             }
             self.rebuild_here(l).await
         })
         .await?;
-        Ok((Via::Offline, paths))
+        Ok((Via::Offline, out))
     }
 
     /// Rebuild `new` in place of `old`. With a server, `wait` follows the rebuild to its end;
@@ -300,16 +402,40 @@ impl Manager {
         if !served {
             self.refuse_offline(name, "a replacement's rebuild")?;
         }
-        let new = Self::prepare_new(&a.new, a.size.map(|s| s.0))?;
+        let mut created = Vec::new();
+        let r = self.replace_with(name, a, wait, served, &mut created).await;
+        if r.is_err() {
+            members::remove_created(&created);
+        }
+        r
+    }
+
+    async fn replace_with(
+        &self,
+        name: &str,
+        a: &ReplaceArgs,
+        wait: bool,
+        served: bool,
+        created: &mut Vec<String>,
+    ) -> Result<Via> {
+        let new = self
+            .prepare_new(
+                std::slice::from_ref(&a.new),
+                a.size.map(|s| s.0),
+                a.preallocate,
+                created,
+            )?
+            .remove(0);
         let req = Request::Replace {
             old: registry::member_ref(name, &a.old),
-            new,
+            new: new.clone(),
             force: a.force,
         };
         if served {
             self.remote(name, &req)
                 .await?
                 .ok_or_else(|| anyhow!("the server for '{name}' went away"))?;
+            keep(created, &new);
             if wait {
                 self.wait_served(name, "rebuild", |s| {
                     s.process
@@ -324,6 +450,7 @@ impl Manager {
         let l = self.open_for_change(name).await?;
         self.with_offline(l, async |l| {
             l.call(req).await?;
+            keep(created, &new);
             self.rebuild_here(l).await
         })
         .await?;
@@ -438,7 +565,6 @@ impl Manager {
                 ),
             ));
         }
-        let chunk = u32::try_from(a.chunk.0).map_err(|_| anyhow!("chunk too large"))?;
         if !a.domains.is_empty() && a.domains.len() != a.members.len() {
             bail!(
                 "--domains lists {} labels for {} members: give one label per member, in order",
@@ -446,35 +572,40 @@ impl Manager {
                 a.members.len()
             );
         }
-        let created = match a.size_each {
-            Some(sz) => members::create_files(&a.members, sz.0)?,
-            None => {
-                for m in &a.members {
-                    members::check_exists(m)?;
-                }
-                Vec::new()
+        // Every value is checked before a file is created or a member touched.
+        spec_of(a, false).check(a.members.len())?;
+        let size_each = a.size_each.map(|s| s.0);
+        if let Some(sz) = size_each {
+            check_member_size("--size-each", sz, a.chunk.0)?;
+        } else {
+            for m in &a.members {
+                members::check_exists(m)?;
             }
+        }
+        let space = members::space_needed(&a.members, size_each)?;
+        if a.preallocate {
+            members::check_preallocate(&space)?;
+        }
+        let created = match size_each {
+            Some(sz) => members::create_files(&a.members, sz)?,
+            None => Vec::new(),
         };
-        let fresh = created.len() == a.members.len();
+        let fresh = a.members.iter().all(|m| created.contains(m));
         let r = async {
+            if a.preallocate {
+                members::preallocate(&a.members)?;
+            } else {
+                for w in members::sparse_warnings(&space) {
+                    self.reporter.note(&w);
+                }
+            }
             let mut specs = Vec::new();
             for (i, m) in a.members.iter().enumerate() {
-                let abs = registry::absolute(std::path::Path::new(m))?;
+                let abs = members::canonical(m)?;
                 let dom = a.domains.get(i).cloned().unwrap_or_default();
                 specs.push(members::open(&abs, &dom)?);
             }
-            let spec = CreateSpec {
-                name: a.name.clone(),
-                level: a.level,
-                chunk,
-                groups: a.groups,
-                spares: a.spares,
-                copies: a.copies,
-                bitmap_region: a.bitmap_region.map(|s| s.0),
-                assume_clean: a.assume_clean || fresh,
-                force: a.force,
-            };
-            let array = Array::create(spec, specs).await?;
+            let array = Array::create(spec_of(a, fresh), specs).await?;
             registry::save_array(&array, None)?;
             let status = array.status();
             array.close().await?;
@@ -489,20 +620,26 @@ impl Manager {
 
     /// Assemble an array from its members and register it; stale members are rebuilt here,
     /// with progress, so the array is whole when this returns.
-    pub async fn assemble(&self, a: &AssembleArgs) -> Result<(Status, AssemblyReport)> {
+    pub async fn assemble(
+        &self,
+        a: &AssembleArgs,
+    ) -> Result<(Status, AssemblyReport, Vec<String>)> {
         let mut specs = Vec::new();
         for m in &a.members {
-            let abs = registry::absolute(std::path::Path::new(m))?;
+            let abs = members::canonical(m)?;
             specs.push(members::open(&abs, "")?);
         }
+        let known = a.name.as_deref().and_then(|n| registry::load(n).ok());
         let array = Array::assemble(
             specs,
             AssembleOptions {
                 force: a.force,
+                degraded: a.degraded,
                 ..Default::default()
             },
         )
-        .await?;
+        .await
+        .map_err(|e| explain(e, known.as_ref()))?;
         let name = a.name.clone().unwrap_or_else(|| array.name.clone());
         let l = Local::offline(&name, array);
         self.with_offline(l, async |l| {
@@ -513,7 +650,8 @@ impl Manager {
                     l.array.name
                 ));
             }
-            if let Ok(reg) = registry::load(&name) {
+            let reg = registry::load(&name).ok();
+            if let Some(reg) = &reg {
                 if reg.uuid != l.array.uuid.to_string() && !a.force {
                     return Err(err(
                         ErrorKind::Conflict,
@@ -532,21 +670,104 @@ impl Manager {
                 ));
             }
             let rep = l.array.report();
-            if l.array
-                .status()
-                .members
-                .iter()
-                .any(|m| matches!(m.state, MemberState::Rebuilding | MemberState::Replacing))
+            // Recover stale members now, with progress, so the array is whole when this
+            // returns (a rescue is read-only: nothing is recovered).
+            if !l.array.is_read_only()
+                && l.array
+                    .status()
+                    .members
+                    .iter()
+                    .any(|m| matches!(m.state, MemberState::Rebuilding | MemberState::Replacing))
             {
                 self.with_progress(&l.array, "rebuild", l.array.rebuild_now())
                     .await?;
             }
             let mut st = l.array.status();
             st.name = name.clone();
+            let lines = report_lines(&l.array, reg.as_ref());
             registry::save_array(&l.array, Some(&name))?;
-            Ok((st, rep))
+            Ok((st, rep, lines))
         })
         .await
+    }
+
+    /// Find arrays by their members' superblocks: every block device of this host, the
+    /// members (and missing members) of registered arrays, and `extra` (files, or
+    /// directories whose files are looked at). Members are grouped by array; each group
+    /// says under which name it is registered, if it is, and whether it is served.
+    pub async fn scan(&self, extra: &[String]) -> Result<Vec<Found>> {
+        let mut paths: Vec<String> = Vec::new();
+        if let Ok(rd) = std::fs::read_dir("/sys/class/block") {
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().to_string();
+                // Loop and ram devices with nothing behind them answer reads with errors
+                // or zeros; they are looked at like the rest (cheap).
+                paths.push(format!("/dev/{n}"));
+            }
+        }
+        let regs: Vec<registry::Registry> = registry::list()?
+            .iter()
+            .filter_map(|n| registry::load(n).ok())
+            .collect();
+        for r in &regs {
+            paths.extend(r.to_open());
+        }
+        for x in extra {
+            let p = std::path::Path::new(x);
+            if p.is_dir() {
+                let mut files: Vec<String> = std::fs::read_dir(p)
+                    .with_context(|| format!("reading {x}"))?
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                    .map(|e| e.path().display().to_string())
+                    .collect();
+                files.sort();
+                paths.extend(files);
+            } else if p.exists() || sbod_remote::is_uri(x) {
+                paths.push(x.clone());
+            } else {
+                return Err(err(ErrorKind::Invalid, format!("{x} does not exist")));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut groups: Vec<Found> = Vec::new();
+        for p in paths {
+            let Ok(abs) = members::canonical(&p) else {
+                continue;
+            };
+            if !seen.insert(abs.clone()) {
+                continue;
+            }
+            let Ok(spec) = members::open_read_only(&abs) else {
+                continue;
+            };
+            let sb = read_superblock(&spec.dev).await;
+            spec.dev.close();
+            let Ok(sb) = sb else {
+                continue;
+            };
+            let uuid = sb.array_uuid.to_string();
+            match groups.iter_mut().find(|g| g.uuid == uuid) {
+                Some(g) => g.members.push(abs),
+                None => groups.push(Found {
+                    name: sb.name.clone(),
+                    uuid,
+                    registered: None,
+                    served: false,
+                    members: vec![abs],
+                }),
+            }
+        }
+        for g in &mut groups {
+            g.registered = regs
+                .iter()
+                .find(|r| r.uuid == g.uuid)
+                .map(|r| r.name.clone());
+            if let Some(n) = &g.registered {
+                g.served = control::running(n).await;
+            }
+        }
+        Ok(groups)
     }
 
     /// The superblock of each path (or why there is none).
@@ -625,4 +846,130 @@ impl Manager {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// What `add` did with one member.
+#[derive(Clone, Debug)]
+pub enum Added {
+    /// What the engine did (a spare, a slot rebuilt, a former member re-added).
+    Outcome(AddOutcome),
+    /// A missing member that assembly already took back.
+    Back,
+    /// Done (an older server that does not say what).
+    Done,
+}
+
+/// A file `prepare_new` created has become a member: it stays whatever happens next.
+fn keep(created: &mut Vec<String>, member: &str) {
+    created.retain(|c| members::canonical(c).ok().as_deref() != Some(member));
+}
+
+fn spec_of(a: &CreateArgs, fresh: bool) -> CreateSpec {
+    CreateSpec {
+        name: a.name.clone(),
+        level: a.level,
+        // A chunk beyond u32 is refused by the check like any other unsupported chunk.
+        chunk: u32::try_from(a.chunk.0).unwrap_or(0),
+        groups: a.groups,
+        spares: a.spares,
+        copies: a.copies,
+        bitmap_region: a.bitmap_region.map(|s| s.0),
+        assume_clean: a.assume_clean || fresh,
+        force: a.force,
+    }
+}
+
+/// A size for member files sbod creates: room for the metadata and a chunk, and no more
+/// than a member may hold.
+fn check_member_size(opt: &str, size: u64, chunk: u64) -> Result<()> {
+    let min = (1 << 20) + chunk.max(4096) * 2;
+    if size < min {
+        return Err(err(
+            ErrorKind::Invalid,
+            format!(
+                "{opt} {}: a member needs room for sbod's metadata (about 1 MiB) and data; give at least {}",
+                human(size),
+                human(min.div_ceil(1 << 20) * (1 << 20))
+            ),
+        ));
+    }
+    if size > sbod_core::array::MAX_MEMBER_DATA {
+        return Err(err(
+            ErrorKind::Invalid,
+            format!(
+                "{opt} {}: at most {} per member",
+                human(size),
+                human(sbod_core::array::MAX_MEMBER_DATA)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An engine error for people: members named by their registered paths.
+pub fn explain(e: sbod_core::Error, reg: Option<&registry::Registry>) -> anyhow::Error {
+    match e {
+        sbod_core::Error::MissingMembers(m) => err(
+            ErrorKind::Refused,
+            m.describe(|u| reg.and_then(|r| r.failed_path(&u.to_string()))),
+        ),
+        e => anyhow!(e),
+    }
+}
+
+/// What assembly found that the user should know: members missing, stale ones being
+/// recovered, a split brain forced, a rescue.
+pub fn report_lines(a: &Array, reg: Option<&registry::Registry>) -> Vec<String> {
+    let rep = a.report();
+    let st = a.state();
+    let mut out = Vec::new();
+    for &i in &rep.missing {
+        let who = st.slots[i]
+            .entry
+            .as_ref()
+            .and_then(|e| reg.and_then(|r| r.failed_path(&e.uuid.to_string())))
+            .unwrap_or_else(|| format!("the member of slot {i}"));
+        out.push(format!(
+            "{who} (slot {i}) is missing: running degraded without it (it is resynced from the write-intent bitmap when it comes back: `sbod add {} {who}`, or at the next start)",
+            a.name
+        ));
+    }
+    for s in &rep.stale {
+        out.push(format!("{} (slot {}): {}", s.path, s.slot, s.note));
+    }
+    for p in &rep.missed_last_write {
+        out.push(format!(
+            "{p} missed only the last superblock write (interrupted by a crash): trusted"
+        ));
+    }
+    if let Some(sb) = &rep.split_brain {
+        out.push(format!(
+            "forced over a split brain: {sb}; the newest side was taken"
+        ));
+    }
+    if let Some(r) = &rep.rescue {
+        out.push("started READ-ONLY to rescue what is readable; nothing is written".into());
+        for u in &r.used {
+            out.push(format!("rescue: {u}"));
+        }
+        for g in &r.unreadable_groups {
+            out.push(format!(
+                "rescue: group {g} has too few members left: its part of the volume reads as errors"
+            ));
+        }
+    }
+    out
+}
+
+/// An array `scan` found.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// The name in its superblocks.
+    pub name: String,
+    pub uuid: String,
+    /// The name it is registered under here, if it is.
+    pub registered: Option<String>,
+    /// A process serves it now.
+    pub served: bool,
+    pub members: Vec<String>,
 }

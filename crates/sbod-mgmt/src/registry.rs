@@ -5,7 +5,7 @@
 
 use crate::error::{err, ErrorKind};
 use anyhow::{bail, Context, Result};
-use sbod_core::superblock::SlotState;
+use sbod_core::superblock::{OutReason, SlotState};
 use sbod_core::Array;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -34,15 +34,22 @@ pub struct Registry {
     pub uuid: String,
     /// Members the array relies on (active, rebuilding, replacing, spares).
     pub members: Vec<String>,
-    /// Members that failed; kept for the record, not opened at assembly.
+    /// Members that failed; kept for the record, not opened at assembly (except missing
+    /// ones: those are looked for again, and recovered when back).
     #[serde(default)]
     pub failed: Vec<FailedMember>,
+    /// The member uuid of each path in `members`, to name a member that goes missing.
+    #[serde(default)]
+    pub uuids: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct FailedMember {
     pub path: String,
     pub uuid: String,
+    /// Not there when the array was started (`--degraded`): opened again when present.
+    #[serde(default)]
+    pub missing: bool,
 }
 
 impl Registry {
@@ -54,11 +61,29 @@ impl Registry {
             .map(|f| f.uuid.clone())
     }
 
+    /// The path of a member known by uuid: a failed or missing one, or one in service.
     pub fn failed_path(&self, uuid: &str) -> Option<String> {
         self.failed
             .iter()
             .find(|f| f.uuid == uuid)
             .map(|f| f.path.clone())
+            .or_else(|| {
+                self.uuids
+                    .iter()
+                    .find(|(_, u)| u.as_str() == uuid)
+                    .map(|(p, _)| p.clone())
+            })
+    }
+
+    /// Members to look for at assembly: those in service, and missing ones.
+    pub fn to_open(&self) -> Vec<String> {
+        let mut v = self.members.clone();
+        for f in self.failed.iter().filter(|f| f.missing) {
+            if !v.contains(&f.path) {
+                v.push(f.path.clone());
+            }
+        }
+        v
     }
 }
 
@@ -127,25 +152,45 @@ pub fn load(name: &str) -> Result<Registry> {
 pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
     let name = name.unwrap_or(&array.name);
     let st = array.state();
+    let prev = load(name).ok();
     let mut failed = Vec::new();
     for s in &st.slots {
         if s.state == SlotState::Failed {
-            if let Some(m) = &s.member {
-                failed.push(FailedMember {
+            let missing = s.out.is_some_and(|o| o.reason == OutReason::Missing);
+            match (&s.member, &s.entry) {
+                (Some(m), _) => failed.push(FailedMember {
                     path: m.path.clone(),
                     uuid: m.uuid.to_string(),
-                });
+                    missing,
+                }),
+                (None, Some(e)) => {
+                    // A member not here: keep the path it had, to look for it again.
+                    let uuid = e.uuid.to_string();
+                    if let Some(path) = prev.as_ref().and_then(|r| r.failed_path(&uuid)) {
+                        failed.push(FailedMember {
+                            path,
+                            uuid,
+                            missing,
+                        });
+                    }
+                }
+                _ => {}
             }
         }
     }
-    let members: Vec<String> = st.live_members().iter().map(|m| m.path.clone()).collect();
+    let live = st.live_members();
+    let members: Vec<String> = live.iter().map(|m| m.path.clone()).collect();
+    let uuids = live
+        .iter()
+        .map(|m| (m.path.clone(), m.uuid.to_string()))
+        .collect();
     // Keep earlier failures while their slot still records them.
     let recorded: Vec<String> = st
         .slots
         .iter()
         .filter_map(|s| s.entry.as_ref().map(|e| e.uuid.to_string()))
         .collect();
-    let mut prev_failed = load(name).map(|r| r.failed).unwrap_or_default();
+    let mut prev_failed = prev.map(|r| r.failed).unwrap_or_default();
     prev_failed.retain(|f| {
         !members.contains(&f.path)
             && recorded.contains(&f.uuid)
@@ -157,13 +202,14 @@ pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
         uuid: array.uuid.to_string(),
         members,
         failed,
+        uuids,
     })
 }
 
 /// Name a member the way the engine knows it: an absolute path, or the uuid of a failed
 /// member that is no longer open.
 pub fn member_ref(name: &str, p: &str) -> String {
-    let abs = absolute(Path::new(p)).unwrap_or_else(|_| p.to_string());
+    let abs = crate::members::canonical(p).unwrap_or_else(|_| p.to_string());
     if let Ok(reg) = load(name) {
         if let Some(u) = reg.failed_uuid(&abs) {
             return u;

@@ -56,7 +56,8 @@ impl NbdError {
 }
 
 /// A block device behind an export. Requests reaching it are already validated against
-/// `info()` (in range, aligned, allowed); many run concurrently.
+/// `info()` (in range, allowed) and, but for the `*_unaligned` calls, aligned to
+/// `min_block`; many run concurrently, from any number of connections.
 pub trait Backend: Send + Sync + 'static {
     /// Buffers the backend wants payloads in (e.g. aligned for O_DIRECT), so WRITE payloads
     /// are read from the socket straight into them.
@@ -83,6 +84,25 @@ pub trait Backend: Send + Sync + 'static {
         fua: bool,
     ) -> impl Future<Output = Result<(), NbdError>> + Send;
     fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> impl Future<Output = Result<(), NbdError>> + Send;
+    /// A write not aligned to `min_block` (from a client that did not agree to the block
+    /// size). The backend merges the blocks it covers in part with what they hold,
+    /// atomically with every other write to them: the server keeps no lock of its own,
+    /// so a backend that read, merged and wrote without one would let concurrent writes
+    /// (from other connections, or aligned ones on this one) lose each other's bytes.
+    fn write_unaligned(
+        &self,
+        offset: u64,
+        data: Self::Buf,
+        fua: bool,
+    ) -> impl Future<Output = Result<(), NbdError>> + Send;
+    /// Zeroes not aligned to `min_block`, merged as by `write_unaligned`.
+    fn write_zeroes_unaligned(
         &self,
         offset: u64,
         len: u32,

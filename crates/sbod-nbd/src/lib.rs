@@ -5,12 +5,19 @@
 //! NBD_OPT_GO/INFO. The protocol is the fixed newstyle handshake with EXPORT_NAME, LIST,
 //! ABORT, INFO, GO and STRUCTURED_REPLY, and the commands READ, WRITE (FUA), FLUSH, TRIM,
 //! WRITE_ZEROES and DISC, many requests in flight per connection, replies out of order.
+//! The client side ([`client`]) speaks the same protocol to other servers (nbdkit, qemu,
+//! `sbod export`) for remote members; [`uri`] parses NBD URIs; [`tls`] does STARTTLS.
 
 pub mod backend;
+pub mod client;
 pub mod mem;
 pub mod proto;
 pub mod server;
+pub mod tls;
+pub mod uri;
 
 pub use backend::{Backend, ExportInfo, NbdError};
+pub use client::{ClientBuf, ClientOptions, Command, Connection, Death, Outcome};
 pub use mem::MemBackend;
 pub use server::{Listen, Server, Stats};
+pub use uri::NbdUri;

@@ -73,4 +73,19 @@ impl Backend for MemBackend {
         self.data.write()[offset as usize..offset as usize + len as usize].fill(0);
         Ok(())
     }
+
+    // Byte-addressed memory: a write of any alignment is one copy under the lock.
+    async fn write_unaligned(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<(), NbdError> {
+        self.write(offset, data, fua).await
+    }
+
+    async fn write_zeroes_unaligned(
+        &self,
+        offset: u64,
+        len: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> Result<(), NbdError> {
+        self.write_zeroes(offset, len, fua, no_hole).await
+    }
 }

@@ -87,6 +87,7 @@ const DRAIN_LIMIT: u32 = 64 << 20;
 pub struct Server<B: Backend> {
     exports: Arc<Vec<(String, Arc<B>)>>,
     stats: Arc<Stats>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 struct Negotiated<B> {
@@ -122,7 +123,14 @@ impl<B: Backend> Server<B> {
         Server {
             exports: Arc::new(exports),
             stats: Arc::new(Stats::default()),
+            tls: None,
         }
+    }
+
+    /// Require TLS (NBD_OPT_STARTTLS) before any export is shown or served.
+    pub fn with_tls(mut self, cfg: Arc<tokio_rustls::rustls::ServerConfig>) -> Server<B> {
+        self.tls = Some(tokio_rustls::TlsAcceptor::from(cfg));
+        self
     }
 
     pub fn stats(&self) -> Arc<Stats> {
@@ -156,19 +164,20 @@ impl<B: Backend> Server<B> {
                         io::Error::new(e.kind(), format!("binding {}: {e}", p.display()))
                     })?;
                     unix_paths.push(p.clone());
-                    let (exports, stats, mut stop, conns) = (
+                    let (exports, stats, mut stop, conns, tls) = (
                         self.exports.clone(),
                         self.stats.clone(),
                         stop_rx.clone(),
                         conns.clone(),
+                        self.tls.clone(),
                     );
                     accepts.spawn(async move {
                         loop {
                             tokio::select! {
                                 _ = stop.changed() => break,
                                 r = lst.accept() => if let Ok((s, _)) = r {
-                                    let (exports, stats, stop) = (exports.clone(), stats.clone(), stop.clone());
-                                    conns.lock().await.spawn(connection(s, exports, stats, stop));
+                                    let (exports, stats, stop, tls) = (exports.clone(), stats.clone(), stop.clone(), tls.clone());
+                                    conns.lock().await.spawn(connection(s, exports, stats, stop, tls));
                                 }
                             }
                         }
@@ -178,11 +187,12 @@ impl<B: Backend> Server<B> {
                     let lst = TcpListener::bind(a)
                         .await
                         .map_err(|e| io::Error::new(e.kind(), format!("binding {a}: {e}")))?;
-                    let (exports, stats, mut stop, conns) = (
+                    let (exports, stats, mut stop, conns, tls) = (
                         self.exports.clone(),
                         self.stats.clone(),
                         stop_rx.clone(),
                         conns.clone(),
+                        self.tls.clone(),
                     );
                     accepts.spawn(async move {
                         loop {
@@ -190,8 +200,8 @@ impl<B: Backend> Server<B> {
                                 _ = stop.changed() => break,
                                 r = lst.accept() => if let Ok((s, _)) = r {
                                     let _ = s.set_nodelay(true);
-                                    let (exports, stats, stop) = (exports.clone(), stats.clone(), stop.clone());
-                                    conns.lock().await.spawn(connection(s, exports, stats, stop));
+                                    let (exports, stats, stop, tls) = (exports.clone(), stats.clone(), stop.clone(), tls.clone());
+                                    conns.lock().await.spawn(connection(s, exports, stats, stop, tls));
                                 }
                             }
                         }
@@ -221,37 +231,140 @@ impl<B: Backend> Server<B> {
 }
 
 async fn connection<S, B>(
-    stream: S,
+    mut stream: S,
     exports: Arc<Vec<(String, Arc<B>)>>,
     stats: Arc<Stats>,
     stop: watch::Receiver<bool>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     B: Backend,
 {
     stats.connections.fetch_add(1, Relaxed);
     stats.active.fetch_add(1, Relaxed);
+    let mut stop2 = stop.clone();
+    // Until the handshake is over, a server shutting down just drops the connection.
+    let r = async {
+        let no_zeroes = tokio::select! {
+            n = greet(&mut stream) => n?,
+            _ = stop2.changed() => return Ok(()),
+        };
+        match tls {
+            None => session(stream, no_zeroes, false, exports, stats.clone(), stop).await,
+            Some(acceptor) => {
+                let s = tokio::select! {
+                    s = async {
+                        if !require_tls(&mut stream).await? {
+                            return Ok(None);
+                        }
+                        acceptor.accept(stream).await.map(Some)
+                    } => s?,
+                    _ = stop2.changed() => return Ok(()),
+                };
+                match s {
+                    Some(s) => session(s, no_zeroes, true, exports, stats.clone(), stop).await,
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+    .await;
+    if let Err(e) = r {
+        if e.kind() == io::ErrorKind::InvalidData {
+            stats.protocol_errors.fetch_add(1, Relaxed);
+        }
+        tracing::debug!(error = %e, "connection ended");
+    }
+    stats.active.fetch_sub(1, Relaxed);
+}
+
+/// Negotiate and serve one (possibly TLS) stream.
+async fn session<S, B>(
+    stream: S,
+    no_zeroes: bool,
+    tls_done: bool,
+    exports: Arc<Vec<(String, Arc<B>)>>,
+    stats: Arc<Stats>,
+    stop: watch::Receiver<bool>,
+) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: Backend,
+{
     let (r, w) = tokio::io::split(stream);
     let mut r = BufReader::with_capacity(256 * 1024, r);
     let mut w = BufWriter::with_capacity(256 * 1024, w);
     let mut stop2 = stop.clone();
     let hs = tokio::select! {
-        h = handshake(&mut r, &mut w, &exports) => h,
+        h = handshake(&mut r, &mut w, &exports, no_zeroes, tls_done) => h,
         _ = stop2.changed() => Ok(None),
     };
     match hs {
-        Ok(Some(neg)) => {
-            if let Err(e) = transmission(r, w, neg, stats.clone(), stop).await {
-                tracing::debug!(error = %e, "connection ended");
-            }
-        }
-        Ok(None) => {}
+        Ok(Some(neg)) => transmission(r, w, neg, stats, stop).await,
+        Ok(None) => Ok(()),
         Err(e) => {
             stats.protocol_errors.fetch_add(1, Relaxed);
             tracing::debug!(error = %e, "handshake failed");
+            Ok(())
         }
     }
-    stats.active.fetch_sub(1, Relaxed);
+}
+
+/// The server's greeting and the client's flags. Returns whether the client asked for no
+/// zero padding.
+async fn greet<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> io::Result<bool> {
+    let mut hello = Vec::with_capacity(18);
+    hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    hello.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    s.write_all(&hello).await?;
+    s.flush().await?;
+    let cflags = s.read_u32().await?;
+    if cflags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(proto_err(format!("unknown client flags {cflags:#x}")));
+    }
+    Ok(cflags & FLAG_C_NO_ZEROES != 0)
+}
+
+/// With TLS required, answer every option but ABORT with "TLS required" until the client
+/// asks for STARTTLS. `Ok(false)`: the client left.
+async fn require_tls<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> io::Result<bool> {
+    loop {
+        let magic = s.read_u64().await?;
+        if magic != IHAVEOPT {
+            return Err(proto_err(format!("bad option magic {magic:#x}")));
+        }
+        let opt = s.read_u32().await?;
+        let len = s.read_u32().await?;
+        if len > MAX_OPTION_LEN {
+            return Err(proto_err(format!("option of {len} bytes before TLS")));
+        }
+        tokio::io::copy(&mut (&mut *s).take(len as u64), &mut tokio::io::sink()).await?;
+        match opt {
+            OPT_STARTTLS if len == 0 => {
+                s.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                s.flush().await?;
+                return Ok(true);
+            }
+            OPT_ABORT => {
+                s.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                s.flush().await?;
+                return Ok(false);
+            }
+            OPT_EXPORT_NAME => {
+                return Err(proto_err("EXPORT_NAME without TLS on a TLS-only server"));
+            }
+            _ => {
+                s.write_all(&option_reply(
+                    opt,
+                    REP_ERR_TLS_REQD,
+                    b"this server requires TLS (nbds://)",
+                ))
+                .await?;
+                s.flush().await?;
+            }
+        }
+    }
 }
 
 fn proto_err(msg: impl Into<String>) -> io::Error {
@@ -290,23 +403,14 @@ async fn handshake<R, W, B>(
     r: &mut R,
     w: &mut W,
     exports: &[(String, Arc<B>)],
+    no_zeroes: bool,
+    tls_done: bool,
 ) -> io::Result<Option<Negotiated<B>>>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
     B: Backend,
 {
-    let mut hello = Vec::with_capacity(18);
-    hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
-    hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
-    hello.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
-    w.write_all(&hello).await?;
-    w.flush().await?;
-    let cflags = r.read_u32().await?;
-    if cflags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
-        return Err(proto_err(format!("unknown client flags {cflags:#x}")));
-    }
-    let no_zeroes = cflags & FLAG_C_NO_ZEROES != 0;
     let mut structured = false;
     let find = |name: &str| -> Option<&Arc<B>> {
         if name.is_empty() {
@@ -448,6 +552,10 @@ where
                     }));
                 }
             }
+            OPT_STARTTLS if tls_done => {
+                w.write_all(&option_reply(opt, REP_ERR_INVALID, b"TLS is already on"))
+                    .await?;
+            }
             OPT_STARTTLS => {
                 w.write_all(&option_reply(
                     opt,
@@ -560,9 +668,6 @@ where
     let writer = tokio::spawn(write_replies(w, rx, neg.structured));
     let budget = Arc::new(Semaphore::new(INFLIGHT_BUDGET as usize));
     let slots = Arc::new(Semaphore::new(INFLIGHT_REQUESTS));
-    // Serialises read-modify-write of partial blocks for clients that did not agree to
-    // our block size (different requests in one block must not lose each other's bytes).
-    let rmw = Arc::new(tokio::sync::Mutex::new(()));
     let mut result = Ok(());
     loop {
         let mut hdr = [0u8; REQUEST_LEN];
@@ -637,9 +742,9 @@ where
             .await
             .expect("semaphore open");
         let slot = slots.clone().acquire_owned().await.expect("semaphore open");
-        let (neg, tx, stats, rmw) = (neg.clone(), tx.clone(), stats.clone(), rmw.clone());
+        let (neg, tx, stats) = (neg.clone(), tx.clone(), stats.clone());
         let mut work = Box::pin(async move {
-            let reply = execute(&neg, req, payload, &stats, &rmw).await;
+            let reply = execute(&neg, req, payload, &stats).await;
             let _ = tx.send(reply).await;
             drop(permit);
             drop(slot);
@@ -676,7 +781,6 @@ async fn execute<B: Backend>(
     req: Request,
     payload: Option<B::Buf>,
     stats: &Stats,
-    rmw: &tokio::sync::Mutex<()>,
 ) -> Reply<B::Buf> {
     let e = &neg.export;
     let fua = req.flags & CMD_FLAG_FUA != 0;
@@ -733,8 +837,9 @@ async fn execute<B: Backend>(
             if aligned {
                 done(e.write(req.offset, data, fua).await)
             } else {
-                let _g = rmw.lock().await;
-                done(write_unaligned(e.as_ref(), req.offset, data.as_ref(), bs, fua).await)
+                // The backend merges partial blocks under its own per-block locking, the
+                // same for every connection (see Backend::write_unaligned).
+                done(e.write_unaligned(req.offset, data, fua).await)
             }
         }
         CMD_FLUSH => done(e.flush().await),
@@ -756,9 +861,10 @@ async fn execute<B: Backend>(
                 }
                 done(e.write_zeroes(req.offset, req.length, fua, no_hole).await)
             } else {
-                let _g = rmw.lock().await;
-                let zeros = vec![0u8; req.length as usize];
-                done(write_unaligned(e.as_ref(), req.offset, &zeros, bs, fua).await)
+                done(
+                    e.write_zeroes_unaligned(req.offset, req.length, fua, no_hole)
+                        .await,
+                )
             }
         }
         _ => unreachable!("validated"),
@@ -779,21 +885,6 @@ async fn read_unaligned<B: Backend>(
     out.as_mut()
         .copy_from_slice(&whole.as_ref()[from..from + len as usize]);
     Ok(out)
-}
-
-async fn write_unaligned<B: Backend>(
-    e: &B,
-    offset: u64,
-    data: &[u8],
-    bs: u64,
-    fua: bool,
-) -> Result<(), NbdError> {
-    let start = offset / bs * bs;
-    let end = (offset + data.len() as u64).div_ceil(bs) * bs;
-    let mut whole = e.read(start, (end - start) as u32).await?;
-    let from = (offset - start) as usize;
-    whole.as_mut()[from..from + data.len()].copy_from_slice(data);
-    e.write(start, whole, fua).await
 }
 
 async fn write_replies<W, Buf>(

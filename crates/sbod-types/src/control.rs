@@ -11,11 +11,17 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub enum Request {
     /// Reply: a [`crate::Status`].
     Status,
-    /// Take a member out of service. Reply: null.
-    Fail { member: String },
+    /// Take a member out of service; past the array's redundancy only with `force`.
+    /// Reply: null.
+    Fail {
+        member: String,
+        #[serde(default, skip_serializing_if = "is_false")]
+        force: bool,
+    },
     /// Remove a failed member or a spare. Reply: null.
     Remove { member: String },
-    /// Add a hot spare (an absolute path the server can open). Reply: null.
+    /// Add a hot spare (an absolute path the server can open), or re-add a former member
+    /// to its slot. Reply: what was done (the engine's `AddOutcome`).
     Add {
         member: String,
         #[serde(default)]
@@ -164,6 +170,13 @@ impl<'de> Deserialize<'de> for Size {
 pub struct MemberArgs {
     /// A member's path (or the uuid of a failed member that is gone).
     pub member: String,
+    /// `fail` only: take the array past its redundancy (it then fails).
+    #[serde(default)]
+    pub force: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// `POST .../add`: `sbod add NAME MEMBER... [--domain D] [--size S] [--force]`.
@@ -176,6 +189,9 @@ pub struct AddArgs {
     /// Create missing member files of this size.
     #[serde(default)]
     pub size: Option<Size>,
+    /// Give member files all their space now (posix_fallocate).
+    #[serde(default)]
+    pub preallocate: bool,
     #[serde(default)]
     pub force: bool,
 }
@@ -188,6 +204,9 @@ pub struct ReplaceArgs {
     pub new: String,
     #[serde(default)]
     pub size: Option<Size>,
+    /// Give the new member file all its space now (posix_fallocate).
+    #[serde(default)]
+    pub preallocate: bool,
     #[serde(default)]
     pub force: bool,
 }
@@ -230,6 +249,9 @@ pub struct CreateArgs {
     /// Create missing member files of this size.
     #[serde(default)]
     pub size_each: Option<Size>,
+    /// Give member files all their space now (posix_fallocate).
+    #[serde(default)]
+    pub preallocate: bool,
     /// Failure domain of each member, in order (empty: none).
     #[serde(default)]
     pub domains: Vec<String>,
@@ -259,6 +281,9 @@ pub struct AssembleArgs {
     /// Register under this name (default: the superblocks' name).
     #[serde(default)]
     pub name: Option<String>,
+    /// Start without members it had in service when it stopped.
+    #[serde(default)]
+    pub degraded: bool,
     #[serde(default)]
     pub force: bool,
     pub members: Vec<String>,
@@ -272,6 +297,7 @@ mod tests {
     fn wire_format() {
         let r = Request::Fail {
             member: "/d/x".into(),
+            force: false,
         };
         assert_eq!(
             serde_json::to_string(&r).unwrap(),

@@ -53,7 +53,7 @@ pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};
 pub use status::{
     ArrayState, ArrayStatus, AssemblyReport, MemberState, MemberStatus, MismatchRegion,
-    ProcessKind, ProcessStatus, Settings, Status,
+    ProcessKind, ProcessStatus, RecoveryStatus, RescueReport, Settings, StaleMember, Status,
 };
 
 /// A value that did not parse, with a message that says what would have been accepted.

@@ -18,6 +18,9 @@ word_enum! {
         Resyncing = "resyncing",
         /// More members lost than the layout survives: data is unavailable.
         Failed = "failed",
+        /// Started read-only from what could be found (`--force` on a failed array), to
+        /// copy the data off.
+        Rescue = "rescue",
     }
 }
 
@@ -33,6 +36,9 @@ word_enum! {
         Replacing = "replacing",
         /// A slot that holds no member (a removed member's).
         Empty = "empty",
+        /// Older than the array (missed writes): never read; shown so while the array is
+        /// only looked at or rescued (otherwise it is rebuilding).
+        Stale = "stale",
     }
 }
 
@@ -54,6 +60,9 @@ pub struct Status {
     pub level: Level,
     pub state: ArrayState,
     pub failed_reason: Option<String>,
+    /// Started read-only (a rescue): writes are refused.
+    #[serde(default)]
+    pub read_only: bool,
     /// Usable bytes.
     pub size: u64,
     pub chunk: u32,
@@ -69,9 +78,33 @@ pub struct Status {
     pub last_process: Option<ProcessStatus>,
     pub bitmap_region: Option<u64>,
     pub dirty_regions: u64,
+    /// Stripes a write left inconsistent (it reached some members only, for want of
+    /// space) and not yet resynced.
+    #[serde(default)]
+    pub inconsistent_stripes: u64,
     /// Initial sync: parity is known good below this member offset.
     pub resync_offset: Option<u64>,
     pub assembly: AssemblyReport,
+    /// Members recovered since the array started (stale, re-added, spares, replacements),
+    /// with the bytes each needed.
+    #[serde(default)]
+    pub recoveries: Vec<RecoveryStatus>,
+}
+
+/// A recovery of one member (rebuild, bitmap resync, replacement).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RecoveryStatus {
+    pub slot: usize,
+    pub path: String,
+    pub uuid: String,
+    /// Why: "stale: event 4, array at 6", "missing", "hot spare", "replacement", ...
+    pub reason: String,
+    pub bitmap: bool,
+    /// Bytes of member space it covers, and bytes rebuilt so far.
+    pub planned_bytes: u64,
+    pub recovered_bytes: u64,
+    /// running / done / stopped
+    pub state: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -81,6 +114,10 @@ pub struct MemberStatus {
     pub path: Option<String>,
     pub uuid: Option<String>,
     pub state: MemberState,
+    /// Why it is out or being recovered: "failed: write error", "failed by the
+    /// administrator", "missing", "stale: event 4, array at 6; ...".
+    #[serde(default)]
+    pub reason: Option<String>,
     /// Failure domain label ("" if none).
     pub domain: String,
     pub size: u64,
@@ -90,8 +127,17 @@ pub struct MemberStatus {
     pub repaired: u64,
     pub reads: u64,
     pub writes: u64,
+    /// Writes refused for want of space on its file system (the member stays in service).
+    #[serde(default)]
+    pub nospace: u64,
     /// Rebuilding/replacing: bytes of member data valid so far.
     pub recovered: Option<u64>,
+    /// Rebuilding: only the regions the write-intent bitmap marks.
+    #[serde(default)]
+    pub bitmap_recovery: bool,
+    /// Rebuilding: bytes of member space this recovery covers.
+    #[serde(default)]
+    pub recovery_bytes: Option<u64>,
 }
 
 /// A region of member space where scrub found mismatches.
@@ -138,6 +184,43 @@ pub struct AssemblyReport {
     pub ignored: Vec<(String, String)>,
     /// Slots with no member.
     pub missing: Vec<usize>,
+    /// Members whose superblock is older than the array's: never read, recovered.
+    #[serde(default)]
+    pub stale: Vec<StaleMember>,
+    /// Members one event behind (a superblock write a crash interrupted), trusted.
+    #[serde(default)]
+    pub missed_last_write: Vec<String>,
+    /// Forced over a split brain: what the other side was.
+    #[serde(default)]
+    pub split_brain: Option<String>,
+    /// Started read-only from what could be found (`force` on a failed array).
+    #[serde(default)]
+    pub rescue: Option<RescueReport>,
+}
+
+/// A member found behind the array at assembly (or re-added later).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StaleMember {
+    pub path: String,
+    pub slot: usize,
+    /// Its own superblock's event, and the array's.
+    pub event: u64,
+    pub array_event: u64,
+    /// Recovered from the write-intent bitmap (else in full).
+    pub bitmap: bool,
+    /// Bytes of member space the recovery covers.
+    pub planned_bytes: u64,
+    /// The status line: "stale: event 4, array at 6; resyncing ...".
+    pub note: String,
+}
+
+/// What a rescue (read-only start of a failed array) uses.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RescueReport {
+    /// Out-of-date members read as if in sync, with what they may have missed.
+    pub used: Vec<String>,
+    /// Groups that still cannot be read.
+    pub unreadable_groups: Vec<usize>,
 }
 
 /// One array as `sbod status --json` and `GET /api/v1/arrays[/NAME]` list it: its status,
@@ -158,6 +241,15 @@ pub struct Settings {
     pub rebuild_max_rate: u64,
     /// Read errors a member may have before it is failed.
     pub max_read_errors: u64,
+    /// Blocks a scrub may locate as wrong on a member (raid6, ec with m >= 2, mirrors of
+    /// three or more copies) before a check fails it. Below it a check reports them and
+    /// `--repair` rewrites them; a repair always rewrites them.
+    #[serde(default = "default_max_checksum_errors")]
+    pub max_checksum_errors: u64,
+}
+
+fn default_max_checksum_errors() -> u64 {
+    8
 }
 
 impl Default for Settings {
@@ -166,6 +258,7 @@ impl Default for Settings {
             rebuild_min_rate: 50 << 20,
             rebuild_max_rate: 0,
             max_read_errors: 20,
+            max_checksum_errors: default_max_checksum_errors(),
         }
     }
 }

@@ -6,7 +6,10 @@
 use crate::output;
 use anyhow::{bail, Result};
 use clap::Args;
+use sbod_core::array::Status;
 use sbod_core::layout::{human, Level};
+use sbod_core::AddOutcome;
+use sbod_mgmt::manager::Added;
 use sbod_mgmt::{registry, Manager, Offline, Reporter, Via};
 use sbod_types::control as req;
 use sbod_types::control::Size;
@@ -37,6 +40,10 @@ pub struct CreateArgs {
     /// Create missing member files of this size (e.g. 1G).
     #[arg(long, value_parser = size_arg)]
     pub size_each: Option<u64>,
+    /// Give member files all their space now (fallocate), so the array never meets a
+    /// full file system; refused where the file system cannot hold them.
+    #[arg(long)]
+    pub preallocate: bool,
     /// Failure domain of each member, in order (e.g. enc1,enc1,enc2,...).
     #[arg(long, value_delimiter = ',')]
     pub domains: Vec<String>,
@@ -62,14 +69,24 @@ pub struct AssembleArgs {
     /// Name to register the array under (default: the name in its superblocks).
     #[arg(long)]
     pub name: Option<String>,
-    /// Start even if the array is failed (to rescue what is readable); overwrite a
-    /// registration of another array with the same name.
+    /// Start without members it had in service when it stopped (they are recorded as
+    /// missing, and resynced from the write-intent bitmap when they come back).
+    #[arg(long)]
+    pub degraded: bool,
+    /// Accept possible data loss: start although members are missing, over a split brain
+    /// (taking the newest side) or a write hole; a failed array is started read-only to
+    /// rescue what is readable. Also overwrites a registration of another array.
     #[arg(long)]
     pub force: bool,
     #[arg(long)]
     pub json: bool,
-    /// Member devices or files.
-    #[arg(required = true)]
+    /// Find every array from its members' superblocks and assemble each (at boot): looks
+    /// at every block device, the members of registered arrays, and the files and
+    /// directories given.
+    #[arg(long)]
+    pub scan: bool,
+    /// Member devices or files (with --scan: more places to look, files or directories).
+    #[arg(required_unless_present = "scan")]
     pub members: Vec<String>,
 }
 
@@ -96,6 +113,16 @@ pub struct MemberArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct FailArgs {
+    pub name: String,
+    pub member: String,
+    /// Fail it even if the array would then stop serving (more members of a group out than
+    /// it survives).
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct AddArgs {
     pub name: String,
     #[arg(required = true)]
@@ -106,6 +133,9 @@ pub struct AddArgs {
     /// Create missing member files of this size.
     #[arg(long, value_parser = size_arg)]
     pub size: Option<u64>,
+    /// Give the member files all their space now (fallocate).
+    #[arg(long)]
+    pub preallocate: bool,
     #[arg(long)]
     pub force: bool,
 }
@@ -120,6 +150,9 @@ pub struct ReplaceArgs {
     /// Create the new member file of this size if missing.
     #[arg(long, value_parser = size_arg)]
     pub size: Option<u64>,
+    /// Give the new member file all its space now (fallocate).
+    #[arg(long)]
+    pub preallocate: bool,
     #[arg(long)]
     pub force: bool,
     /// With a running server: wait for the rebuild and show its progress.
@@ -197,6 +230,7 @@ pub async fn create(args: CreateArgs) -> Result<()> {
         spares: args.spares,
         copies: args.copies,
         size_each: args.size_each.map(Size),
+        preallocate: args.preallocate,
         domains: args.domains,
         bitmap_region: args.bitmap_region.map(Size),
         assume_clean: args.assume_clean,
@@ -223,13 +257,19 @@ pub async fn create(args: CreateArgs) -> Result<()> {
 }
 
 pub async fn assemble(args: AssembleArgs) -> Result<()> {
-    let (st, rep) = manager()
+    if args.scan {
+        return assemble_scan(args).await;
+    }
+    let (st, rep, lines) = manager()
         .assemble(&req::AssembleArgs {
             name: args.name,
+            degraded: args.degraded,
             force: args.force,
             members: args.members,
         })
         .await?;
+    let rescue = st.read_only;
+    let name = &st.name;
     if args.json {
         println!(
             "{}",
@@ -242,22 +282,106 @@ pub async fn assemble(args: AssembleArgs) -> Result<()> {
             output::layout_desc(&st),
             st.state
         );
-        if rep.unclean {
+        if rep.unclean && rescue {
+            println!("  not shut down cleanly (nothing resynced: read-only)");
+        } else if rep.unclean {
             println!(
                 "  not shut down cleanly: resynced {} region(s), {}",
                 rep.resynced_regions,
                 human(rep.resynced_bytes)
             );
         }
-        for p in &rep.rebuilding {
-            println!("  {p}: stale or incomplete, rebuilt");
+        for l in &lines {
+            println!("  {l}");
+        }
+        for r in st.recoveries.iter().filter(|r| r.state == "done") {
+            println!("  {}", output::recovery_line(r));
         }
         for (p, why) in &rep.ignored {
             println!("  {p}: ignored: {why}");
         }
-        for s in &rep.missing {
-            println!("  slot {s}: missing");
+        if rescue {
+            println!(
+                "  serve it read-only with: sbod serve {name} --force (copy the data off; nothing is written to the members)"
+            );
         }
+    }
+    Ok(())
+}
+
+/// `sbod assemble --scan`: every array whose members can be found, as mdadm's
+/// `--assemble --scan` (without a config file: the superblocks say it all).
+async fn assemble_scan(args: AssembleArgs) -> Result<()> {
+    if args.name.is_some() {
+        bail!("--scan names each array after its superblocks (or its registration); --name is for one array");
+    }
+    let m = manager();
+    let found = m.scan(&args.members).await?;
+    if found.is_empty() {
+        if args.json {
+            println!("[]");
+        } else {
+            println!("no sbod members found");
+        }
+        return Ok(());
+    }
+    let mut out = Vec::new();
+    let mut failed = 0;
+    for f in found {
+        let r = if f.served {
+            Err("already served".to_string())
+        } else {
+            m.assemble(&req::AssembleArgs {
+                name: f.registered.clone(),
+                degraded: args.degraded,
+                force: args.force,
+                members: f.members.clone(),
+            })
+            .await
+            .map_err(|e| format!("{e:#}"))
+        };
+        let name = f.registered.clone().unwrap_or(f.name.clone());
+        match &r {
+            Ok((st, _, lines)) => {
+                if !args.json {
+                    println!(
+                        "assembled {}: {} ({}) from {} member(s)",
+                        st.name,
+                        output::layout_desc(st),
+                        st.state,
+                        f.members.len()
+                    );
+                    for l in lines {
+                        println!("  {l}");
+                    }
+                }
+            }
+            Err(e) if f.served => {
+                if !args.json {
+                    println!("{name}: {e}");
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                if !args.json {
+                    println!("{name}: not assembled: {e}");
+                }
+            }
+        }
+        out.push(serde_json::json!({
+            "name": name,
+            "uuid": f.uuid,
+            "members": f.members,
+            "assembled": r.is_ok(),
+            "state": r.as_ref().ok().map(|(st, _, _)| st.state),
+            "error": r.as_ref().err(),
+        }));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    if failed > 0 {
+        bail!("{failed} array(s) could not be assembled (see above)");
     }
     Ok(())
 }
@@ -312,7 +436,7 @@ pub async fn examine(args: ExamineArgs) -> Result<()> {
             Ok(sb) => output::print_superblock(&p, &sb),
             Err(e) => {
                 bad = true;
-                println!("{p}: {e}");
+                eprintln!("{p}: {e}");
             }
         }
     }
@@ -322,23 +446,42 @@ pub async fn examine(args: ExamineArgs) -> Result<()> {
     Ok(())
 }
 
-pub async fn fail(args: MemberArgs) -> Result<()> {
+/// What a `fail` left: serving degraded, or failed.
+fn fail_outcome(name: &str, member: &str, s: &Status, served: bool) -> String {
+    if s.state == "failed" {
+        format!(
+            "{name}: {member} failed; the array has FAILED ({}): its data is unavailable until members come back (`sbod assemble --force` starts it read-only to rescue what is readable)",
+            s.failed_reason.as_deref().unwrap_or("too many members out")
+        )
+    } else if served {
+        format!(
+            "{name}: {member} failed; the array keeps serving, {}",
+            s.state
+        )
+    } else {
+        format!("{name}: {member} marked failed; the array is {}", s.state)
+    }
+}
+
+pub async fn fail(args: FailArgs) -> Result<()> {
     let a = req::MemberArgs {
         member: args.member.clone(),
+        force: args.force,
     };
-    match manager().fail(&args.name, &a).await? {
-        Via::Served => println!(
-            "{}: {} failed; the array keeps serving",
-            args.name, args.member
-        ),
-        Via::Offline => println!("{}: {} marked failed", args.name, args.member),
-    }
+    let m = manager();
+    let via = m.fail(&args.name, &a).await?;
+    let s = m.status(&args.name).await?;
+    println!(
+        "{}",
+        fail_outcome(&args.name, &args.member, &s.status, via == Via::Served)
+    );
     Ok(())
 }
 
 pub async fn remove(args: MemberArgs) -> Result<()> {
     let a = req::MemberArgs {
         member: args.member.clone(),
+        force: false,
     };
     manager().remove(&args.name, &a).await?;
     println!("{}: {} removed", args.name, args.member);
@@ -350,13 +493,51 @@ pub async fn add(args: AddArgs) -> Result<()> {
         members: args.members,
         domain: args.domain,
         size: args.size.map(Size),
+        preallocate: args.preallocate,
         force: args.force,
     };
-    let (_, added) = manager().add(&args.name, &a).await?;
-    for p in added {
-        println!("{}: added {p}", args.name);
+    let m = manager();
+    let (via, added) = m.add(&args.name, &a).await?;
+    for (p, o) in added {
+        println!("{}", added_line(&args.name, &p, &o));
+    }
+    if via == Via::Offline {
+        if let Ok(s) = m.status(&args.name).await {
+            for r in s.status.recoveries.iter().filter(|r| r.state == "done") {
+                println!("{}: {}", args.name, output::recovery_line(r));
+            }
+        }
     }
     Ok(())
+}
+
+/// What `add` did with a device, in words.
+fn added_line(name: &str, p: &str, o: &Added) -> String {
+    match o {
+        Added::Back => format!("{name}: {p} is back in the array"),
+        Added::Done => format!("{name}: added {p}"),
+        Added::Outcome(AddOutcome::Spare) => format!("{name}: added {p} as a hot spare"),
+        Added::Outcome(AddOutcome::Rebuilding { slot }) => {
+            format!("{name}: added {p}; it takes slot {slot} and is rebuilt in full")
+        }
+        Added::Outcome(AddOutcome::ReAdded(r)) => format!(
+            "{name}: {p} re-added to slot {} (it was at event {}, the array at {}): {}",
+            r.slot,
+            r.member_event,
+            r.array_event,
+            if r.bitmap {
+                format!(
+                    "resyncing {} written while it was out, from the write-intent bitmap",
+                    human(r.planned_bytes)
+                )
+            } else {
+                format!(
+                    "rebuilding it in full, {} (the bitmap does not cover its event)",
+                    human(r.planned_bytes)
+                )
+            }
+        ),
+    }
 }
 
 pub async fn replace(args: ReplaceArgs) -> Result<()> {
@@ -364,6 +545,7 @@ pub async fn replace(args: ReplaceArgs) -> Result<()> {
         old: args.old.clone(),
         new: args.new.clone(),
         size: args.size.map(Size),
+        preallocate: args.preallocate,
         force: args.force,
     };
     match manager().replace(&args.name, &a, args.wait).await? {

@@ -1,9 +1,11 @@
 //! The `sbod` command.
 
 mod cmd;
+mod export;
 mod lab;
 mod monitor;
 mod output;
+mod remote;
 mod serve;
 mod web;
 
@@ -31,11 +33,13 @@ enum Cmd {
     Status(cmd::StatusArgs),
     /// Print the superblock of members.
     Examine(cmd::ExamineArgs),
-    /// Take a member out of service (the array goes degraded).
-    Fail(cmd::MemberArgs),
+    /// Take a member out of service (the array goes degraded; refused, without --force,
+    /// where the array would stop serving).
+    Fail(cmd::FailArgs),
     /// Remove a failed member or a spare from an array.
     Remove(cmd::MemberArgs),
-    /// Add hot spares (a degraded array rebuilds onto one at once).
+    /// Add hot spares (a degraded array rebuilds onto one at once); a former member whose
+    /// slot is out goes back into it, resynced from the write-intent bitmap.
     Add(cmd::AddArgs),
     /// Rebuild a new member in place of an old one.
     Replace(cmd::ReplaceArgs),
@@ -53,6 +57,9 @@ enum Cmd {
     Monitor(monitor::MonitorArgs),
     /// HTTP API, Prometheus metrics and a dashboard for every registered array.
     Web(web::WebArgs),
+    /// Serve this host's raw disks over NBD, as members for arrays on other hosts
+    /// (nbd://HOST/NAME).
+    Export(export::ExportArgs),
     /// Capacity, reliability and expected performance of a disk layout, or several side by side.
     Plan(sbod_plan::cli::PlanArgs),
     /// Measure an array with fio through its life cycle against a no-RAID baseline.
@@ -105,6 +112,7 @@ fn main() {
             Cmd::Serve(a) => serve::serve(a).await,
             Cmd::Monitor(a) => monitor::monitor(a).await,
             Cmd::Web(a) => web::web(a).await,
+            Cmd::Export(a) => export::export(a).await,
             Cmd::Plan(a) => sbod_plan::cli::run(&a),
             Cmd::Bench(a) => match a.what {
                 Some(lab::BenchWhat::Codec(c)) => lab::bench_codec(c),

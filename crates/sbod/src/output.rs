@@ -1,7 +1,7 @@
 //! Human output: tables, sizes, progress bars.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use sbod_core::array::Status;
+use sbod_core::array::{RecoveryStatus, Status};
 use sbod_core::layout::{human, Level};
 use sbod_core::process::ProcessStatus;
 use sbod_core::superblock::Superblock;
@@ -42,6 +42,13 @@ pub fn print_status(s: &Status, running: bool) {
     );
     if let Some(why) = &s.failed_reason {
         println!("  failed: {why}");
+        println!(
+            "  bring the members back and start it again, or rescue what is readable: sbod serve {} --force (read-only)",
+            s.name
+        );
+    }
+    if s.read_only {
+        println!("  read-only: started to rescue what is readable; writes are refused");
     }
     let width = s
         .members
@@ -83,12 +90,48 @@ pub fn print_status(s: &Status, running: bool) {
             m.checksum_errors
         );
     }
+    for m in &s.members {
+        if let Some(r) = &m.reason {
+            let who = m
+                .path
+                .as_deref()
+                .map(short)
+                .unwrap_or_else(|| format!("slot {}", m.slot.unwrap_or(0)));
+            println!("  {who}: {r}");
+        }
+    }
+    for r in &s.recoveries {
+        println!("  {}", recovery_line(r));
+    }
     if let Some(p) = &s.process {
         println!("  {}", process_line(p));
     }
     if let Some(r) = s.resync_offset {
         println!("  initial sync at {}", human(r));
     }
+}
+
+/// One member's recovery: "d2.img (slot 2): resynced 12 MiB of 12 MiB from the write-intent
+/// bitmap (stale: event 4, array at 6)".
+pub fn recovery_line(r: &RecoveryStatus) -> String {
+    let verb = match r.state.as_str() {
+        "done" => "recovered",
+        "stopped" => "stopped after",
+        _ => "recovering:",
+    };
+    format!(
+        "{} (slot {}): {verb} {} of {} {} ({})",
+        short(&r.path),
+        r.slot,
+        human(r.recovered_bytes),
+        human(r.planned_bytes),
+        if r.bitmap {
+            "from the write-intent bitmap"
+        } else {
+            "in full"
+        },
+        r.reason
+    )
 }
 
 pub fn process_line(p: &ProcessStatus) -> String {

@@ -22,6 +22,15 @@ pub struct ServeArgs {
     /// Allow listening on addresses other than loopback.
     #[arg(long)]
     pub allow_remote: bool,
+    /// Start without members it had in service when it stopped (they are recorded as
+    /// missing, and resynced from the write-intent bitmap when they come back).
+    #[arg(long)]
+    pub degraded: bool,
+    /// Accept possible data loss: start although members are missing, over a split brain
+    /// (taking the newest side) or a write hole; a failed array is served read-only to
+    /// rescue what is readable.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// The array as an NBD export, counting client I/O (per-thread shards: no shared lock).
@@ -48,6 +57,12 @@ fn nbd_err(e: sbod_core::Error) -> NbdError {
     match e {
         sbod_core::Error::Invalid(_) => NbdError::Inval,
         sbod_core::Error::ShutDown => NbdError::ShutDown,
+        sbod_core::Error::ReadOnly(_) => NbdError::Perm,
+        // ENOSPC to the client: its write did not complete, nothing else is wrong.
+        sbod_core::Error::NoSpace(msg) => {
+            tracing::debug!("{msg}");
+            NbdError::NoSpc
+        }
         _ => NbdError::Io,
     }
 }
@@ -70,7 +85,7 @@ impl Backend for ArrayExport {
             min_block: 4096,
             preferred_block: preferred.max(4096),
             max_payload: 32 << 20,
-            read_only: false,
+            read_only: self.array.is_read_only(),
             can_flush: true,
             can_fua: true,
             can_trim: true,
@@ -133,6 +148,33 @@ impl Backend for ArrayExport {
             .map_err(nbd_err);
         self.count(Op::Trim, len as u64, t0, r)
     }
+
+    // Partial blocks are merged by the engine inside the stripe lock every write to them
+    // takes: no connection can lose another's bytes, so multi-conn stays true.
+    async fn write_unaligned(
+        &self,
+        offset: u64,
+        data: AlignedBuf,
+        fua: bool,
+    ) -> Result<(), NbdError> {
+        self.array
+            .write_bytes(offset, &data, fua)
+            .await
+            .map_err(nbd_err)
+    }
+
+    async fn write_zeroes_unaligned(
+        &self,
+        offset: u64,
+        len: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> Result<(), NbdError> {
+        self.array
+            .write_zeroes_bytes(offset, len as u64, fua, !no_hole)
+            .await
+            .map_err(nbd_err)
+    }
 }
 
 pub async fn serve(args: ServeArgs) -> Result<()> {
@@ -146,11 +188,23 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .map(|l| sbod_nbd::Listen::parse(l, args.allow_remote))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
+    let registered = registry::load(&args.name)
+        .map(|r| r.members)
+        .unwrap_or_default();
     let opened = cmd::manager()
-        .open_offline(&args.name, AssembleOptions::default())
+        .open_offline(
+            &args.name,
+            AssembleOptions {
+                degraded: args.degraded,
+                force: args.force,
+                ..Default::default()
+            },
+        )
         .await?;
     let array = opened.array.clone();
-    registry::save_array(&array, Some(&args.name))?;
+    if !array.is_read_only() {
+        registry::save_array(&array, Some(&args.name))?;
+    }
     let io = Arc::new(IoStats::default());
     let on_stop = Arc::new(tokio::sync::Notify::new());
     let local = Arc::new(Local {
@@ -162,8 +216,26 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let sock = registry::socket_path(&args.name);
     let ctl = {
         let sock = sock.clone();
+        let stop_rx = stop_rx.clone();
         tokio::spawn(async move { control::serve(local, &sock, stop_rx).await })
     };
+    let missing: Vec<String> = {
+        let open: Vec<String> = array
+            .state()
+            .live_members()
+            .iter()
+            .map(|m| m.path.clone())
+            .collect();
+        registered
+            .into_iter()
+            .filter(|p| sbod_remote::is_uri(p) && !open.contains(p))
+            .collect()
+    };
+    let watcher = tokio::spawn(crate::remote::watch(
+        array.clone(),
+        missing,
+        stop_rx.clone(),
+    ));
     let st = array.status();
     eprintln!(
         "sbod: serving {} ({}, {}, {}) on {}",
@@ -194,7 +266,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let r = server.serve(listeners, shutdown).await;
     let _ = stop_tx.send(true);
     let _ = ctl.await;
-    registry::save_array(&array, Some(&args.name))?;
+    let _ = watcher.await;
+    if !array.is_read_only() {
+        registry::save_array(&array, Some(&args.name))?;
+    }
     let closed = array.close().await;
     let _ = std::fs::remove_file(&sock);
     eprintln!("sbod: {} stopped", args.name);

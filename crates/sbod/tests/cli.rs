@@ -236,9 +236,20 @@ fn bad_input_gets_clear_errors_and_harms_nothing() {
     );
     let err = e.fails(&["fail", "vol0", "disks/zz.img"]);
     assert!(err.contains("not a member"), "{err}");
-    // Failing past the redundancy: the array reports failed.
-    e.ok(&["fail", "vol0", "disks/d0.img"]);
-    e.ok(&["fail", "vol0", "disks/d1.img"]);
+    // Failing past the redundancy is refused, saying what would be lost; forced, the
+    // array reports failed and the command says so.
+    let out = e.ok(&["fail", "vol0", "disks/d0.img"]);
+    assert!(out.contains("degraded") && !out.contains("FAILED"), "{out}");
+    let err = e.fails(&["fail", "vol0", "disks/d1.img"]);
+    assert!(
+        err.contains("would leave group 0 of 'vol0' with 2 working members of 4")
+            && err.contains("raid5 survives 1")
+            && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(e.status("vol0")["state"], "degraded");
+    let out = e.ok(&["fail", "vol0", "disks/d1.img", "--force"]);
+    assert!(out.contains("has FAILED"), "{out}");
     let s = e.status("vol0");
     assert_eq!(s["state"], "failed");
     assert!(s["failed_reason"]
@@ -248,6 +259,157 @@ fn bad_input_gets_clear_errors_and_harms_nothing() {
     // The other array is untouched.
     assert_eq!(e.status("vol4")["state"], "optimal");
     assert!(Path::new(&e.path("state/arrays/vol4.json")).exists());
+}
+
+/// Everything under `dir` except sbod's state directory, as sorted relative paths.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            if rel == "state" {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p.clone());
+            }
+            out.push(rel);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn create_checks_every_value_before_it_creates_anything() {
+    let e = Env::new();
+    let d = disks(3, "d");
+    // (arguments, what the message must name)
+    let cases: &[(&[&str], &str)] = &[
+        (&["--level", "raid5", "--chunk", "0"], "--chunk 0"),
+        (&["--level", "raid5", "--chunk", "3K"], "power of two"),
+        (&["--level", "raid5", "--chunk", "32M"], "4K to 16M"),
+        (&["--level", "raid5", "--chunk", "5000000000"], "--chunk"),
+        (&["--level", "raid5", "--groups", "0"], "--groups 0"),
+        (&["--level", "raid5", "--groups", "5000"], "groups"),
+        (&["--level", "raid10", "--copies", "0"], "--copies 0"),
+        (&["--level", "raid10", "--copies", "1"], "--copies 1"),
+        (&["--level", "raid10", "--copies", "4"], "multiple of 4"),
+        (&["--level", "raid5", "--spares", "3"], "--spares 3"),
+        (&["--level", "raid6"], "at least 4 members"),
+        (&["--level", "ec:2+2"], "exactly 4 members"),
+        (
+            &["--level", "raid5", "--bitmap-region", "0"],
+            "--bitmap-region 0",
+        ),
+        (
+            &["--level", "raid5", "--bitmap-region", "100K"],
+            "multiple of the chunk",
+        ),
+        (&["--level", "raid5", "--size-each", "16E"], "too large"),
+        (&["--level", "raid5", "--size-each", "15E"], "at most"),
+        (&["--level", "raid5", "--size-each", "100K"], "at least"),
+    ];
+    for (extra, want) in cases {
+        let mut a = vec!["create", "x"];
+        a.extend_from_slice(extra);
+        if !extra.contains(&"--size-each") {
+            a.extend(["--size-each", "64M"]);
+        }
+        a.extend(d.iter().map(|s| s.as_str()));
+        let o = e.run(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{a:?} was accepted");
+        // 1: refused by sbod; 2: refused by the argument parser (a size out of range).
+        assert!(matches!(o.status.code(), Some(1 | 2)), "{a:?}: {err}");
+        assert!(!err.contains("panicked"), "{a:?}: {err}");
+        assert!(err.contains(want), "{a:?}: wanted '{want}' in: {err}");
+        assert!(
+            listing(e.dir.path()).is_empty(),
+            "{a:?} left {:?}",
+            listing(e.dir.path())
+        );
+        assert!(!Path::new(&e.path("state/arrays/x.json")).exists());
+    }
+    // A refusal that only the members can reveal (domains) removes the files and the
+    // directory it made for them.
+    let err = e.fails(&args(
+        &[
+            "create",
+            "x",
+            "--level",
+            "raid5",
+            "--size-each",
+            "8M",
+            "--domains",
+            "a,a,b",
+        ],
+        &d,
+    ));
+    assert!(err.contains("failure domain"), "{err}");
+    assert!(
+        listing(e.dir.path()).is_empty(),
+        "{:?}",
+        listing(e.dir.path())
+    );
+    // Files that were there before are left alone.
+    std::fs::write(e.path("keep.img"), b"mine").unwrap();
+    e.fails(&[
+        "create",
+        "x",
+        "--level",
+        "raid5",
+        "--chunk",
+        "0",
+        "--size-each",
+        "8M",
+        "keep.img",
+        "n1",
+        "n2",
+    ]);
+    assert_eq!(listing(e.dir.path()), vec!["keep.img".to_string()]);
+    assert_eq!(std::fs::read(e.path("keep.img")).unwrap(), b"mine");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 40, ..Default::default() })]
+
+    /// Random create arguments: sbod never panics; what it refuses leaves the directory
+    /// as it was; what it accepts it can show and forget.
+    #[test]
+    fn random_create_arguments_never_panic_or_leave_files(
+        level in proptest::sample::select(vec!["raid0", "raid1", "raid10", "raid5", "raid6", "ec:2+1", "ec:3+2", "concat"]),
+        members in 1usize..7,
+        chunk in proptest::sample::select(vec!["0", "1", "512", "3K", "4K", "64K", "1M", "16M", "32M", "4294967296"]),
+        groups in 0u32..4,
+        copies in 0u32..4,
+        spares in 0usize..4,
+        size in proptest::sample::select(vec!["0", "4K", "1M", "3M", "16M", "1E", "15E"]),
+        region in proptest::option::of(proptest::sample::select(vec!["0", "4K", "64K", "1M", "1E"])),
+    ) {
+        let e = Env::new();
+        let d = disks(members, "p");
+        let (g, c, s) = (groups.to_string(), copies.to_string(), spares.to_string());
+        let mut a = vec!["create", "p", "--level", level, "--chunk", chunk, "--groups", &g,
+            "--copies", &c, "--spares", &s, "--size-each", size];
+        if let Some(r) = region {
+            a.extend(["--bitmap-region", r]);
+        }
+        a.extend(d.iter().map(|s| s.as_str()));
+        let o = e.run(&a);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        proptest::prop_assert!(!err.contains("panicked"), "{:?}: {}", a, err);
+        if o.status.success() {
+            let st = e.status("p");
+            proptest::prop_assert_eq!(&st["state"], "optimal");
+        } else {
+            proptest::prop_assert!(matches!(o.status.code(), Some(1 | 2)), "{:?}: {}", a, err);
+            proptest::prop_assert!(err.starts_with("sbod: ") || err.starts_with("error: "), "{:?}: {}", a, err);
+            proptest::prop_assert!(listing(e.dir.path()).is_empty(), "{:?} left {:?}", a, listing(e.dir.path()));
+        }
+    }
 }
 
 #[test]
@@ -289,4 +451,59 @@ fn bench_codec_reports_its_figures() {
         .fails(&["bench", "codec", "--sizes", "100"])
         .contains("multiple of 64"));
     assert!(e.fails(&["bench"]).contains("NAME"));
+}
+
+/// `sbod assemble --scan` (what sbod-assemble.service runs at boot) finds every array from
+/// its members' superblocks, registered or not, names each as its superblocks (or its
+/// registration) do, skips files that are not members, and refuses what assembly refuses.
+#[test]
+fn assemble_scan_finds_every_array_from_its_members() {
+    let e = Env::new();
+    let a = disks(3, "a");
+    let b = disks(2, "b");
+    e.ok(&args(
+        &["create", "va", "--level", "raid5", "--size-each", "16M"],
+        &a,
+    ));
+    e.ok(&args(
+        &["create", "vb", "--level", "raid1", "--size-each", "16M"],
+        &b,
+    ));
+    std::fs::write(e.path("disks/notes.txt"), b"not a member").unwrap();
+    // vb is forgotten (as on a new host): only its members know it.
+    e.ok(&["forget", "vb"]);
+    assert!(e.fails(&["status", "vb"]).contains("vb"));
+    let out = e.ok(&["assemble", "--scan", "disks", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let mut names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["va", "vb"], "{out}");
+    for x in v.as_array().unwrap() {
+        assert_eq!(x["assembled"], true, "{x}");
+        assert_eq!(x["state"], "optimal", "{x}");
+    }
+    assert_eq!(e.status("vb")["members"].as_array().unwrap().len(), 2);
+    assert_eq!(e.status("va")["state"], "optimal");
+    // A member missing: the scan does not start that array by itself (as assemble).
+    std::fs::rename(e.path(&a[1]), e.path("a1.away")).unwrap();
+    e.ok(&["forget", "va"]);
+    let o = e.run(&["assemble", "--scan", "disks"]);
+    assert!(!o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("va: not assembled") && text.contains("--degraded"),
+        "{text}"
+    );
+    // --degraded starts it; the member back later is re-added from the bitmap.
+    e.ok(&["assemble", "--scan", "--degraded", "disks"]);
+    assert_eq!(e.status("va")["state"], "degraded");
+    // Nowhere to look is a clear error.
+    assert!(e
+        .fails(&["assemble", "--scan", "nowhere"])
+        .contains("does not exist"));
 }

@@ -465,6 +465,14 @@ fn api_metrics_dashboard_and_events_through_real_clients() {
         "{e}"
     );
     wait_for(|| get(&format!("{api}/vol0")).1["last_process"]["kind"] == "check");
+    // The monitor samples status (every 2 s) and status keeps only the last process: let
+    // it see the check before the replacement's rebuild takes that place.
+    wait_for(|| {
+        get(&format!("{url}/api/v1/events"))
+            .1
+            .as_array()
+            .is_some_and(|ev| ev.iter().any(|e| e["event"] == "scrub_finished"))
+    });
     let (c, e) = post(
         &format!("{api}/vol0/set"),
         Some(&token),

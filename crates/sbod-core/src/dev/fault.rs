@@ -290,6 +290,106 @@ impl Drop for Timer {
     }
 }
 
+/// The free space of a file system that thin (sparse) members share. A write to blocks a
+/// member has not allocated yet takes space from it; zeroing gives the blocks back (sbod
+/// zeroes files by punching holes). When it runs out, a write lands the blocks that still
+/// fit, in order, and fails with ENOSPC, as a file system's `pwrite` does.
+#[derive(Debug)]
+pub struct SpacePool {
+    free: Mutex<u64>,
+}
+
+impl SpacePool {
+    pub fn new(free_bytes: u64) -> Arc<SpacePool> {
+        Arc::new(SpacePool {
+            free: Mutex::new(free_bytes),
+        })
+    }
+
+    /// Bytes still free.
+    pub fn free(&self) -> u64 {
+        *self.free.lock()
+    }
+
+    /// Set the free space (another tenant of the file system filled or freed it).
+    pub fn set_free(&self, bytes: u64) {
+        *self.free.lock() = bytes;
+    }
+
+    /// Take up to `want` blocks; returns how many were granted.
+    fn take(&self, want: u64) -> u64 {
+        let mut f = self.free.lock();
+        let n = want.min(*f / TEAR_UNIT as u64);
+        *f -= n * TEAR_UNIT as u64;
+        n
+    }
+
+    fn give(&self, blocks: u64) {
+        *self.free.lock() += blocks * TEAR_UNIT as u64;
+    }
+}
+
+/// Which 4 KiB blocks of a thin member hold space, and the pool it takes space from.
+struct Thin {
+    pool: Arc<SpacePool>,
+    allocated: Mutex<Vec<u64>>,
+}
+
+impl Thin {
+    fn is_set(bits: &[u64], b: u64) -> bool {
+        bits.get((b / 64) as usize)
+            .is_some_and(|w| w & (1 << (b % 64)) != 0)
+    }
+
+    fn set(bits: &mut Vec<u64>, b: u64, on: bool) {
+        let i = (b / 64) as usize;
+        if i >= bits.len() {
+            bits.resize(i + 1, 0);
+        }
+        if on {
+            bits[i] |= 1 << (b % 64);
+        } else {
+            bits[i] &= !(1 << (b % 64));
+        }
+    }
+
+    /// Allocate the blocks of `[off, off+len)` in order; returns how many bytes from `off`
+    /// now have space (all of `len`, or the prefix that fit).
+    fn allocate(&self, off: u64, len: u64) -> u64 {
+        let unit = TEAR_UNIT as u64;
+        let mut bits = self.allocated.lock();
+        let (first, end) = (off / unit, (off + len).div_ceil(unit));
+        for b in first..end {
+            if Self::is_set(&bits, b) {
+                continue;
+            }
+            if self.pool.take(1) == 0 {
+                return (b * unit).saturating_sub(off).min(len);
+            }
+            Self::set(&mut bits, b, true);
+        }
+        len
+    }
+
+    /// Give back the whole blocks inside `[off, off+len)` (a punched hole).
+    fn release(&self, off: u64, len: u64) {
+        let unit = TEAR_UNIT as u64;
+        let mut bits = self.allocated.lock();
+        let mut freed = 0;
+        for b in off.div_ceil(unit)..(off + len) / unit {
+            if Self::is_set(&bits, b) {
+                Self::set(&mut bits, b, false);
+                freed += 1;
+            }
+        }
+        self.pool.give(freed);
+    }
+}
+
+fn enospc() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSPC)
+}
+
 /// A member wrapped in a fault plan.
 pub struct FaultDev {
     inner: Arc<dyn BlockDev>,
@@ -299,6 +399,7 @@ pub struct FaultDev {
     stats: Arc<FaultStats>,
     rng: Rng,
     timer: Timer,
+    thin: Option<Thin>,
 }
 
 impl FaultDev {
@@ -312,7 +413,19 @@ impl FaultDev {
             vanished: Arc::default(),
             stats: Arc::default(),
             rng: Rng::new(seed),
+            thin: None,
         }
+    }
+
+    /// A thin member: its blocks take space from `pool` when first written (see
+    /// [`SpacePool`]); none is allocated yet, as in a freshly created sparse file.
+    pub fn thin(inner: Arc<dyn BlockDev>, seed: u64, pool: Arc<SpacePool>) -> FaultDev {
+        let mut d = FaultDev::new(inner, seed);
+        d.thin = Some(Thin {
+            pool,
+            allocated: Mutex::new(Vec::new()),
+        });
+        d
     }
 
     /// The device underneath (tests inspect or corrupt it directly).
@@ -446,6 +559,10 @@ impl BlockDev for FaultDev {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
         };
+        let (req, done) = match self.take_space(req, done) {
+            Some(x) => x,
+            None => return,
+        };
         let read_buf = match &req.kind {
             IoKind::Read { buf } if !flips.is_empty() => Some(buf.clone()),
             _ => None,
@@ -489,6 +606,13 @@ impl BlockDev for FaultDev {
         self.inner.size()
     }
 
+    fn current_size(&self) -> io::Result<u64> {
+        if self.vanished.load(Relaxed) {
+            return Err(eio());
+        }
+        self.inner.current_size()
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -496,6 +620,45 @@ impl BlockDev for FaultDev {
     fn close(&self) {
         self.timer.stop();
         self.inner.close()
+    }
+}
+
+impl FaultDev {
+    /// A thin member's space: a write takes the space its new blocks need; if only part
+    /// fits, that part is written and the request fails with ENOSPC; if none fits it fails
+    /// at once. Zeroing gives blocks back. `None`: the request was completed here.
+    fn take_space(&self, req: IoReq, done: Done) -> Option<(IoReq, Done)> {
+        let Some(thin) = &self.thin else {
+            return Some((req, done));
+        };
+        match &req.kind {
+            IoKind::Write { buf, fua } => {
+                let len = buf.len() as u64;
+                let fits = thin.allocate(req.offset, len);
+                if fits == len {
+                    return Some((req, done));
+                }
+                self.stats.write_errors.fetch_add(1, Relaxed);
+                if fits == 0 {
+                    done(Err(enospc()));
+                    return None;
+                }
+                let part = IoReq {
+                    offset: req.offset,
+                    kind: IoKind::Write {
+                        buf: buf.slice(0..fits as usize),
+                        fua: *fua,
+                    },
+                    class: req.class,
+                };
+                Some((part, Box::new(move |r| done(r.and(Err(enospc()))))))
+            }
+            IoKind::Zero { len, .. } => {
+                thin.release(req.offset, *len);
+                Some((req, done))
+            }
+            _ => Some((req, done)),
+        }
     }
 }
 
@@ -1017,6 +1180,57 @@ mod tests {
         assert_eq!(read_all(&d, 4096, 4096).unwrap()[4], 1);
         let s = fdev.stats().snapshot();
         assert_eq!((s.read_flips, s.medium_flips), (1, 1));
+    }
+
+    #[test]
+    fn thin_members_share_space_and_write_what_fits() {
+        let pool = SpacePool::new(5 * 4096);
+        let a: Arc<dyn BlockDev> = Arc::new(FaultDev::thin(mem(1 << 20), 1, pool.clone()));
+        let b: Arc<dyn BlockDev> = Arc::new(FaultDev::thin(mem(1 << 20), 2, pool.clone()));
+        write_all(&a, 0, &[1u8; 8192], false).unwrap();
+        // Rewriting allocated blocks takes no space.
+        write_all(&a, 0, &[2u8; 8192], false).unwrap();
+        assert_eq!(pool.free(), 3 * 4096);
+        // Four new blocks, three fit: they land, the fourth does not, the write fails.
+        let e = write_all(&b, 0, &[3u8; 4 * 4096], false).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(pool.free(), 0);
+        let got = read_all(&b, 0, 4 * 4096).unwrap();
+        assert_eq!(&got[..3 * 4096], &[3u8; 3 * 4096][..]);
+        assert_eq!(&got[3 * 4096..], &[0u8; 4096][..]);
+        // Nothing fits: nothing is written.
+        let e = write_all(&a, 65536, &[4u8; 4096], false).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(read_all(&a, 65536, 4096).unwrap(), vec![0u8; 4096]);
+        // Punching gives space back; more space from outside does too.
+        wait(
+            &a,
+            0,
+            IoKind::Zero {
+                len: 8192,
+                punch: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(pool.free(), 2 * 4096);
+        pool.set_free(1 << 20);
+        write_all(&a, 65536, &[4u8; 4096], false).unwrap();
+        assert_eq!(read_all(&a, 65536, 4096).unwrap(), vec![4u8; 4096]);
+    }
+
+    #[test]
+    fn a_truncated_member_reads_short_and_writes_extend_it() {
+        let m = Arc::new(MemDev::new("m", 1 << 20));
+        let d: Arc<dyn BlockDev> = Arc::new(FaultDev::new(m.clone(), 1));
+        write_all(&d, 0, &[7u8; 8192], false).unwrap();
+        m.truncate(4096);
+        assert_eq!((d.size(), d.current_size().unwrap()), (1 << 20, 4096));
+        let e = read_all(&d, 0, 8192).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        // A write past the end extends it with a hole of zeros, as a file does.
+        write_all(&d, 65536, &[9u8; 4096], false).unwrap();
+        assert_eq!(d.current_size().unwrap(), 65536 + 4096);
+        assert_eq!(read_all(&d, 4096, 4096).unwrap(), vec![0u8; 4096]);
     }
 
     fn pc(supply: &Arc<PowerSupply>, size: usize) -> Arc<PowerCutDev> {

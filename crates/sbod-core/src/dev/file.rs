@@ -201,6 +201,52 @@ pub fn open(path: &Path, opts: &OpenOptions) -> io::Result<Opened> {
     })
 }
 
+/// The size of an open member now: `fstat` for a file, `BLKGETSIZE64` for a block device.
+pub fn current_size(file: &File, block_device: bool) -> io::Result<u64> {
+    let fd = file.as_raw_fd();
+    if block_device {
+        let mut size: u64 = 0;
+        // SAFETY: BLKGETSIZE64 writes a u64.
+        if unsafe { libc::ioctl(fd, BLKGETSIZE64 as _, &mut size) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        return Ok(size);
+    }
+    // SAFETY: fstat fills the zeroed struct we pass; the fd is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_size as u64)
+}
+
+/// A member's file as its queue holds it: released by `close` (which drops the lock on
+/// it), so asking its size afterwards is an error rather than a stale answer.
+pub(crate) struct SizeProbe {
+    file: arc_swap::ArcSwapOption<File>,
+    block_device: bool,
+}
+
+impl SizeProbe {
+    pub(crate) fn new(file: Arc<File>, block_device: bool) -> SizeProbe {
+        SizeProbe {
+            file: arc_swap::ArcSwapOption::new(Some(file)),
+            block_device,
+        }
+    }
+
+    pub(crate) fn size(&self) -> io::Result<u64> {
+        match self.file.load().as_ref() {
+            Some(f) => current_size(f, self.block_device),
+            None => Err(closed_err()),
+        }
+    }
+
+    pub(crate) fn release(&self) {
+        self.file.store(None);
+    }
+}
+
 /// Execute one request with blocking syscalls. Shared by the thread pool and by the
 /// io_uring path for the operations it does not queue (zeroing).
 pub fn execute(file: &File, block_device: bool, req: &IoReq) -> io::Result<()> {
@@ -351,6 +397,7 @@ pub struct FileDev {
     name: String,
     size: u64,
     direct: bool,
+    probe: SizeProbe,
     tx: crossbeam_channel::Sender<Job>,
     closed: std::sync::atomic::AtomicBool,
     workers: parking_lot::Mutex<Vec<JoinHandle<()>>>,
@@ -380,6 +427,7 @@ impl FileDev {
             name,
             size: opened.size,
             direct: opened.direct,
+            probe: SizeProbe::new(file, block_device),
             tx,
             closed: std::sync::atomic::AtomicBool::new(false),
             workers: parking_lot::Mutex::new(workers),
@@ -408,6 +456,10 @@ impl BlockDev for FileDev {
         &self.name
     }
 
+    fn current_size(&self) -> io::Result<u64> {
+        self.probe.size()
+    }
+
     fn queue(&self) -> &'static str {
         "threads"
     }
@@ -415,6 +467,7 @@ impl BlockDev for FileDev {
     fn close(&self) {
         self.closed
             .store(true, std::sync::atomic::Ordering::Release);
+        self.probe.release();
         let workers = std::mem::take(&mut *self.workers.lock());
         for _ in &workers {
             let _ = self.tx.send(None);
@@ -495,6 +548,13 @@ impl BlockDev for InlineDev {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn current_size(&self) -> io::Result<u64> {
+        match self.file.load().as_ref() {
+            Some(f) => current_size(f, self.block_device),
+            None => Err(closed_err()),
+        }
     }
 
     fn queue(&self) -> &'static str {

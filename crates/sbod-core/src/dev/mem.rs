@@ -1,4 +1,8 @@
 //! An in-memory member for property tests and fault injection. Completes inline.
+//!
+//! It behaves like a member file: [`MemDev::truncate`] shrinks it as `truncate -s` would,
+//! after which reads past the new end come back short (an EOF error) and a write past it
+//! extends the member, leaving a hole of zeros before the written bytes.
 
 use super::{BlockDev, Done, IoKind, IoReq};
 use parking_lot::Mutex;
@@ -7,6 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub struct MemDev {
     name: String,
+    /// The size it was made with (what `size()` reports, as a file's size at open).
+    size: u64,
     data: Mutex<Vec<u8>>,
     /// Fail every read/write with EIO while set (a dead member).
     pub dead: AtomicBool,
@@ -19,6 +25,7 @@ impl MemDev {
     pub fn new(name: impl Into<String>, size: u64) -> MemDev {
         MemDev {
             name: name.into(),
+            size,
             data: Mutex::new(vec![0u8; size as usize]),
             dead: AtomicBool::new(false),
             reads: AtomicU64::new(0),
@@ -29,6 +36,12 @@ impl MemDev {
     /// Direct access to the bytes (tests corrupt and inspect members through this).
     pub fn with_data<R>(&self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
         f(&mut self.data.lock())
+    }
+
+    /// Change the member's length as `truncate -s` changes a file's: shrinking drops the
+    /// bytes past `len`, growing adds zeros.
+    pub fn truncate(&self, len: u64) {
+        self.data.lock().resize(len as usize, 0);
     }
 }
 
@@ -45,7 +58,7 @@ impl BlockDev for MemDev {
                 if off + buf.len() > data.len() {
                     Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
-                        "read past end",
+                        "read past the end of the member",
                     ))
                 } else {
                     // SAFETY: the engine owns this range for this I/O.
@@ -56,12 +69,12 @@ impl BlockDev for MemDev {
             IoKind::Write { buf, .. } => {
                 self.writes.fetch_add(1, Ordering::Relaxed);
                 if off + buf.len() > data.len() {
-                    Err(io::Error::new(io::ErrorKind::WriteZero, "write past end"))
-                } else {
-                    // SAFETY: as above.
-                    data[off..off + buf.len()].copy_from_slice(unsafe { buf.as_slice() });
-                    Ok(())
+                    // As a file does: the write extends it.
+                    data.resize(off + buf.len(), 0);
                 }
+                // SAFETY: as above.
+                data[off..off + buf.len()].copy_from_slice(unsafe { buf.as_slice() });
+                Ok(())
             }
             IoKind::Flush => Ok(()),
             IoKind::Zero { len, .. } => {
@@ -76,7 +89,11 @@ impl BlockDev for MemDev {
     }
 
     fn size(&self) -> u64 {
-        self.data.lock().len() as u64
+        self.size
+    }
+
+    fn current_size(&self) -> io::Result<u64> {
+        Ok(self.data.lock().len() as u64)
     }
 
     fn name(&self) -> &str {

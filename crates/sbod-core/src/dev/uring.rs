@@ -69,6 +69,7 @@ pub struct UringDev {
     name: String,
     size: u64,
     direct: bool,
+    probe: file::SizeProbe,
     tx: Sender<Pending>,
     shared: Arc<Shared>,
     thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
@@ -242,6 +243,7 @@ impl UringDev {
             name,
             size,
             direct,
+            probe: file::SizeProbe::new(file, opened.block_device),
             tx,
             shared,
             thread_id: handle.thread().id(),
@@ -282,12 +284,17 @@ impl BlockDev for UringDev {
         &self.name
     }
 
+    fn current_size(&self) -> io::Result<u64> {
+        self.probe.size()
+    }
+
     fn queue(&self) -> &'static str {
         "uring"
     }
 
     fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
+        self.probe.release();
         self.shared.wake();
         // From a completion callback on the ring thread itself we cannot wait for it;
         // it sees the flag and winds down on its own.

@@ -1,0 +1,885 @@
+//! The trust model as a property: random lives of an array against a model that knows
+//! which member holds what. Between client writes, reads, zeroes and flushes the array is
+//! stopped and started again; a member is hidden at a start (refused without `degraded`,
+//! then run without it) and brought back (at the next start, or re-added while running);
+//! an old copy of a member is put back; members fail (past the redundancy: refused without
+//! `force`; forced, the array fails and is then rescued read-only); the array crashes
+//! (abandoned, as a power cut that keeps what was acknowledged, members being memory).
+//!
+//! After every step: every read returns exactly what the model says was last acknowledged,
+//! or (failed array) an error; a rescue returns, per block, a value the block held at some
+//! time or an error; never other bytes. A member that comes back is recovered from the
+//! write-intent bitmap when the model says the bitmap covers it, and then rebuilds no more
+//! than the regions written since the bitmap was last known clear.
+//!
+//! `SBOD_LIFECYCLE_CASES` sets the number of random lives (default 200);
+//! `SBOD_TORTURE_REPORT` collects the figures (see docs/RELIABILITY.md).
+
+mod torture_util;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use sbod_core::dev::{BlockDev, MemDev};
+use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Error, MemberSpec};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use torture_util::{blocks_of, decode, report, Layout, BLOCK, LAYOUTS, MIB};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write {
+        at: u64,
+        blocks: u64,
+    },
+    Zero {
+        at: u64,
+        blocks: u64,
+    },
+    Read {
+        at: u64,
+        blocks: u64,
+    },
+    Flush,
+    /// Stop cleanly and start again.
+    Restart,
+    /// Stop as a power cut would (what members acknowledged stays), and start again.
+    Crash,
+    /// Keep a member away from the next start (also while running: it takes effect then).
+    Hide(usize),
+    /// Bring a hidden member back: re-added while running, or at the next start.
+    BringBack(usize),
+    /// Copy a member aside while stopped (the next Restart stops first).
+    Snapshot(usize),
+    /// Put the old copy back while stopped.
+    Restore(usize),
+    /// `sbod fail`; `force` goes past the redundancy.
+    Fail(usize, bool),
+    /// Re-add a failed member while running.
+    ReAdd(usize),
+    /// Let recoveries finish.
+    Settle,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (any::<u64>(), 1u64..24).prop_map(|(at, blocks)| Op::Write { at, blocks }),
+        1 => (any::<u64>(), 1u64..24).prop_map(|(at, blocks)| Op::Zero { at, blocks }),
+        3 => (any::<u64>(), 1u64..48).prop_map(|(at, blocks)| Op::Read { at, blocks }),
+        1 => Just(Op::Flush),
+        2 => Just(Op::Restart),
+        1 => Just(Op::Crash),
+        2 => (0usize..8).prop_map(Op::Hide),
+        2 => (0usize..8).prop_map(Op::BringBack),
+        1 => (0usize..8).prop_map(Op::Snapshot),
+        2 => (0usize..8).prop_map(Op::Restore),
+        2 => (0usize..8, prop::bool::weighted(0.3)).prop_map(|(i, f)| Op::Fail(i, f)),
+        2 => (0usize..8).prop_map(Op::ReAdd),
+        1 => Just(Op::Settle),
+    ]
+}
+
+/// Figures over all cases, for docs/RELIABILITY.md.
+#[derive(Default, Debug, Clone)]
+struct Figures {
+    cases: u64,
+    steps: u64,
+    starts: u64,
+    refused_missing: u64,
+    refused_past_redundancy: u64,
+    stale_found: u64,
+    bitmap_recoveries: u64,
+    full_recoveries: u64,
+    re_adds: u64,
+    rescues: u64,
+    blocks_verified: u64,
+    errors_returned: u64,
+    wrong: u64,
+}
+
+/// Per block: the write (tag) it holds now, and every tag it ever held.
+struct Blocks {
+    now: Vec<u64>,
+    ever: Vec<BTreeSet<u64>>,
+}
+
+impl Blocks {
+    fn new(n: u64) -> Blocks {
+        Blocks {
+            now: vec![0; n as usize],
+            ever: (0..n).map(|_| BTreeSet::from([0])).collect(),
+        }
+    }
+
+    fn set(&mut self, first: u64, n: u64, tag: u64) {
+        for b in first..first + n {
+            self.now[b as usize] = tag;
+            self.ever[b as usize].insert(tag);
+        }
+    }
+}
+
+struct Life {
+    l: Layout,
+    background: bool,
+    devs: Vec<Arc<MemDev>>,
+    a: Option<Arc<Array>>,
+    blocks: Blocks,
+    next_tag: u64,
+    width: usize,
+    red: usize,
+    region: u64,
+    chunk: u64,
+    /// Members kept away from the next start.
+    hidden: BTreeSet<usize>,
+    /// Slots the array records as out (failed, or missing at its start).
+    out: BTreeSet<usize>,
+    /// Slots being recovered (not read until done).
+    recovering: BTreeSet<usize>,
+    /// Members put back from an old copy since the last start.
+    restored: BTreeSet<usize>,
+    /// Members whose bitmap recovery is certain when they come back (left by failing or
+    /// missing a start, after having been in sync).
+    bitmap_sure: BTreeSet<usize>,
+    snaps: HashMap<usize, Vec<u8>>,
+    /// Regions written since the bitmap was last known clear (a clean stop of the whole
+    /// array).
+    touched: BTreeSet<u64>,
+    last_stop_crash: bool,
+    /// Failed past its redundancy (forced).
+    dead: bool,
+    rescued: bool,
+    /// The array went on without a member that holds a later superblock of its own.
+    forked: bool,
+    fig: Figures,
+}
+
+fn spec_of(d: &Arc<MemDev>) -> MemberSpec {
+    MemberSpec {
+        dev: d.clone() as Arc<dyn BlockDev>,
+        path: d.name().to_string(),
+        is_file: false,
+        domain: String::new(),
+    }
+}
+
+impl Life {
+    fn a(&self) -> &Arc<Array> {
+        self.a.as_ref().expect("running")
+    }
+
+    fn group(&self, slot: usize) -> usize {
+        slot / self.width
+    }
+
+    /// Would the group of `slot` have more slots out than it survives, with `slot` out
+    /// too? Out: failed or missing, hidden, being recovered, or put back from a copy.
+    fn past_redundancy_with(&self, slot: usize) -> bool {
+        self.past_with(slot, true)
+    }
+
+    /// As above, counting only what is out now (`hidden` takes effect at the next start).
+    fn past_with(&self, slot: usize, with_hidden: bool) -> bool {
+        let g = self.group(slot);
+        let none = BTreeSet::new();
+        let hidden = if with_hidden { &self.hidden } else { &none };
+        let mut out: BTreeSet<usize> = self
+            .out
+            .iter()
+            .chain(hidden)
+            .chain(&self.recovering)
+            .chain(&self.restored)
+            .copied()
+            .filter(|&s| self.group(s) == g)
+            .collect();
+        out.insert(slot);
+        out.len() > self.red
+    }
+
+    fn regions_of(&self, first: u64, n: u64) -> Vec<u64> {
+        let g = &self.a().geometry;
+        g.pieces(first * BLOCK as u64, n * BLOCK as u64)
+            .iter()
+            .map(|p| (p.stripe * self.chunk + p.chunk_off) / self.region)
+            .collect()
+    }
+
+    fn range(&self, at: u64, blocks: u64) -> (u64, u64) {
+        let total = self.blocks.now.len() as u64;
+        let first = at % total;
+        (first, blocks.min(total - first))
+    }
+
+    async fn check_read(&mut self, first: u64, n: u64, what: &str) -> Result<(), TestCaseError> {
+        let r = self
+            .a()
+            .read(first * BLOCK as u64, (n * BLOCK as u64) as usize)
+            .await;
+        match r {
+            Ok(got) => {
+                for (i, b) in got.chunks(BLOCK).enumerate() {
+                    let blk = first + i as u64;
+                    let tag = decode(b, blk);
+                    let ok = if self.rescued {
+                        tag.is_some_and(|t| self.blocks.ever[blk as usize].contains(&t))
+                    } else {
+                        tag == Some(self.blocks.now[blk as usize])
+                    };
+                    if !ok {
+                        self.fig.wrong += 1;
+                    }
+                    prop_assert!(
+                        ok,
+                        "{}: block {} read as {:?}, the model says {} (ever {:?})",
+                        what,
+                        blk,
+                        tag,
+                        self.blocks.now[blk as usize],
+                        self.blocks.ever[blk as usize]
+                    );
+                }
+                prop_assert!(
+                    !self.dead || self.rescued,
+                    "{}: a failed array returned data",
+                    what
+                );
+                self.fig.blocks_verified += n;
+            }
+            Err(e) => {
+                prop_assert!(
+                    self.dead,
+                    "{}: read of blocks {}+{} failed on a working array: {}",
+                    what,
+                    first,
+                    n,
+                    e
+                );
+                self.fig.errors_returned += 1;
+            }
+        }
+        Ok(())
+    }
+
+    async fn check_all(&mut self, what: &str) -> Result<(), TestCaseError> {
+        let n = self.blocks.now.len() as u64;
+        self.check_read(0, n, what).await
+    }
+
+    fn opts(&self) -> AssembleOptions {
+        AssembleOptions {
+            no_processes: !self.background,
+            ..Default::default()
+        }
+    }
+
+    /// Assemble from every member not hidden.
+    async fn assemble(&self, opts: AssembleOptions) -> Result<Arc<Array>, Error> {
+        let given: Vec<MemberSpec> = (0..self.devs.len())
+            .filter(|i| !self.hidden.contains(i))
+            .map(|i| spec_of(&self.devs[i]))
+            .collect();
+        Array::assemble(given, opts).await
+    }
+
+    async fn stop(&mut self, crash: bool) {
+        let Some(a) = self.a.take() else { return };
+        let whole = self.out.is_empty() && self.recovering.is_empty() && !self.dead;
+        if crash {
+            a.abandon().await;
+        } else {
+            let _ = a.close().await;
+            // A clean stop with every slot in service clears the bitmap.
+            if whole {
+                self.touched.clear();
+            }
+        }
+        self.last_stop_crash = crash;
+    }
+
+    /// Start with every member not hidden. Checks what assembly says against the model.
+    async fn start(&mut self, what: &str) -> Result<(), TestCaseError> {
+        self.fig.starts += 1;
+        // Hidden members the array had in service: it must not start without them silently.
+        let missing_in_service: Vec<usize> = self
+            .hidden
+            .iter()
+            .copied()
+            .filter(|s| !self.out.contains(s))
+            .collect();
+        let r = self.assemble(self.opts()).await;
+        let mut split_forced = false;
+        let r = match r {
+            Err(Error::MissingMembers(m)) => {
+                prop_assert!(
+                    !missing_in_service.is_empty(),
+                    "{}: refused for missing members the array did not need: {}",
+                    what,
+                    m
+                );
+                self.fig.refused_missing += 1;
+                self.assemble(AssembleOptions {
+                    degraded: true,
+                    ..self.opts()
+                })
+                .await
+            }
+            Ok(a) => {
+                prop_assert!(
+                    missing_in_service.is_empty() || self.dead,
+                    "{}: started without members {:?} it had in service, without being asked",
+                    what,
+                    missing_in_service
+                );
+                Ok(a)
+            }
+            other => other,
+        };
+        let r = match r {
+            // The array went on from members that did not know of a failure that a member
+            // kept away recorded (see below): its return is a split brain, refused, and
+            // forced, the newest side (which went on, holding every write) is taken.
+            Err(Error::SplitBrain(msg)) => {
+                prop_assert!(self.forked, "{}: split brain out of nowhere: {}", what, msg);
+                // The other side's members are rebuilt in full.
+                split_forced = true;
+                self.assemble(AssembleOptions {
+                    force: true,
+                    ..self.opts()
+                })
+                .await
+            }
+            // After a crash with members out, the write hole: refused unless forced. The
+            // members are memory and nothing was in flight, so forcing loses nothing here.
+            Err(Error::Refused(msg)) if msg.contains("not shut down cleanly") => {
+                // A failed array cannot flush, so its stop is unclean too.
+                prop_assert!(
+                    self.last_stop_crash || self.dead,
+                    "{}: write hole without a crash: {}",
+                    what,
+                    msg
+                );
+                self.assemble(AssembleOptions {
+                    force: true,
+                    ..self.opts()
+                })
+                .await
+            }
+            Err(Error::Failed(msg)) if self.dead => {
+                prop_assert!(msg.contains("--force"), "{}: {}", what, msg);
+                // Rescue: read-only from the freshest members.
+                let a = self
+                    .assemble(AssembleOptions {
+                        force: true,
+                        ..self.opts()
+                    })
+                    .await;
+                if let Ok(a) = &a {
+                    prop_assert!(a.is_read_only(), "{}: a rescue is read-only", what);
+                    prop_assert_eq!(a.status().state, "rescue");
+                    self.rescued = true;
+                    self.fig.rescues += 1;
+                }
+                a
+            }
+            other => other,
+        };
+        let a = match r {
+            Ok(a) => a,
+            Err(e) => return Err(TestCaseError::fail(format!("{what}: start failed: {e}"))),
+        };
+        if self.dead && a.is_read_only() && !self.rescued {
+            prop_assert_eq!(a.status().state, "rescue");
+            self.rescued = true;
+            self.fig.rescues += 1;
+        }
+        if self.dead && !self.rescued {
+            // The failure that failed the array could not be recorded anywhere (no member
+            // was left in service to take the superblock), so the members say the last one
+            // failed is in sync, and it is: nothing was acknowledged after it failed. The
+            // array serves again; its reads are checked exactly like any other. A member
+            // kept away that did record the failure now holds another story: a split.
+            self.dead = false;
+            self.forked |= !self.hidden.is_empty();
+            let st = a.status();
+            self.out = st
+                .members
+                .iter()
+                .filter(|m| m.state == "failed" || m.state == "missing")
+                .filter_map(|m| m.slot)
+                .collect();
+            self.recovering = st
+                .members
+                .iter()
+                .filter(|m| m.state == "rebuilding")
+                .filter_map(|m| m.slot)
+                .collect();
+            self.restored.clear();
+            self.a = Some(a);
+            return self
+                .check_all(&format!("{what}: back from a failure no member recorded"))
+                .await;
+        }
+        let st = a.status();
+        let rep = a.report();
+        // What the model knows about each slot, against what status says.
+        for s in 0..self.devs.len() {
+            let m = st.members.iter().find(|m| m.slot == Some(s)).expect("slot");
+            if self.rescued {
+                continue;
+            }
+            if self.hidden.contains(&s) {
+                prop_assert!(
+                    m.state == "missing" || m.state == "failed",
+                    "{}: hidden member {} shows {}",
+                    what,
+                    s,
+                    m.state
+                );
+            } else if self.restored.contains(&s) || self.out.contains(&s) {
+                // An old copy, or a member back from being out: never trusted as it is.
+                prop_assert_eq!(&m.state, "rebuilding", "{}: member {} {:?}", what, s, m);
+                let reason = m.reason.clone().unwrap_or_default();
+                prop_assert!(reason.starts_with("stale: event"), "{}: {:?}", what, m);
+                let stale = rep
+                    .stale
+                    .iter()
+                    .find(|x| x.slot == s)
+                    .expect("reported stale");
+                if self.bitmap_sure.contains(&s) && !self.restored.contains(&s) && !split_forced {
+                    prop_assert!(
+                        stale.bitmap,
+                        "{}: member {} recovered in full: {:?}",
+                        what,
+                        s,
+                        stale
+                    );
+                }
+                if stale.bitmap {
+                    prop_assert!(
+                        stale.planned_bytes <= self.touched.len() as u64 * self.region,
+                        "{}: bitmap recovery of {} covers {} bytes, more than the {} regions written",
+                        what,
+                        s,
+                        stale.planned_bytes,
+                        self.touched.len()
+                    );
+                    self.fig.bitmap_recoveries += 1;
+                } else {
+                    // Rebuilt in full: if it leaves before that is done, so is its return.
+                    self.bitmap_sure.remove(&s);
+                    self.fig.full_recoveries += 1;
+                }
+                self.fig.stale_found += 1;
+                self.recovering.insert(s);
+            }
+        }
+        for &s in &self.hidden {
+            // Left while in sync: recovered from the bitmap when back. Left while being
+            // recovered (or out already): as sure as before.
+            if !self.recovering.remove(&s) && !self.out.contains(&s) {
+                self.bitmap_sure.insert(s);
+            }
+        }
+        self.out = self.hidden.clone();
+        self.restored.clear();
+        self.a = Some(a);
+        self.check_all(&format!("{what}: after the start")).await
+    }
+
+    /// `re_add` a member that is out, while running: recovered from the bitmap when the
+    /// model is sure it covers it, never more than what was written; reads stay exact.
+    async fn re_add(&mut self, i: usize, what: &str) -> Result<(), TestCaseError> {
+        let r = match self.a().re_add(spec_of(&self.devs[i])).await {
+            Ok(r) => r,
+            // Kept away while the array went on from members that did not know of its
+            // record (see `start`): it is on another side, and stays out.
+            Err(Error::Refused(m)) if self.forked && m.contains("split brain") => return Ok(()),
+            Err(e) => return Err(TestCaseError::fail(format!("{what}: re-add: {e}"))),
+        };
+        if self.bitmap_sure.contains(&i) {
+            prop_assert!(r.bitmap, "{}: re-add of {} in full: {:?}", what, i, r);
+        }
+        if r.bitmap {
+            prop_assert!(r.planned_bytes <= self.touched.len() as u64 * self.region);
+            self.fig.bitmap_recoveries += 1;
+        } else {
+            self.bitmap_sure.remove(&i);
+            self.fig.full_recoveries += 1;
+        }
+        self.out.remove(&i);
+        self.recovering.insert(i);
+        self.fig.re_adds += 1;
+        let st = self.a().status();
+        let m = st.members.iter().find(|m| m.slot == Some(i)).expect("slot");
+        prop_assert_eq!(&m.state, "rebuilding");
+        if self.background {
+            self.settle().await?;
+        }
+        self.check_all(&format!("{what}: after re-adding {i}"))
+            .await
+    }
+
+    async fn settle(&mut self) -> Result<(), TestCaseError> {
+        if self.rescued || self.dead {
+            return Ok(());
+        }
+        let a = self.a().clone();
+        a.rebuild_now()
+            .await
+            .map_err(|e| TestCaseError::fail(format!("rebuild: {e}")))?;
+        for r in a.status().recoveries.iter().filter(|r| r.state == "done") {
+            if r.bitmap {
+                prop_assert!(
+                    r.recovered_bytes <= self.touched.len() as u64 * self.region,
+                    "bitmap recovery of {} rebuilt {} bytes, more than the {} regions written",
+                    r.path,
+                    r.recovered_bytes,
+                    self.touched.len()
+                );
+            }
+        }
+        self.recovering.clear();
+        Ok(())
+    }
+
+    async fn step(&mut self, op: &Op, what: &str) -> Result<(), TestCaseError> {
+        let n = self.devs.len();
+        if self.rescued {
+            // A rescued array: reads only, and every write refused.
+            if let Op::Write { at, blocks } = *op {
+                let (first, nb) = self.range(at, blocks);
+                let r = self
+                    .a()
+                    .write(
+                        first * BLOCK as u64,
+                        AlignedBuf::from_slice(&blocks_of(1, first, nb)),
+                        false,
+                    )
+                    .await;
+                prop_assert!(
+                    matches!(r, Err(Error::ReadOnly(_))),
+                    "{}: rescue wrote: {:?}",
+                    what,
+                    r
+                );
+            }
+            if let Op::Read { at, blocks } = *op {
+                let (first, nb) = self.range(at, blocks);
+                self.check_read(first, nb, what).await?;
+            }
+            return Ok(());
+        }
+        match *op {
+            Op::Write { at, blocks } | Op::Zero { at, blocks } => {
+                if self.a.is_none() {
+                    return Ok(());
+                }
+                let (first, nb) = self.range(at, blocks);
+                let zero = matches!(op, Op::Zero { .. });
+                let tag = if zero {
+                    0
+                } else {
+                    self.next_tag += 1;
+                    self.next_tag
+                };
+                let r = if zero {
+                    self.a()
+                        .write_zeroes(first * BLOCK as u64, nb * BLOCK as u64, false, false)
+                        .await
+                } else {
+                    self.a()
+                        .write(
+                            first * BLOCK as u64,
+                            AlignedBuf::from_slice(&blocks_of(tag, first, nb)),
+                            false,
+                        )
+                        .await
+                };
+                if self.dead {
+                    prop_assert!(r.is_err(), "{}: a failed array took a write", what);
+                } else {
+                    r.map_err(|e| TestCaseError::fail(format!("{what}: write: {e}")))?;
+                    self.blocks.set(first, nb, tag);
+                    let regions = self.regions_of(first, nb);
+                    self.touched.extend(regions);
+                }
+            }
+            Op::Read { at, blocks } => {
+                if self.a.is_none() {
+                    return Ok(());
+                }
+                let (first, nb) = self.range(at, blocks);
+                self.check_read(first, nb, what).await?;
+            }
+            Op::Flush => {
+                if let Some(a) = &self.a {
+                    let r = a.flush().await;
+                    prop_assert_eq!(r.is_ok(), !self.dead, "{}: flush {:?}", what, r.err());
+                }
+            }
+            Op::Restart | Op::Crash => {
+                self.stop(matches!(op, Op::Crash)).await;
+                self.start(what).await?;
+            }
+            Op::Hide(i) => {
+                let i = i % n;
+                // Left out of the next start (taken effect then).
+                if self.dead || self.rescued || self.hidden.contains(&i) {
+                    return Ok(());
+                }
+                if self.past_redundancy_with(i) {
+                    return Ok(());
+                }
+                self.hidden.insert(i);
+            }
+            Op::BringBack(i) => {
+                let i = i % n;
+                if !self.hidden.remove(&i) {
+                    return Ok(());
+                }
+                if self.a.is_some() && !self.dead && self.out.contains(&i) {
+                    // Re-added while running.
+                    self.re_add(i, what).await?;
+                }
+            }
+            Op::Snapshot(i) => {
+                let i = i % n;
+                if self.a.is_some() {
+                    // Copies are taken with the array stopped: stop it first.
+                    self.stop(false).await;
+                }
+                let img = self.devs[i].with_data(|v| v.clone());
+                self.snaps.insert(i, img);
+                self.start(what).await?;
+            }
+            Op::Restore(i) => {
+                let i = i % n;
+                if self.dead || self.hidden.contains(&i) || self.restored.contains(&i) {
+                    return Ok(());
+                }
+                let Some(img) = self.snaps.get(&i).cloned() else {
+                    return Ok(());
+                };
+                if self.past_redundancy_with(i) {
+                    return Ok(());
+                }
+                self.stop(false).await;
+                self.devs[i].with_data(|v| v.copy_from_slice(&img));
+                self.restored.insert(i);
+                self.recovering.remove(&i);
+                self.bitmap_sure.remove(&i);
+                self.start(what).await?;
+            }
+            Op::Fail(i, force) => {
+                let i = i % n;
+                if self.a.is_none() || self.dead {
+                    return Ok(());
+                }
+                if self.background {
+                    self.settle().await?;
+                }
+                if self.out.contains(&i) {
+                    return Ok(());
+                }
+                let name = self.devs[i].name().to_string();
+                let past = self.past_with(i, false);
+                if !past && self.past_with(i, true) {
+                    // Members of this group meant to be left out of the next start come
+                    // back to it instead.
+                    let g = self.group(i);
+                    self.hidden.retain(|&s| s / self.width != g);
+                }
+                let r = self.a().fail(&name, force).await;
+                if past && !force {
+                    prop_assert!(
+                        matches!(r, Err(Error::WouldFail(ref m)) if m.contains("--force")),
+                        "{}: failing {} past the redundancy: {:?}",
+                        what,
+                        name,
+                        r
+                    );
+                    self.fig.refused_past_redundancy += 1;
+                    return Ok(());
+                }
+                r.map_err(|e| TestCaseError::fail(format!("{what}: fail {name}: {e}")))?;
+                let was_recovering = self.recovering.remove(&i);
+                self.out.insert(i);
+                if was_recovering {
+                    self.bitmap_sure.remove(&i);
+                } else {
+                    self.bitmap_sure.insert(i);
+                }
+                if past {
+                    self.dead = true;
+                    prop_assert_eq!(self.a().status().state, "failed");
+                } else {
+                    prop_assert_ne!(self.a().status().state, "failed");
+                }
+                self.check_all(&format!("{what}: after failing {name}"))
+                    .await?;
+            }
+            Op::ReAdd(i) => {
+                let i = i % n;
+                if self.a.is_none()
+                    || self.dead
+                    || !self.out.contains(&i)
+                    || self.hidden.contains(&i)
+                {
+                    return Ok(());
+                }
+                self.re_add(i, what).await?;
+            }
+            Op::Settle => {
+                if self.a.is_some() {
+                    self.settle().await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn run_life(
+    l: Layout,
+    background: bool,
+    chunk: u32,
+    chunks: u64,
+    ops: &[Op],
+    fig: &Mutex<Figures>,
+) -> Result<(), TestCaseError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let size = MIB + chunks * chunk as u64;
+        let devs: Vec<Arc<MemDev>> = (0..l.members)
+            .map(|i| Arc::new(MemDev::new(format!("m{i}"), size)))
+            .collect();
+        let spec = CreateSpec {
+            name: "life".into(),
+            level: l.level,
+            chunk,
+            groups: 1,
+            spares: 0,
+            copies: l.copies,
+            bitmap_region: Some(2 * chunk as u64),
+            assume_clean: true,
+            force: false,
+        };
+        let a = Array::create(spec, devs.iter().map(spec_of).collect())
+            .await
+            .expect("create");
+        let blocks = a.size() / BLOCK as u64;
+        let width = a.geometry.width as usize;
+        let red = a.geometry.redundancy();
+        let region = a.status().bitmap_region.expect("bitmap");
+        a.close().await.unwrap();
+        let mut life = Life {
+            l,
+            background,
+            devs,
+            a: None,
+            blocks: Blocks::new(blocks),
+            next_tag: 1,
+            width,
+            red,
+            region,
+            chunk: chunk as u64,
+            hidden: BTreeSet::new(),
+            out: BTreeSet::new(),
+            recovering: BTreeSet::new(),
+            restored: BTreeSet::new(),
+            bitmap_sure: BTreeSet::new(),
+            snaps: HashMap::new(),
+            touched: BTreeSet::new(),
+            last_stop_crash: false,
+            dead: false,
+            rescued: false,
+            forked: false,
+            fig: Figures::default(),
+        };
+        life.start("first start").await?;
+        for (k, op) in ops.iter().enumerate() {
+            let what = format!("{} step {k} {op:?}", life.l.name);
+            life.step(op, &what).await?;
+            life.fig.steps += 1;
+        }
+        // The end: stop and start once more with everything back.
+        if !life.dead {
+            life.hidden.clear();
+            life.stop(false).await;
+            life.start("final start").await?;
+            life.settle().await?;
+            life.check_all("final read-back").await?;
+            if !life.rescued {
+                let h = life.a().start_scrub(false);
+                if let Ok(h) = h {
+                    h.wait().await;
+                    prop_assert_eq!(h.status().mismatches, 0, "scrub after the life");
+                }
+            }
+        }
+        life.stop(false).await;
+        life.fig.cases = 1;
+        let mut f = fig.lock().unwrap();
+        let x = &life.fig;
+        f.cases += x.cases;
+        f.steps += x.steps;
+        f.starts += x.starts;
+        f.refused_missing += x.refused_missing;
+        f.refused_past_redundancy += x.refused_past_redundancy;
+        f.stale_found += x.stale_found;
+        f.bitmap_recoveries += x.bitmap_recoveries;
+        f.full_recoveries += x.full_recoveries;
+        f.re_adds += x.re_adds;
+        f.rescues += x.rescues;
+        f.blocks_verified += x.blocks_verified;
+        f.errors_returned += x.errors_returned;
+        f.wrong += x.wrong;
+        Ok(())
+    })
+}
+
+#[test]
+fn lives_of_an_array_never_return_wrong_data() {
+    let cases: u32 = std::env::var("SBOD_LIFECYCLE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let fig = Mutex::new(Figures::default());
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strat = (
+        0usize..LAYOUTS.len(),
+        any::<bool>(),
+        prop_oneof![Just(4096u32), Just(8192)],
+        12u64..32,
+        proptest::collection::vec(op(), 1..50),
+    );
+    runner
+        .run(&strat, |(li, background, chunk, chunks, ops)| {
+            run_life(LAYOUTS[li], background, chunk, chunks, &ops, &fig)
+        })
+        .unwrap();
+    let f = fig.into_inner().unwrap();
+    assert_eq!(f.wrong, 0);
+    report(serde_json::json!({
+        "test": "lifecycle",
+        "cases": f.cases,
+        "steps": f.steps,
+        "starts": f.starts,
+        "refused_missing": f.refused_missing,
+        "refused_past_redundancy": f.refused_past_redundancy,
+        "stale_found": f.stale_found,
+        "bitmap_recoveries": f.bitmap_recoveries,
+        "full_recoveries": f.full_recoveries,
+        "re_adds": f.re_adds,
+        "rescues": f.rescues,
+        "blocks_verified": f.blocks_verified,
+        "errors_returned": f.errors_returned,
+        "wrong": f.wrong,
+    }));
+}
