@@ -49,13 +49,7 @@ struct Args {
 }
 
 fn parse_size(s: &str) -> u64 {
-    let (num, mul) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().expect("size") * mul
+    sbod_core::layout::parse_size(s).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn args() -> Args {

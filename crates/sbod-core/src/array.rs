@@ -303,84 +303,7 @@ pub struct AssembleOptions {
     pub degraded: bool,
 }
 
-/// Tunables a user can change on a running array.
-#[derive(Clone, Debug, Serialize)]
-pub struct Settings {
-    /// Background bytes/s when foreground I/O is active (0 = no floor).
-    pub rebuild_min_rate: u64,
-    /// Background bytes/s ceiling (0 = unlimited).
-    pub rebuild_max_rate: u64,
-    /// Read errors a member may have before it is failed.
-    pub max_read_errors: u64,
-    /// Blocks a scrub may locate as wrong on a member (raid6, ec with m >= 2, mirrors of
-    /// three or more copies) before a check fails it. Below it a check reports them and
-    /// `--repair` rewrites them; a repair always rewrites them.
-    pub max_checksum_errors: u64,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            rebuild_min_rate: 50 << 20,
-            rebuild_max_rate: 0,
-            max_read_errors: 20,
-            max_checksum_errors: 8,
-        }
-    }
-}
-
-/// What assembly had to do.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct AssemblyReport {
-    /// The array was not shut down cleanly.
-    pub unclean: bool,
-    /// Bytes of member space resynced from the write-intent bitmap.
-    pub resynced_bytes: u64,
-    pub resynced_regions: u64,
-    /// Members that were stale or re-added and are rebuilt.
-    pub rebuilding: Vec<String>,
-    /// Members given but not used, with the reason.
-    pub ignored: Vec<(String, String)>,
-    /// Slots with no member.
-    pub missing: Vec<usize>,
-    /// Members whose superblock is older than the array's: never read, recovered.
-    #[serde(default)]
-    pub stale: Vec<StaleMember>,
-    /// Members one event behind (a superblock write a crash interrupted), trusted.
-    #[serde(default)]
-    pub missed_last_write: Vec<String>,
-    /// Forced over a split brain: what the other side was.
-    #[serde(default)]
-    pub split_brain: Option<String>,
-    /// Started read-only from what could be found (`force` on a failed array).
-    #[serde(default)]
-    pub rescue: Option<RescueReport>,
-}
-
-/// A member found behind the array at assembly (or re-added later).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct StaleMember {
-    pub path: String,
-    pub slot: usize,
-    /// Its own superblock's event, and the array's.
-    pub event: u64,
-    pub array_event: u64,
-    /// Recovered from the write-intent bitmap (else in full).
-    pub bitmap: bool,
-    /// Bytes of member space the recovery covers.
-    pub planned_bytes: u64,
-    /// The status line: "stale: event 4, array at 6; resyncing ...".
-    pub note: String,
-}
-
-/// What a rescue (read-only start of a failed array) uses.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct RescueReport {
-    /// Out-of-date members read as if in sync, with what they may have missed.
-    pub used: Vec<String>,
-    /// Groups that still cannot be read.
-    pub unreadable_groups: Vec<usize>,
-}
+pub use sbod_types::{AssemblyReport, RecoveryStatus, RescueReport, Settings, StaleMember};
 
 /// What `Array::re_add` did.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -407,22 +330,6 @@ pub enum AddOutcome {
     Rebuilding { slot: usize },
     /// A former member of this array back in its slot.
     ReAdded(ReAdd),
-}
-
-/// A recovery of one member (rebuild, bitmap resync, replacement), for status.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RecoveryStatus {
-    pub slot: usize,
-    pub path: String,
-    pub uuid: String,
-    /// Why: "stale: event 4, array at 6", "missing", "hot spare", "replacement", ...
-    pub reason: String,
-    pub bitmap: bool,
-    /// Bytes of member space it covers, and bytes rebuilt so far.
-    pub planned_bytes: u64,
-    pub recovered_bytes: u64,
-    /// running / done / stopped
-    pub state: String,
 }
 
 pub(crate) struct RecoveryLog {
@@ -2045,71 +1952,7 @@ impl Array {
     }
 }
 
-/// What `sbod status --json` reports.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Status {
-    pub name: String,
-    pub uuid: String,
-    pub level: String,
-    /// optimal / degraded / rebuilding / resyncing / failed / rescue
-    pub state: String,
-    pub failed_reason: Option<String>,
-    /// Started read-only (a rescue): writes are refused.
-    #[serde(default)]
-    pub read_only: bool,
-    pub size: u64,
-    pub chunk: u32,
-    pub groups: u32,
-    pub width: u32,
-    pub redundancy: usize,
-    pub event: u64,
-    pub members: Vec<MemberStatus>,
-    pub process: Option<crate::process::ProcessStatus>,
-    pub last_process: Option<crate::process::ProcessStatus>,
-    pub bitmap_region: Option<u64>,
-    pub dirty_regions: u64,
-    /// Stripes a write left inconsistent (it reached some members only, for want of
-    /// space) and not yet resynced.
-    pub inconsistent_stripes: u64,
-    pub resync_offset: Option<u64>,
-    pub assembly: AssemblyReport,
-    /// Members recovered since the array started (stale, re-added, spares, replacements),
-    /// with the bytes each needed.
-    #[serde(default)]
-    pub recoveries: Vec<RecoveryStatus>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct MemberStatus {
-    pub slot: Option<usize>,
-    pub group: Option<usize>,
-    pub path: Option<String>,
-    pub uuid: Option<String>,
-    /// active / failed / spare / rebuilding / missing / replacing
-    pub state: String,
-    /// Why it is out or being recovered: "failed: write error", "failed by the
-    /// administrator", "missing", "stale: event 4, array at 6; ...".
-    #[serde(default)]
-    pub reason: Option<String>,
-    pub domain: String,
-    pub size: u64,
-    pub read_errors: u64,
-    pub write_errors: u64,
-    pub checksum_errors: u64,
-    pub repaired: u64,
-    pub reads: u64,
-    pub writes: u64,
-    /// Writes refused for want of space on its file system (the member stays in service).
-    pub nospace: u64,
-    /// Rebuilding/replacing: bytes of member data valid so far.
-    pub recovered: Option<u64>,
-    /// Rebuilding: only the regions the write-intent bitmap marks.
-    #[serde(default)]
-    pub bitmap_recovery: bool,
-    /// Rebuilding: bytes of member space this recovery covers.
-    #[serde(default)]
-    pub recovery_bytes: Option<u64>,
-}
+pub use sbod_types::{ArrayState, MemberState, MemberStatus, Status};
 
 impl Array {
     pub fn status(&self) -> Status {
@@ -2117,12 +1960,12 @@ impl Array {
         let w = self.geometry.width as usize;
         let event = self.event.load(Ordering::Relaxed);
         let mut members = Vec::new();
-        let ms = |m: &Arc<Member>, slot: Option<usize>, state: &str| MemberStatus {
+        let ms = |m: &Arc<Member>, slot: Option<usize>, state: MemberState| MemberStatus {
             slot,
             group: slot.map(|s| s / w),
             path: Some(m.path.clone()),
             uuid: Some(m.uuid.to_string()),
-            state: state.into(),
+            state,
             reason: None,
             domain: m.domain.clone(),
             size: m.size,
@@ -2166,13 +2009,21 @@ impl Array {
         for (i, s) in st.slots.iter().enumerate() {
             let missing = s.out.is_some_and(|o| o.reason == OutReason::Missing);
             match (&s.member, s.state) {
-                (Some(m), SlotState::Active) => members.push(ms(m, Some(i), "active")),
+                (Some(m), SlotState::Active) => members.push(ms(m, Some(i), MemberState::Active)),
                 (Some(m), SlotState::Rebuilding) => {
                     rebuilding = true;
                     // Looked at (or rescued), a stale member is not being rebuilt.
                     let stale = self.read_only.load(Ordering::Relaxed)
                         && s.out.is_some_and(|o| o.reason == OutReason::Stale);
-                    let mut x = ms(m, Some(i), if stale { "stale" } else { "rebuilding" });
+                    let mut x = ms(
+                        m,
+                        Some(i),
+                        if stale {
+                            MemberState::Stale
+                        } else {
+                            MemberState::Rebuilding
+                        },
+                    );
                     x.recovered = (!stale).then(|| s.recovery.load(Ordering::Relaxed));
                     x.bitmap_recovery = s.bitmap_recovery;
                     x.recovery_bytes = Some(self.recovery_bytes(s));
@@ -2180,7 +2031,15 @@ impl Array {
                     members.push(x)
                 }
                 (Some(m), SlotState::Failed) => {
-                    let mut x = ms(m, Some(i), if missing { "missing" } else { "failed" });
+                    let mut x = ms(
+                        m,
+                        Some(i),
+                        if missing {
+                            MemberState::Missing
+                        } else {
+                            MemberState::Failed
+                        },
+                    );
                     x.reason = reason(s);
                     members.push(x)
                 }
@@ -2190,11 +2049,11 @@ impl Array {
                     path: None,
                     uuid: s.entry.as_ref().map(|e| e.uuid.to_string()),
                     state: if state == SlotState::Empty {
-                        "empty".into()
+                        MemberState::Empty
                     } else if missing || self.report.lock().missing.contains(&i) {
-                        "missing".into()
+                        MemberState::Missing
                     } else {
-                        "failed".into()
+                        MemberState::Failed
                     },
                     reason: reason(s),
                     domain: s
@@ -2214,40 +2073,40 @@ impl Array {
                     bitmap_recovery: false,
                     recovery_bytes: None,
                 }),
-                (Some(m), SlotState::Empty) => members.push(ms(m, Some(i), "missing")),
+                (Some(m), SlotState::Empty) => members.push(ms(m, Some(i), MemberState::Missing)),
             }
             if let Some((m, r)) = &s.replacement {
                 rebuilding = true;
-                let mut x = ms(m, Some(i), "replacing");
+                let mut x = ms(m, Some(i), MemberState::Replacing);
                 x.recovered = Some(r.load(Ordering::Relaxed));
                 members.push(x);
             }
         }
         for m in &st.spares {
-            members.push(ms(m, None, "spare"));
+            members.push(ms(m, None, MemberState::Spare));
         }
         let degraded = st.slots.iter().any(|s| s.state != SlotState::Active);
         let resync = self.resync_offset.load(Ordering::Relaxed);
         let process = self.process.lock().as_ref().map(|p| p.status());
         let rescue = self.rescue.load(Ordering::Relaxed);
         let state = if st.failed.is_some() {
-            "failed"
+            ArrayState::Failed
         } else if rescue {
-            "rescue"
+            ArrayState::Rescue
         } else if rebuilding {
-            "rebuilding"
+            ArrayState::Rebuilding
         } else if degraded {
-            "degraded"
+            ArrayState::Degraded
         } else if resync != u64::MAX {
-            "resyncing"
+            ArrayState::Resyncing
         } else {
-            "optimal"
+            ArrayState::Optimal
         };
         Status {
             name: self.name.clone(),
             uuid: self.uuid.to_string(),
-            level: self.geometry.level.to_string(),
-            state: state.into(),
+            level: self.geometry.level,
+            state,
             failed_reason: st.failed.clone(),
             read_only: rescue,
             size: self.size,

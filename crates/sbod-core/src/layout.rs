@@ -8,83 +8,8 @@
 //! `(p0 + m + i) % n`. For raid5 and raid6 this is exactly md's `ALGORITHM_LEFT_SYMMETRIC`.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(into = "String", try_from = "String")]
-pub enum Level {
-    Raid0,
-    Raid1,
-    Raid10,
-    Raid5,
-    Raid6,
-    Ec { k: u16, m: u16 },
-    Concat,
-}
-
-impl fmt::Display for Level {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Level::Raid0 => write!(f, "raid0"),
-            Level::Raid1 => write!(f, "raid1"),
-            Level::Raid10 => write!(f, "raid10"),
-            Level::Raid5 => write!(f, "raid5"),
-            Level::Raid6 => write!(f, "raid6"),
-            Level::Ec { k, m } => write!(f, "ec:{k}+{m}"),
-            Level::Concat => write!(f, "concat"),
-        }
-    }
-}
-
-impl From<Level> for String {
-    fn from(l: Level) -> String {
-        l.to_string()
-    }
-}
-
-impl TryFrom<String> for Level {
-    type Error = String;
-    fn try_from(s: String) -> Result<Level, String> {
-        s.parse()
-    }
-}
-
-impl FromStr for Level {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Level, String> {
-        let l = s.trim().to_ascii_lowercase();
-        Ok(match l.as_str() {
-            "raid0" | "0" | "stripe" => Level::Raid0,
-            "raid1" | "1" | "mirror" => Level::Raid1,
-            "raid10" | "10" => Level::Raid10,
-            "raid5" | "5" => Level::Raid5,
-            "raid6" | "6" => Level::Raid6,
-            "concat" | "linear" => Level::Concat,
-            _ => {
-                let spec = l
-                    .strip_prefix("ec:")
-                    .ok_or_else(|| format!("unknown level '{s}': use raid0, raid1, raid10, raid5, raid6, ec:K+M or concat"))?;
-                let (k, m) = spec.split_once('+').ok_or_else(|| {
-                    format!("'{s}': write erasure coding as ec:K+M, for example ec:8+3")
-                })?;
-                let k: u16 = k
-                    .parse()
-                    .map_err(|_| format!("'{s}': K must be a number"))?;
-                let m: u16 = m
-                    .parse()
-                    .map_err(|_| format!("'{s}': M must be a number"))?;
-                if k == 0 || m == 0 {
-                    return Err(format!("'{s}': K and M must both be at least 1"));
-                }
-                if k as usize + m as usize > 256 {
-                    return Err(format!("'{s}': K+M is at most 256"));
-                }
-                Level::Ec { k, m }
-            }
-        })
-    }
-}
+pub use sbod_types::Level;
 
 /// How one group keeps its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -341,62 +266,7 @@ impl Geometry {
     }
 }
 
-/// Parse a human size: `4096`, `64K`, `1.5G`, `20TB` (decimal), `16TiB` (binary). Bare
-/// suffixes K/M/G/T/P are binary as in mdadm and zfs (1G = 2^30).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (try 64K, 1G, 20TB)"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0_f64.powi(3),
-        "t" | "tib" => 1024.0_f64.powi(4),
-        "p" | "pib" => 1024.0_f64.powi(5),
-        "e" | "eib" => 1024.0_f64.powi(6),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        "pb" => 1e15,
-        "eb" => 1e18,
-        other => {
-            return Err(format!(
-                "unknown size unit '{other}' in '{s}' (use K, M, G, T, or KB/MB/GB/TB for decimal)"
-            ))
-        }
-    };
-    let bytes = v * mult;
-    // 2^64 itself does not fit (u64::MAX as f64 rounds up to it).
-    if !bytes.is_finite() || !(0.0..18_446_744_073_709_551_616.0).contains(&bytes) {
-        return Err(format!(
-            "'{s}' is out of range (sizes stop below 16E, 2^64 bytes)"
-        ));
-    }
-    Ok(bytes.round() as u64)
-}
-
-/// Format bytes the way storage people read them: binary units with one decimal.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use sbod_types::size::{human, parse_size};
 
 #[cfg(test)]
 mod tests {
@@ -483,20 +353,5 @@ mod tests {
         assert_eq!(p[0].chunk_off, 512);
         // stripe data = 4 chunks; logical chunk 5 = stripe 1 -> group 1, group stripe 0, index 1
         assert_eq!((p[0].group, p[0].stripe, p[0].index), (1, 0, 1));
-    }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("64K").unwrap(), 65536);
-        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
-        assert_eq!(parse_size("20TB").unwrap(), 20_000_000_000_000);
-        assert_eq!(parse_size("1.5M").unwrap(), 1572864);
-        assert!(parse_size("12X").is_err());
-        assert_eq!(parse_size("15E").unwrap(), 15 << 60);
-        // 16E is 2^64: out of range, not saturated to u64::MAX.
-        assert!(parse_size("16E").unwrap_err().contains("out of range"));
-        assert!(parse_size("20000P").is_err());
-        assert_eq!("ec:8+3".parse::<Level>().unwrap(), Level::Ec { k: 8, m: 3 });
-        assert!("ec:8".parse::<Level>().is_err());
     }
 }

@@ -11,31 +11,11 @@ use crate::io::WriteFault;
 use crate::layout::{Level, Scheme};
 use crate::reason;
 use crate::superblock::{OutReason, SlotState};
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProcessKind {
-    Rebuild,
-    Check,
-    Repair,
-    Resync,
-}
-
-/// A region of member space where scrub found mismatches.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct MismatchRegion {
-    pub group: usize,
-    /// Logical (volume) offset of the first mismatched stripe in this region.
-    pub volume_offset: u64,
-    /// Member offset of the region start.
-    pub member_offset: u64,
-    /// Mismatched 4 KiB blocks.
-    pub blocks: u64,
-}
+pub use sbod_types::{MismatchRegion, ProcessKind, ProcessStatus};
 
 pub struct ProcessHandle {
     pub kind: ProcessKind,
@@ -51,24 +31,6 @@ pub struct ProcessHandle {
     error: parking_lot::Mutex<Option<String>>,
     pub regions: parking_lot::Mutex<Vec<MismatchRegion>>,
     notify: tokio::sync::Notify,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ProcessStatus {
-    pub kind: ProcessKind,
-    pub done: u64,
-    pub total: u64,
-    pub percent: f64,
-    pub elapsed_secs: f64,
-    /// Bytes per second so far.
-    pub rate: f64,
-    pub eta_secs: Option<f64>,
-    pub mismatches: u64,
-    pub repaired: u64,
-    pub finished: bool,
-    pub cancelled: bool,
-    pub error: Option<String>,
-    pub regions: Vec<MismatchRegion>,
 }
 
 impl ProcessHandle {

@@ -76,7 +76,7 @@ fn member_state(a: &Array, path: &str) -> (String, Option<String>) {
         .iter()
         .find(|m| m.path.as_deref() == Some(path))
         .expect("member listed");
-    (m.state.clone(), m.reason.clone())
+    (m.state.to_string(), m.reason.clone())
 }
 
 /// Truncated while served, then read: reads past the cut reconstruct (never zeros), the

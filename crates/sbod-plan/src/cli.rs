@@ -29,7 +29,8 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N")]
     pub disks: u32,
 
-    /// Size of one disk: 20TB, 18T, 1.92TB (TB = 10^12 bytes, as vendors count) or 16TiB.
+    /// Size of one disk: 20TB or 1.92TB (TB = 10^12 bytes, as vendors count), 16TiB or 16T
+    /// (T = TiB = 2^40): sbod's one size rule.
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
     pub disk_size: u64,
 
@@ -149,7 +150,9 @@ pub fn default_compare(disks: u32) -> Vec<LayoutSpec> {
         }
     }
     if let Some((g, w)) = fit(7, 16, 15) {
-        out.push(spec(Level::Ec { k: w - 3, m: 3 }, (g, w)));
+        // w is at most 16 (fit's widest).
+        let k = u16::try_from(w - 3).expect("a group of at most 16");
+        out.push(spec(Level::Ec { k, m: 3 }, (g, w)));
     }
     out
 }

@@ -10,77 +10,12 @@
 //! `LEVEL[:GxW][:cN][:sN]`, e.g. `raid6:6x10`, `raid1:20x3`, `raid10:1x60:c3`,
 //! `ec:8+3:5x11:s5`.
 
-use std::fmt;
 use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
-/// A redundancy level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Raid0,
-    Concat,
-    Raid1,
-    Raid10,
-    Raid5,
-    Raid6,
-    /// Reed-Solomon with `k` data and `m` parity shards per group.
-    Ec {
-        k: u32,
-        m: u32,
-    },
-}
-
-const LEVELS_HINT: &str = "raid0, raid1, raid10, raid5, raid6, ec:K+M (e.g. ec:8+3) or concat";
-
-impl FromStr for Level {
-    type Err = anyhow::Error;
-
-    fn from_str(s: &str) -> Result<Level> {
-        let t = s.trim().to_ascii_lowercase();
-        Ok(match t.as_str() {
-            "raid0" => Level::Raid0,
-            "concat" => Level::Concat,
-            "raid1" => Level::Raid1,
-            "raid10" => Level::Raid10,
-            "raid5" => Level::Raid5,
-            "raid6" => Level::Raid6,
-            _ => {
-                let Some(km) = t.strip_prefix("ec:") else {
-                    bail!("unknown level {s:?}: use {LEVELS_HINT}");
-                };
-                let parsed = km
-                    .split_once('+')
-                    .and_then(|(k, m)| Some((k.parse().ok()?, m.parse().ok()?)));
-                let Some((k, m)) = parsed else {
-                    bail!("{s:?} is not an erasure code: write ec:K+M with K data and M parity disks per group, e.g. ec:8+3");
-                };
-                Level::Ec { k, m }
-            }
-        })
-    }
-}
-
-impl fmt::Display for Level {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Level::Raid0 => f.write_str("raid0"),
-            Level::Concat => f.write_str("concat"),
-            Level::Raid1 => f.write_str("raid1"),
-            Level::Raid10 => f.write_str("raid10"),
-            Level::Raid5 => f.write_str("raid5"),
-            Level::Raid6 => f.write_str("raid6"),
-            Level::Ec { k, m } => write!(f, "ec:{k}+{m}"),
-        }
-    }
-}
-
-impl Serialize for Level {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
+pub use sbod_types::level::{Level, LEVELS_HINT};
 
 /// A layout as the user wrote it; [`Layout::resolve`] checks it against a disk count and
 /// fills in what was left out.
@@ -259,7 +194,7 @@ impl Layout {
                 members,
                 spares,
                 spec.groups,
-                Some(spec.width.unwrap_or(k + m)),
+                Some(spec.width.unwrap_or(u32::from(k + m))),
             )?,
             Level::Raid10 | Level::Raid5 | Level::Raid6 => {
                 split(level, copies, members, spares, spec.groups, spec.width)?
@@ -272,7 +207,7 @@ impl Layout {
             );
         }
         if let Level::Ec { k, m } = level {
-            if width != k + m {
+            if width != u32::from(k + m) {
                 bail!(
                     "{level} groups are {} disks wide, not {width}: {}",
                     k + m,
@@ -302,7 +237,7 @@ impl Layout {
             Level::Raid10 => (members / copies, copies, copies - 1, members / copies),
             Level::Raid5 => (groups, width, 1, groups * (width - 1)),
             Level::Raid6 => (groups, width, 2, groups * (width - 2)),
-            Level::Ec { k, m } => (groups, width, m, groups * k),
+            Level::Ec { k, m } => (groups, width, m.into(), groups * u32::from(k)),
         };
         let copies = match level {
             Level::Raid1 => Some(width),
@@ -385,11 +320,12 @@ fn min_width(level: Level, copies: u32) -> u32 {
         Level::Raid10 => copies.max(2),
         Level::Raid5 => 3,
         Level::Raid6 => 4,
-        Level::Ec { k, m } => k + m,
+        Level::Ec { k, m } => u32::from(k + m),
     }
 }
 
-fn check_ec(k: u32, m: u32) -> Result<()> {
+fn check_ec(k: u16, m: u16) -> Result<()> {
+    let (k, m) = (u32::from(k), u32::from(m));
     if k == 0 {
         bail!("ec:{k}+{m} has no data disks: K must be at least 1, e.g. ec:8+3");
     }
@@ -419,7 +355,7 @@ fn width_ok(level: Level, copies: u32, width: u32) -> bool {
         && match level {
             Level::Raid10 => width % copies.max(1) == 0,
             Level::Raid6 => width - 2 <= 255,
-            Level::Ec { k, m } => width == k + m,
+            Level::Ec { k, m } => width == u32::from(k + m),
             _ => true,
         }
 }
@@ -464,7 +400,8 @@ fn group_alternatives(level: Level, copies: u32, members: u32, spares: u32) -> S
     )
 }
 
-fn ec_alternatives(k: u32, m: u32, members: u32, spares: u32) -> String {
+fn ec_alternatives(k: u16, m: u16, members: u32, spares: u32) -> String {
+    let (k, m) = (u32::from(k), u32::from(m));
     let w = k + m;
     let fit = members / w;
     let mut s = String::new();

@@ -1,9 +1,9 @@
 //! Human numbers in and out: sizes (`20TB`, `16TiB`), rates (`100MB/s`), hours (`2.5M`),
 //! percentages (`0.35%`), and the formatting the tables use.
 //!
-//! Hand-written rather than `bytesize`: we need the decimal part of a size exact (`1.92TB`
-//! is 1 920 000 000 000 bytes, not whatever an `f64` product rounds to), the same rules for
-//! rates, hours and percentages, and error messages that say what would be accepted.
+//! Sizes follow sbod's one size rule (`sbod_types::size`: `20TB` = 20 x 10^12, `18T` =
+//! `18TiB` = 18 x 2^40, decimal parts exact); hours and percentages are the planner's own,
+//! with error messages that say what would be accepted.
 
 use anyhow::{bail, Context, Result};
 
@@ -46,69 +46,39 @@ fn parse_decimal(num: &str) -> Option<(u128, u32)> {
     Some((mantissa, frac.len() as u32))
 }
 
-/// The multiplier of a byte unit: `TB`/`T` = 10^12 (as vendors count), `TiB`/`Ti` = 2^40,
-/// a bare `B` or nothing = bytes. Case-insensitive.
-fn byte_unit(unit: &str) -> Option<u128> {
-    let u = unit.to_ascii_lowercase();
-    let u = u.strip_suffix('b').unwrap_or(&u);
-    Some(match u {
-        "" => 1,
-        "k" => 1_000,
-        "m" => 1_000_000,
-        "g" => 1_000_000_000,
-        "t" => 1_000_000_000_000,
-        "p" => 1_000_000_000_000_000,
-        "ki" => 1 << 10,
-        "mi" => 1 << 20,
-        "gi" => 1 << 30,
-        "ti" => 1 << 40,
-        "pi" => 1 << 50,
-        _ => return None,
-    })
-}
-
-/// Parses a size such as `20TB`, `18T`, `1.92TB`, `16TiB`, `960GB` or a byte count.
+/// Parses a disk size by sbod's one size rule ([`sbod_types::size`]): `20TB` and `1.92TB`
+/// are decimal (10^12, as vendors count), `18T` and `16TiB` binary (2^40); zero is refused.
 pub fn parse_size(text: &str) -> Result<u64> {
-    let (num, unit) = split_number(text);
-    let hint = "write a size like 20TB, 18T, 1.92TB, 16TiB or 960GB (TB = 10^12 bytes as \
-                vendors count, TiB = 2^40)";
-    let (mantissa, frac_digits) =
-        parse_decimal(num).with_context(|| format!("{text:?} is not a size: {hint}"))?;
-    let mult = byte_unit(unit).with_context(|| format!("unknown unit in {text:?}: {hint}"))?;
-    let scale = 10u128.pow(frac_digits);
-    let bytes = mantissa
-        .checked_mul(mult)
-        .map(|b| b / scale)
-        .filter(|&b| b <= u64::MAX as u128)
-        .with_context(|| format!("{text:?} is too large"))?;
+    let bytes = sbod_types::parse_size(text)?;
     if bytes == 0 {
         bail!("{text:?} is zero: a disk needs a size, e.g. 20TB");
     }
-    Ok(bytes as u64)
+    Ok(bytes)
 }
 
-/// Parses a rate in bytes per second: `100MB/s`, `1.5GB/s`, `250M`; a bare number is MB/s.
+/// Parses a rate in bytes per second: `100MB/s`, `1.5GB/s`, `250M` (MiB/s, by the size
+/// rule); a bare number is MB/s.
 pub fn parse_rate(text: &str) -> Result<f64> {
     let t = text.trim();
-    let t = t
-        .strip_suffix("/s")
-        .or_else(|| t.strip_suffix("/S"))
-        .or_else(|| t.strip_suffix("ps"))
-        .unwrap_or(t);
-    let (num, unit) = split_number(t);
     let hint = "write a rate like 100MB/s, 1.5GB/s or 250 (MB/s)";
-    let (mantissa, frac_digits) =
-        parse_decimal(num).with_context(|| format!("{text:?} is not a rate: {hint}"))?;
-    let mult = if unit.is_empty() {
-        1_000_000
-    } else {
-        byte_unit(unit).with_context(|| format!("unknown unit in {text:?}: {hint}"))?
-    };
-    let rate = mantissa as f64 * mult as f64 / 10f64.powi(frac_digits as i32);
-    if rate <= 0.0 {
+    if t.chars()
+        .all(|c| c.is_ascii_digit() || c == '.' || c == '_')
+    {
+        let (mantissa, frac_digits) =
+            parse_decimal(t).with_context(|| format!("{text:?} is not a rate: {hint}"))?;
+        let rate = mantissa as f64 * 1e6 / 10f64.powi(frac_digits as i32);
+        if rate <= 0.0 {
+            bail!("{text:?} is zero: a rate must be positive ({hint})");
+        }
+        return Ok(rate);
+    }
+    let rate = sbod_types::parse_rate(t)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| hint.to_string())?;
+    if rate == 0 {
         bail!("{text:?} is zero: a rate must be positive ({hint})");
     }
-    Ok(rate)
+    Ok(rate as f64)
 }
 
 /// Parses a positive number with an optional `k`/`M`/`G` multiplier: `500k`, `2.5M`.
@@ -274,7 +244,12 @@ mod tests {
     #[test]
     fn sizes_are_exact() {
         assert_eq!(parse_size("20TB").unwrap(), 20_000_000_000_000);
-        assert_eq!(parse_size("18T").unwrap(), 18_000_000_000_000);
+        assert_eq!(parse_size("18T").unwrap(), 18 << 40);
+        assert_eq!(parse_size("18TB").unwrap(), 18_000_000_000_000);
+        assert_eq!(
+            parse_size("1T").unwrap(),
+            sbod_types::parse_size("1T").unwrap()
+        );
         assert_eq!(parse_size("1.92TB").unwrap(), 1_920_000_000_000);
         assert_eq!(parse_size("16TiB").unwrap(), 16 << 40);
         assert_eq!(parse_size("0.5 TiB").unwrap(), 1 << 39);
@@ -292,6 +267,7 @@ mod tests {
         assert_eq!(parse_rate("100MB/s").unwrap(), 100e6);
         assert_eq!(parse_rate("1.5GB/s").unwrap(), 1.5e9);
         assert_eq!(parse_rate("250").unwrap(), 250e6);
+        assert_eq!(parse_rate("250M/s").unwrap(), (250u64 << 20) as f64);
         assert!(parse_rate("0").is_err());
         assert_eq!(parse_hours("2.5M").unwrap(), 2.5e6);
         assert_eq!(parse_hours("2,500,000").unwrap(), 2.5e6);

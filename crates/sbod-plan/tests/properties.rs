@@ -149,8 +149,9 @@ proptest! {
         // A parity disk or a copy added to each group (without UREs, see above).
         let a = Assumptions { ure_per_bit: None, ..a };
         let k = width.max(5) - 2;
-        let ec2 = plan(spec(Level::Ec { k, m: 2 }, groups, k + 2), groups * (k + 2), &d, &a).reliability;
-        let ec3 = plan(spec(Level::Ec { k, m: 3 }, groups, k + 3), groups * (k + 3), &d, &a).reliability;
+        let k16 = k as u16;
+        let ec2 = plan(spec(Level::Ec { k: k16, m: 2 }, groups, k + 2), groups * (k + 2), &d, &a).reliability;
+        let ec3 = plan(spec(Level::Ec { k: k16, m: 3 }, groups, k + 3), groups * (k + 3), &d, &a).reliability;
         prop_assert!(le(ec3.p_loss, ec2.p_loss), "ec:{k}+3 {} > ec:{k}+2 {}", ec3.p_loss, ec2.p_loss);
         let m2 = plan(spec(Level::Raid1, groups, 2), groups * 2, &d, &a).reliability;
         let m3 = plan(spec(Level::Raid1, groups, 3), groups * 3, &d, &a).reliability;
@@ -172,7 +173,7 @@ proptest! {
         fill in 0.01f64..=1.0,
     ) {
         let width = match level {
-            Level::Ec { k, m } => k + m,
+            Level::Ec { k, m } => u32::from(k + m),
             Level::Raid10 => 2 * (1 + width_extra),
             Level::Raid0 | Level::Concat => 1 + width_extra,
             Level::Raid1 => 2 + width_extra,

@@ -2,12 +2,12 @@
 //! files) as named NBD exports: no RAID, O_DIRECT, FLUSH and FUA honoured, each disk with
 //! its own queue. A head then uses them as `nbd://NODE/NAME` members.
 
-use crate::state;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sbod_core::dev::{self, BlockDev, IoClass, IoKind, IoReq};
 use sbod_core::superblock::Superblock;
 use sbod_core::AlignedBuf;
+use sbod_mgmt::registry as state;
 use sbod_nbd::{Backend, ExportInfo, NbdError};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,14 +1,13 @@
 //! The `sbod` command.
 
 mod cmd;
-mod control;
 mod export;
 mod lab;
-mod members;
+mod monitor;
 mod output;
 mod remote;
 mod serve;
-mod state;
+mod web;
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +53,10 @@ enum Cmd {
     Set(cmd::SetArgs),
     /// Serve an array over NBD (foreground; Ctrl-C or `sbod stop` ends it cleanly).
     Serve(serve::ServeArgs),
+    /// Watch arrays and deliver their events to a program, syslog and a webhook.
+    Monitor(monitor::MonitorArgs),
+    /// HTTP API, Prometheus metrics and a dashboard for every registered array.
+    Web(web::WebArgs),
     /// Serve this host's raw disks over NBD, as members for arrays on other hosts
     /// (nbd://HOST/NAME).
     Export(export::ExportArgs),
@@ -80,6 +83,14 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Serve(_) | Cmd::Web(_) | Cmd::Monitor(_)) {
+        // Services outlive their peers: a client or an alert program that goes away must
+        // give an EPIPE to handle, not end the process.
+        // SAFETY: as above, before the runtime's threads exist.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -99,6 +110,8 @@ fn main() {
             Cmd::Forget(a) => cmd::forget(a).await,
             Cmd::Set(a) => cmd::set(a).await,
             Cmd::Serve(a) => serve::serve(a).await,
+            Cmd::Monitor(a) => monitor::monitor(a).await,
+            Cmd::Web(a) => web::web(a).await,
             Cmd::Export(a) => export::export(a).await,
             Cmd::Plan(a) => sbod_plan::cli::run(&a),
             Cmd::Bench(a) => match a.what {

@@ -2,18 +2,18 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sbod_core::array::{RecoveryStatus, Status};
-use sbod_core::layout::human;
+use sbod_core::layout::{human, Level};
 use sbod_core::process::ProcessStatus;
 use sbod_core::superblock::Superblock;
 
 pub fn layout_desc(s: &Status) -> String {
     let chunk = human(s.chunk as u64);
-    match s.level.as_str() {
-        "raid10" => format!(
+    match s.level {
+        Level::Raid10 => format!(
             "raid10 ({} mirror sets of {}), chunk {chunk}",
             s.groups, s.width
         ),
-        "concat" => "concat".to_string(),
+        Level::Concat => "concat".to_string(),
         _ if s.groups > 1 => format!(
             "{} in {} groups of {}, chunk {chunk}",
             s.level, s.groups, s.width
@@ -37,7 +37,7 @@ pub fn print_status(s: &Status, running: bool) {
         s.name,
         layout_desc(s),
         human(s.size),
-        s.state.to_uppercase(),
+        s.state.as_str().to_uppercase(),
         if running { " (served)" } else { "" }
     );
     if let Some(why) = &s.failed_reason {
@@ -69,7 +69,7 @@ pub fn print_status(s: &Status, running: bool) {
             .as_deref()
             .map(short)
             .unwrap_or_else(|| format!("({})", m.uuid.as_deref().unwrap_or("?")));
-        let mut state = m.state.clone();
+        let mut state = m.state.to_string();
         if let (Some(r), true) = (m.recovered, m.size > 0) {
             state = format!("{state} {:.0}%", 100.0 * r as f64 / m.size as f64);
         }

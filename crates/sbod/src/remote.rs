@@ -1,11 +1,11 @@
 //! Remote members of a served array: fail a member whose host stays unreachable (also when
 //! no I/O touches it), and bring it back when its host answers again.
 
-use crate::{cmd, members};
 use anyhow::Result;
 use sbod_core::array::Member;
 use sbod_core::superblock::SlotState;
 use sbod_core::Array;
+use sbod_mgmt::{members, registry};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,7 +100,7 @@ pub async fn watch(
             }
         }
         if changed {
-            if let Err(e) = cmd::save_registry(&array) {
+            if let Err(e) = registry::save_array(&array, None) {
                 eprintln!("sbod: {}: recording members: {e:#}", array.name);
             }
         }

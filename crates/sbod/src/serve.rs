@@ -2,14 +2,15 @@
 //! `sbod stop`, with the control socket open for live management.
 
 use crate::cmd;
-use crate::control;
-use crate::state;
 use anyhow::{bail, Result};
 use clap::Args;
 use sbod_core::layout::Scheme;
 use sbod_core::{AlignedBuf, Array, AssembleOptions};
+use sbod_mgmt::metrics::{IoStats, Op};
+use sbod_mgmt::{control, registry, Local};
 use sbod_nbd::{Backend, ExportInfo, NbdError};
 use std::sync::Arc;
+use std::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -32,9 +33,24 @@ pub struct ServeArgs {
     pub force: bool,
 }
 
-/// The array as an NBD export.
+/// The array as an NBD export, counting client I/O (per-thread shards: no shared lock).
 pub struct ArrayExport {
     pub array: Arc<Array>,
+    pub io: Arc<IoStats>,
+}
+
+impl ArrayExport {
+    /// Count a request that started at `t0`.
+    fn count<T>(
+        &self,
+        op: Op,
+        bytes: u64,
+        t0: Instant,
+        r: Result<T, NbdError>,
+    ) -> Result<T, NbdError> {
+        self.io.record(op, bytes, t0.elapsed(), r.is_ok());
+        r
+    }
 }
 
 fn nbd_err(e: sbod_core::Error) -> NbdError {
@@ -86,23 +102,35 @@ impl Backend for ArrayExport {
     }
 
     async fn read(&self, offset: u64, len: u32) -> Result<AlignedBuf, NbdError> {
-        self.array.read(offset, len as usize).await.map_err(nbd_err)
+        let t0 = Instant::now();
+        let r = self.array.read(offset, len as usize).await.map_err(nbd_err);
+        self.count(Op::Read, len as u64, t0, r)
     }
 
     async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<(), NbdError> {
-        self.array.write(offset, data, fua).await.map_err(nbd_err)
+        let t0 = Instant::now();
+        let len = data.len() as u64;
+        let r = self.array.write(offset, data, fua).await.map_err(nbd_err);
+        self.count(Op::Write, len, t0, r)
     }
 
     async fn flush(&self) -> Result<(), NbdError> {
-        self.array.flush().await.map_err(nbd_err)
+        let t0 = Instant::now();
+        let r = self.array.flush().await.map_err(nbd_err);
+        self.count(Op::Flush, 0, t0, r)
     }
 
     async fn trim(&self, offset: u64, len: u32, fua: bool) -> Result<(), NbdError> {
-        self.array.trim(offset, len as u64).await.map_err(nbd_err)?;
-        if fua {
-            self.array.flush().await.map_err(nbd_err)?;
+        let t0 = Instant::now();
+        let r = async {
+            self.array.trim(offset, len as u64).await.map_err(nbd_err)?;
+            if fua {
+                self.array.flush().await.map_err(nbd_err)?;
+            }
+            Ok(())
         }
-        Ok(())
+        .await;
+        self.count(Op::Trim, len as u64, t0, r)
     }
 
     async fn write_zeroes(
@@ -112,10 +140,13 @@ impl Backend for ArrayExport {
         fua: bool,
         no_hole: bool,
     ) -> Result<(), NbdError> {
-        self.array
+        let t0 = Instant::now();
+        let r = self
+            .array
             .write_zeroes(offset, len as u64, fua, !no_hole)
             .await
-            .map_err(nbd_err)
+            .map_err(nbd_err);
+        self.count(Op::Trim, len as u64, t0, r)
     }
 
     // Partial blocks are merged by the engine inside the stripe lock every write to them
@@ -147,6 +178,7 @@ impl Backend for ArrayExport {
 }
 
 pub async fn serve(args: ServeArgs) -> Result<()> {
+    registry::check_name(&args.name)?;
     if control::running(&args.name).await {
         bail!("'{}' is already being served", args.name);
     }
@@ -156,30 +188,36 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .map(|l| sbod_nbd::Listen::parse(l, args.allow_remote))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
-    let registered = state::load(&args.name)
+    let registered = registry::load(&args.name)
         .map(|r| r.members)
         .unwrap_or_default();
-    let array = cmd::open_offline(
-        &args.name,
-        AssembleOptions {
-            degraded: args.degraded,
-            force: args.force,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let opened = cmd::manager()
+        .open_offline(
+            &args.name,
+            AssembleOptions {
+                degraded: args.degraded,
+                force: args.force,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let array = opened.array.clone();
     if !array.is_read_only() {
-        cmd::save_registry(&array)?;
+        registry::save_array(&array, Some(&args.name))?;
     }
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let io = Arc::new(IoStats::default());
     let on_stop = Arc::new(tokio::sync::Notify::new());
-    let sock = state::socket_path(&args.name);
+    let local = Arc::new(Local {
+        io: Some(io.clone()),
+        on_stop: Some(on_stop.clone()),
+        ..opened
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sock = registry::socket_path(&args.name);
     let ctl = {
-        let a = array.clone();
-        let s = on_stop.clone();
-        let rx = stop_rx.clone();
         let sock = sock.clone();
-        tokio::spawn(async move { control::serve(a, &sock, s, rx).await })
+        let stop_rx = stop_rx.clone();
+        tokio::spawn(async move { control::serve(local, &sock, stop_rx).await })
     };
     let missing: Vec<String> = {
         let open: Vec<String> = array
@@ -222,6 +260,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     };
     let export = Arc::new(ArrayExport {
         array: array.clone(),
+        io,
     });
     let server = sbod_nbd::Server::new(vec![(args.name.clone(), export)]);
     let r = server.serve(listeners, shutdown).await;
@@ -229,7 +268,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let _ = ctl.await;
     let _ = watcher.await;
     if !array.is_read_only() {
-        cmd::save_registry(&array)?;
+        registry::save_array(&array, Some(&args.name))?;
     }
     let closed = array.close().await;
     let _ = std::fs::remove_file(&sock);

@@ -308,7 +308,7 @@ fn create_checks_every_value_before_it_creates_anything() {
             &["--level", "raid5", "--bitmap-region", "100K"],
             "multiple of the chunk",
         ),
-        (&["--level", "raid5", "--size-each", "16E"], "out of range"),
+        (&["--level", "raid5", "--size-each", "16E"], "too large"),
         (&["--level", "raid5", "--size-each", "15E"], "at most"),
         (&["--level", "raid5", "--size-each", "100K"], "at least"),
     ];
@@ -451,4 +451,59 @@ fn bench_codec_reports_its_figures() {
         .fails(&["bench", "codec", "--sizes", "100"])
         .contains("multiple of 64"));
     assert!(e.fails(&["bench"]).contains("NAME"));
+}
+
+/// `sbod assemble --scan` (what sbod-assemble.service runs at boot) finds every array from
+/// its members' superblocks, registered or not, names each as its superblocks (or its
+/// registration) do, skips files that are not members, and refuses what assembly refuses.
+#[test]
+fn assemble_scan_finds_every_array_from_its_members() {
+    let e = Env::new();
+    let a = disks(3, "a");
+    let b = disks(2, "b");
+    e.ok(&args(
+        &["create", "va", "--level", "raid5", "--size-each", "16M"],
+        &a,
+    ));
+    e.ok(&args(
+        &["create", "vb", "--level", "raid1", "--size-each", "16M"],
+        &b,
+    ));
+    std::fs::write(e.path("disks/notes.txt"), b"not a member").unwrap();
+    // vb is forgotten (as on a new host): only its members know it.
+    e.ok(&["forget", "vb"]);
+    assert!(e.fails(&["status", "vb"]).contains("vb"));
+    let out = e.ok(&["assemble", "--scan", "disks", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let mut names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["va", "vb"], "{out}");
+    for x in v.as_array().unwrap() {
+        assert_eq!(x["assembled"], true, "{x}");
+        assert_eq!(x["state"], "optimal", "{x}");
+    }
+    assert_eq!(e.status("vb")["members"].as_array().unwrap().len(), 2);
+    assert_eq!(e.status("va")["state"], "optimal");
+    // A member missing: the scan does not start that array by itself (as assemble).
+    std::fs::rename(e.path(&a[1]), e.path("a1.away")).unwrap();
+    e.ok(&["forget", "va"]);
+    let o = e.run(&["assemble", "--scan", "disks"]);
+    assert!(!o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("va: not assembled") && text.contains("--degraded"),
+        "{text}"
+    );
+    // --degraded starts it; the member back later is re-added from the bitmap.
+    e.ok(&["assemble", "--scan", "--degraded", "disks"]);
+    assert_eq!(e.status("va")["state"], "degraded");
+    // Nowhere to look is a clear error.
+    assert!(e
+        .fails(&["assemble", "--scan", "nowhere"])
+        .contains("does not exist"));
 }

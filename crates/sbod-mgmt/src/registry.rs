@@ -1,7 +1,12 @@
 //! Where sbod keeps its state: which members make up each named array, and where a running
 //! array's control socket listens. `SBOD_STATE_DIR` overrides the location (tests use it).
+//! The registry's policy (what is recorded when, which failed members are remembered) lives
+//! here and nowhere else.
 
+use crate::error::{err, ErrorKind};
 use anyhow::{bail, Context, Result};
+use sbod_core::superblock::{OutReason, SlotState};
+use sbod_core::Array;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -90,6 +95,26 @@ pub fn run_dir() -> PathBuf {
     state_dir().join("run")
 }
 
+/// Array names become file names: keep them to what is safe there (and in URLs).
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with(['.', '-'])
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        return Err(err(
+            ErrorKind::Invalid,
+            format!(
+                "'{name}' is not a usable array name: use up to 64 letters, digits, '-', '_' or \
+                 '.', not starting with '.' or '-'"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub fn socket_path(name: &str) -> PathBuf {
     run_dir().join(format!("{name}.sock"))
 }
@@ -99,6 +124,7 @@ fn registry_path(name: &str) -> PathBuf {
 }
 
 pub fn load(name: &str) -> Result<Registry> {
+    check_name(name)?;
     let p = registry_path(name);
     let text = std::fs::read_to_string(&p).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -108,12 +134,88 @@ pub fn load(name: &str) -> Result<Registry> {
             } else {
                 format!("known arrays: {}", known.join(", "))
             };
-            anyhow::anyhow!("no array named '{name}' ({hint}; state directory {})", state_dir().display())
+            err(
+                ErrorKind::NotFound,
+                format!(
+                    "no array named '{name}' ({hint}; state directory {})",
+                    state_dir().display()
+                ),
+            )
         } else {
             anyhow::anyhow!("reading {}: {e}", p.display())
         }
     })?;
     serde_json::from_str(&text).with_context(|| format!("{} is damaged", p.display()))
+}
+
+/// Record an open array's current members, as `name` (its own name if None).
+pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
+    let name = name.unwrap_or(&array.name);
+    let st = array.state();
+    let prev = load(name).ok();
+    let mut failed = Vec::new();
+    for s in &st.slots {
+        if s.state == SlotState::Failed {
+            let missing = s.out.is_some_and(|o| o.reason == OutReason::Missing);
+            match (&s.member, &s.entry) {
+                (Some(m), _) => failed.push(FailedMember {
+                    path: m.path.clone(),
+                    uuid: m.uuid.to_string(),
+                    missing,
+                }),
+                (None, Some(e)) => {
+                    // A member not here: keep the path it had, to look for it again.
+                    let uuid = e.uuid.to_string();
+                    if let Some(path) = prev.as_ref().and_then(|r| r.failed_path(&uuid)) {
+                        failed.push(FailedMember {
+                            path,
+                            uuid,
+                            missing,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let live = st.live_members();
+    let members: Vec<String> = live.iter().map(|m| m.path.clone()).collect();
+    let uuids = live
+        .iter()
+        .map(|m| (m.path.clone(), m.uuid.to_string()))
+        .collect();
+    // Keep earlier failures while their slot still records them.
+    let recorded: Vec<String> = st
+        .slots
+        .iter()
+        .filter_map(|s| s.entry.as_ref().map(|e| e.uuid.to_string()))
+        .collect();
+    let mut prev_failed = prev.map(|r| r.failed).unwrap_or_default();
+    prev_failed.retain(|f| {
+        !members.contains(&f.path)
+            && recorded.contains(&f.uuid)
+            && !failed.iter().any(|x| x.uuid == f.uuid)
+    });
+    failed.extend(prev_failed);
+    save(&Registry {
+        name: name.to_string(),
+        uuid: array.uuid.to_string(),
+        members,
+        failed,
+        uuids,
+    })
+}
+
+/// Name a member the way the engine knows it: an absolute path, or the uuid of a failed
+/// member that is no longer open.
+pub fn member_ref(name: &str, p: &str) -> String {
+    let abs = crate::members::canonical(p).unwrap_or_else(|_| p.to_string());
+    if let Ok(reg) = load(name) {
+        if let Some(u) = reg.failed_uuid(&abs) {
+            return u;
+        }
+    }
+    abs
 }
 
 pub fn exists(name: &str) -> bool {
@@ -163,6 +265,13 @@ pub fn list() -> Result<Vec<String>> {
 
 /// An absolute path for a member, so the registry works from any directory.
 pub fn absolute(p: &Path) -> Result<String> {
-    let abs = std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?;
+    let abs = std::fs::canonicalize(p).map_err(|e| {
+        let kind = if e.kind() == std::io::ErrorKind::NotFound {
+            ErrorKind::Invalid
+        } else {
+            ErrorKind::Io
+        };
+        err(kind, format!("{}: {e}", p.display()))
+    })?;
     Ok(abs.to_string_lossy().to_string())
 }

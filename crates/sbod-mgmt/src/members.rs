@@ -49,7 +49,7 @@ pub fn canonical(p: &str) -> Result<String> {
             .map_err(anyhow::Error::msg)?
             .to_string());
     }
-    crate::state::absolute(Path::new(p))
+    crate::registry::absolute(Path::new(p))
 }
 
 /// Open one member only to look at it (shared, read-only).
@@ -232,16 +232,20 @@ pub fn space_needed(paths: &[String], new_size: Option<u64>) -> Result<Vec<FsSpa
 }
 
 /// Say so where sparse member files cannot all grow to their size.
-pub fn warn_sparse(space: &[FsSpace]) {
-    for fs in space.iter().filter(|f| f.need > f.free) {
-        eprintln!(
-            "warning: {} member file(s) on the file system of {} are sparse and may still grow by {}, but only {} is free there: when it fills, writes fail with ENOSPC (no member is failed; writes resume once space is freed). Give them their space now with --preallocate, or free space.",
-            fs.files.len(),
-            fs.on,
-            sbod_core::layout::human(fs.need),
-            sbod_core::layout::human(fs.free)
-        );
-    }
+pub fn sparse_warnings(space: &[FsSpace]) -> Vec<String> {
+    space
+        .iter()
+        .filter(|f| f.need > f.free)
+        .map(|fs| {
+            format!(
+                "warning: {} member file(s) on the file system of {} are sparse and may still grow by {}, but only {} is free there: when it fills, writes fail with ENOSPC (no member is failed; writes resume once space is freed). Give them their space now with --preallocate, or free space.",
+                fs.files.len(),
+                fs.on,
+                sbod_core::layout::human(fs.need),
+                sbod_core::layout::human(fs.free)
+            )
+        })
+        .collect()
 }
 
 /// `--preallocate`: refuse (before anything is made) where the file systems cannot hold

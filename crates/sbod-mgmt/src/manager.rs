@@ -1,0 +1,975 @@
+//! The management verbs, one typed interface for every client (the CLI, the HTTP API, the
+//! dashboard, the monitor). Each verb goes to the serving process through its control
+//! socket ([`crate::control`]) when one serves the array, and otherwise opens the array in
+//! this process ([`Local`]): the same requests, executed by the same code either way.
+
+use crate::control;
+use crate::error::{err, ErrorKind};
+use crate::local::Local;
+use crate::{members, registry};
+use anyhow::{anyhow, bail, Context, Result};
+use sbod_core::array::read_superblock;
+use sbod_core::superblock::Superblock;
+use sbod_core::{AddOutcome, Array, AssembleOptions, CreateSpec};
+use sbod_types::control::{
+    AddArgs, AssembleArgs, CreateArgs, IoMetrics, MemberArgs, ReplaceArgs, Request, ScrubArgs,
+    SetArgs,
+};
+use sbod_types::{
+    human, ArrayStatus, AssemblyReport, MemberState, ProcessKind, ProcessStatus, Settings, Status,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a client hears about what happens along the way.
+pub trait Reporter: Send + Sync {
+    /// A warning or a note for the person (an unreadable member, a resync).
+    fn note(&self, msg: &str);
+    /// Progress of long work (`what`: rebuild, check, repair).
+    fn progress(&self, _what: &str, _done: u64, _total: u64) {}
+    /// The long work is over.
+    fn progress_done(&self) {}
+}
+
+/// Reports through `tracing` (services).
+pub struct Logged;
+
+impl Reporter for Logged {
+    fn note(&self, msg: &str) {
+        tracing::warn!("{msg}");
+    }
+}
+
+/// What to do with long work (a rebuild, a scrub) on an array that no process serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offline {
+    /// Run it here and now, reporting progress (the CLI).
+    Foreground,
+    /// Refuse, changing nothing: serve the array first (the HTTP API).
+    Refuse,
+}
+
+pub struct Manager {
+    pub reporter: Arc<dyn Reporter>,
+    pub offline: Offline,
+}
+
+/// Where a verb went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// The serving process did it.
+    Served,
+    /// Done on the members by this process.
+    Offline,
+}
+
+impl Manager {
+    pub fn new(reporter: Arc<dyn Reporter>, offline: Offline) -> Manager {
+        Manager { reporter, offline }
+    }
+
+    /// Registered array names.
+    pub fn list(&self) -> Result<Vec<String>> {
+        registry::list()
+    }
+
+    /// Open a registered array in this process. A rescue (`force` on a failed array) that
+    /// cannot read everything looks at the members that failed too (it writes nothing).
+    pub async fn open_offline(&self, name: &str, opts: AssembleOptions) -> Result<Local> {
+        let reg = registry::load(name)?;
+        let mut a = self
+            .assemble_registered(name, &reg, &opts, &reg.to_open())
+            .await?;
+        let short = a
+            .report()
+            .rescue
+            .is_some_and(|r| !r.unreadable_groups.is_empty());
+        if short && !reg.failed.is_empty() {
+            a.close().await.ok();
+            let mut all = reg.to_open();
+            all.extend(reg.failed.iter().map(|f| f.path.clone()));
+            all.dedup();
+            a = self.assemble_registered(name, &reg, &opts, &all).await?;
+        }
+        if a.uuid.to_string() != reg.uuid {
+            a.close().await.ok();
+            bail!(
+                "the members registered as '{name}' now belong to another array ({})",
+                a.uuid
+            );
+        }
+        let rep = a.report();
+        if rep.resynced_regions > 0 {
+            self.reporter.note(&format!(
+                "{name}: not shut down cleanly; resynced {} region(s), {} of member space",
+                rep.resynced_regions,
+                human(rep.resynced_bytes)
+            ));
+        }
+        for (p, why) in &rep.ignored {
+            self.reporter.note(&format!("warning: {p}: {why}"));
+        }
+        if !opts.read_only {
+            for line in report_lines(&a, Some(&reg)) {
+                self.reporter.note(&format!("{name}: {line}"));
+            }
+        }
+        Ok(Local::offline(name, a))
+    }
+
+    /// Assemble a registered array from the given member paths.
+    async fn assemble_registered(
+        &self,
+        name: &str,
+        reg: &registry::Registry,
+        opts: &AssembleOptions,
+        paths: &[String],
+    ) -> Result<Arc<Array>> {
+        let mut specs = Vec::new();
+        for p in paths {
+            let was_missing = reg.failed.iter().any(|f| f.missing && &f.path == p);
+            if was_missing && !sbod_remote::is_uri(p) && !std::path::Path::new(p).exists() {
+                // Still missing: the array already knows.
+                continue;
+            }
+            let r = if opts.read_only {
+                members::open_read_only(p)
+            } else {
+                members::open(p, "")
+            };
+            match r {
+                Ok(s) => specs.push(s),
+                Err(e) => self
+                    .reporter
+                    .note(&format!("warning: {e}; assembling '{name}' without it")),
+            }
+        }
+        if specs.is_empty() {
+            return Err(err(
+                ErrorKind::Io,
+                format!("none of the members of '{name}' could be opened"),
+            ));
+        }
+        Array::assemble(specs, opts.clone())
+            .await
+            .map_err(|e| explain(e, Some(reg)))
+    }
+
+    /// Open for a verb that changes membership (no background processes started).
+    async fn open_for_change(&self, name: &str) -> Result<Local> {
+        self.open_offline(
+            name,
+            AssembleOptions {
+                no_processes: true,
+                degraded: true,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Run `f` on the array opened here, then close it (also when `f` fails). Closing a
+    /// failed array reports its failure again: that is no news to the caller (status says
+    /// it), so only other close errors are returned.
+    async fn with_offline<T>(
+        &self,
+        local: Local,
+        f: impl AsyncFnOnce(&Local) -> Result<T>,
+    ) -> Result<T> {
+        let r = f(&local).await;
+        let closed = local.array.close().await;
+        let v = r?;
+        match closed {
+            Err(sbod_core::Error::Failed(_)) => Ok(v),
+            Err(e) => Err(e.into()),
+            Ok(()) => Ok(v),
+        }
+    }
+
+    fn refuse_offline(&self, name: &str, what: &str) -> Result<()> {
+        if self.offline == Offline::Refuse {
+            return Err(err(
+                ErrorKind::Conflict,
+                format!(
+                    "'{name}' is not served, and {what} runs in the serving process: start it \
+                     (`sbod serve {name}` or `systemctl start sbod@{name}`) and try again"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A request to the serving process, if there is one.
+    async fn remote(&self, name: &str, req: &Request) -> Result<Option<serde_json::Value>> {
+        registry::check_name(name)?;
+        control::call(name, req).await
+    }
+
+    /// The status of one array: from its server, or read from its members.
+    pub async fn status(&self, name: &str) -> Result<ArrayStatus> {
+        let (mut status, running): (Status, bool) =
+            match self.remote(name, &Request::Status).await? {
+                Some(v) => (
+                    serde_json::from_value(v).context("status from the server")?,
+                    true,
+                ),
+                None => {
+                    let l = self
+                        .open_offline(
+                            name,
+                            AssembleOptions {
+                                read_only: true,
+                                ..Default::default()
+                            },
+                        )
+                        .await?;
+                    let s = l.array.status();
+                    l.array.close().await.ok();
+                    (s, false)
+                }
+            };
+        if let Ok(reg) = registry::load(name) {
+            for m in status.members.iter_mut() {
+                if m.path.is_none() {
+                    m.path = m.uuid.as_deref().and_then(|u| reg.failed_path(u));
+                }
+            }
+        }
+        Ok(ArrayStatus { status, running })
+    }
+
+    /// Every registered array's status (an array that cannot be read is reported in the
+    /// error list rather than failing the others).
+    pub async fn status_all(&self) -> Result<(Vec<ArrayStatus>, Vec<(String, String)>)> {
+        let mut ok = Vec::new();
+        let mut bad = Vec::new();
+        for n in self.list()? {
+            match self.status(&n).await {
+                Ok(s) => ok.push(s),
+                Err(e) => bad.push((n, format!("{e:#}"))),
+            }
+        }
+        Ok((ok, bad))
+    }
+
+    /// I/O counters of a served array (None if nothing serves it).
+    pub async fn metrics(&self, name: &str) -> Result<Option<IoMetrics>> {
+        match self.remote(name, &Request::Metrics).await? {
+            Some(v) => Ok(Some(serde_json::from_value(v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Take a member out of service.
+    pub async fn fail(&self, name: &str, a: &MemberArgs) -> Result<Via> {
+        let member = registry::member_ref(name, &a.member);
+        self.member_change(
+            name,
+            Request::Fail {
+                member,
+                force: a.force,
+            },
+        )
+        .await
+    }
+
+    /// Remove a failed member or a spare.
+    pub async fn remove(&self, name: &str, a: &MemberArgs) -> Result<Via> {
+        let member = registry::member_ref(name, &a.member);
+        self.member_change(name, Request::Remove { member }).await
+    }
+
+    async fn member_change(&self, name: &str, req: Request) -> Result<Via> {
+        if self.remote(name, &req).await?.is_some() {
+            return Ok(Via::Served);
+        }
+        let l = self.open_for_change(name).await?;
+        self.with_offline(l, async |l| l.call(req).await).await?;
+        Ok(Via::Offline)
+    }
+
+    /// Create the new members' files where a size is given (recorded in `created`), give
+    /// them their space with `preallocate` (else warn where sparse files cannot all grow),
+    /// and name them the way the registry does.
+    fn prepare_new(
+        &self,
+        paths: &[String],
+        size: Option<u64>,
+        preallocate: bool,
+        created: &mut Vec<String>,
+    ) -> Result<Vec<String>> {
+        if let Some(sz) = size {
+            check_member_size("--size", sz, 4096)?;
+        }
+        let space = members::space_needed(paths, size)?;
+        if preallocate {
+            members::check_preallocate(&space)?;
+        }
+        if let Some(sz) = size {
+            created.extend(members::create_files(paths, sz)?);
+        }
+        let abs = paths
+            .iter()
+            .map(|p| {
+                members::check_exists(p)?;
+                members::canonical(p)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if preallocate {
+            members::preallocate(paths)?;
+        } else {
+            for w in members::sparse_warnings(&space) {
+                self.reporter.note(&w);
+            }
+        }
+        Ok(abs)
+    }
+
+    /// Add hot spares, or give former members back (re-added to their slot, resynced from
+    /// the write-intent bitmap); a degraded array rebuilds onto a spare (offline: in the
+    /// foreground). Returns each member (as registered) with what was done with it.
+    pub async fn add(&self, name: &str, a: &AddArgs) -> Result<(Via, Vec<(String, Added)>)> {
+        registry::load(name)?;
+        if a.members.is_empty() {
+            return Err(err(ErrorKind::Invalid, "name at least one member to add"));
+        }
+        let served = control::running(name).await;
+        if !served {
+            self.refuse_offline(name, "adding a member (and the rebuild it may start)")?;
+        }
+        let mut created = Vec::new();
+        let r = self.add_new(name, a, served, &mut created).await;
+        if r.is_err() {
+            members::remove_created(&created);
+        }
+        r
+    }
+
+    async fn add_new(
+        &self,
+        name: &str,
+        a: &AddArgs,
+        served: bool,
+        created: &mut Vec<String>,
+    ) -> Result<(Via, Vec<(String, Added)>)> {
+        let paths = self.prepare_new(&a.members, a.size.map(|s| s.0), a.preallocate, created)?;
+        let req = |p: &String| Request::Add {
+            member: p.clone(),
+            domain: a.domain.clone(),
+            force: a.force,
+        };
+        let mut out = Vec::new();
+        if served {
+            for p in &paths {
+                let v = self
+                    .remote(name, &req(p))
+                    .await?
+                    .ok_or_else(|| anyhow!("the server for '{name}' went away"))?;
+                keep(created, p);
+                let o = serde_json::from_value::<AddOutcome>(v)
+                    .map(Added::Outcome)
+                    .unwrap_or(Added::Done);
+                out.push((p.clone(), o));
+            }
+            return Ok((Via::Served, out));
+        }
+        let l = self.open_for_change(name).await?;
+        self.with_offline(l, async |l| {
+            for p in &paths {
+                if l.array.state().live_members().iter().any(|m| &m.path == p) {
+                    // A missing member that is back: assembly took it in already.
+                    out.push((p.clone(), Added::Back));
+                    continue;
+                }
+                let v = l.call(req(p)).await?;
+                keep(created, p);
+                let o = serde_json::from_value::<AddOutcome>(v)
+                    .map(Added::Outcome)
+                    .unwrap_or(Added::Done);
+                out.push((p.clone(), o));
+            }
+            self.rebuild_here(l).await
+        })
+        .await?;
+        Ok((Via::Offline, out))
+    }
+
+    /// Rebuild `new` in place of `old`. With a server, `wait` follows the rebuild to its end;
+    /// offline it always runs to the end here.
+    pub async fn replace(&self, name: &str, a: &ReplaceArgs, wait: bool) -> Result<Via> {
+        registry::load(name)?;
+        let served = control::running(name).await;
+        if !served {
+            self.refuse_offline(name, "a replacement's rebuild")?;
+        }
+        let mut created = Vec::new();
+        let r = self.replace_with(name, a, wait, served, &mut created).await;
+        if r.is_err() {
+            members::remove_created(&created);
+        }
+        r
+    }
+
+    async fn replace_with(
+        &self,
+        name: &str,
+        a: &ReplaceArgs,
+        wait: bool,
+        served: bool,
+        created: &mut Vec<String>,
+    ) -> Result<Via> {
+        let new = self
+            .prepare_new(
+                std::slice::from_ref(&a.new),
+                a.size.map(|s| s.0),
+                a.preallocate,
+                created,
+            )?
+            .remove(0);
+        let req = Request::Replace {
+            old: registry::member_ref(name, &a.old),
+            new: new.clone(),
+            force: a.force,
+        };
+        if served {
+            self.remote(name, &req)
+                .await?
+                .ok_or_else(|| anyhow!("the server for '{name}' went away"))?;
+            keep(created, &new);
+            if wait {
+                self.wait_served(name, "rebuild", |s| {
+                    s.process
+                        .as_ref()
+                        .is_some_and(|p| p.kind == ProcessKind::Rebuild)
+                        || s.rebuilding()
+                })
+                .await?;
+            }
+            return Ok(Via::Served);
+        }
+        let l = self.open_for_change(name).await?;
+        self.with_offline(l, async |l| {
+            l.call(req).await?;
+            keep(created, &new);
+            self.rebuild_here(l).await
+        })
+        .await?;
+        Ok(Via::Offline)
+    }
+
+    /// Rebuild what needs it on an array opened here, with progress.
+    async fn rebuild_here(&self, l: &Local) -> Result<()> {
+        if !l.array.status().rebuilding() {
+            return Ok(());
+        }
+        let r = self
+            .with_progress(&l.array, "rebuild", l.array.rebuild_now())
+            .await;
+        l.call(Request::Status).await?;
+        registry::save_array(&l.array, Some(&l.name))?;
+        r
+    }
+
+    /// Check (or repair) parity and mirrors. With a server and `wait` false, returns the
+    /// process just started; otherwise the finished process.
+    pub async fn scrub(&self, name: &str, a: &ScrubArgs, wait: bool) -> Result<ProcessStatus> {
+        let kind = if a.repair { "repair" } else { "check" };
+        let req = Request::Scrub { repair: a.repair };
+        if let Some(v) = self.remote(name, &req).await? {
+            if !wait {
+                return Ok(serde_json::from_value(v)?);
+            }
+            let s = self
+                .wait_served(name, kind, |s| {
+                    s.process
+                        .as_ref()
+                        .is_some_and(|p| matches!(p.kind, ProcessKind::Check | ProcessKind::Repair))
+                })
+                .await?;
+            return s
+                .last_process
+                .ok_or_else(|| anyhow!("the server did not report the scrub's result"));
+        }
+        self.refuse_offline(name, "a scrub")?;
+        let l = self.open_for_change(name).await?;
+        self.with_offline(l, async |l| {
+            let h = l.array.start_scrub(a.repair)?;
+            self.with_progress(&l.array, kind, async {
+                h.wait().await;
+                Ok(())
+            })
+            .await?;
+            Ok(h.status())
+        })
+        .await
+    }
+
+    /// Change a served array's settings.
+    pub async fn set(&self, name: &str, a: &SetArgs) -> Result<Settings> {
+        let req = Request::Set {
+            rebuild_min_rate: a.rebuild_min_rate.map(|s| s.0),
+            rebuild_max_rate: a.rebuild_max_rate.map(|s| s.0),
+        };
+        match self.remote(name, &req).await? {
+            Some(v) => Ok(serde_json::from_value(v)?),
+            None => {
+                registry::load(name)?;
+                Err(err(
+                    ErrorKind::Conflict,
+                    format!(
+                        "{name} is not running: settings apply to a served array (sbod serve {name})"
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Stop a served array cleanly and wait until it has stopped. False if it was not
+    /// running.
+    pub async fn stop(&self, name: &str) -> Result<bool> {
+        if self.remote(name, &Request::Stop).await?.is_none() {
+            registry::load(name)?;
+            return Ok(false);
+        }
+        for _ in 0..600 {
+            if !control::running(name).await {
+                return Ok(true);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("{name} did not stop within 60 s")
+    }
+
+    /// Forget a stopped array's registration (its members keep their superblocks).
+    pub async fn forget(&self, name: &str) -> Result<()> {
+        registry::load(name)?;
+        if control::running(name).await {
+            return Err(err(
+                ErrorKind::Conflict,
+                format!("{name} is being served; stop it first"),
+            ));
+        }
+        registry::forget(name)
+    }
+
+    /// Create an array. Returns its status (the initial sync, if any, runs when served).
+    pub async fn create(&self, a: &CreateArgs) -> Result<Status> {
+        registry::check_name(&a.name)?;
+        if registry::exists(&a.name) {
+            return Err(err(
+                ErrorKind::Conflict,
+                format!(
+                    "an array named '{0}' is already registered; choose another name, or `sbod \
+                     stop {0}` and remove its registration with `sbod forget {0}`",
+                    a.name
+                ),
+            ));
+        }
+        if !a.domains.is_empty() && a.domains.len() != a.members.len() {
+            bail!(
+                "--domains lists {} labels for {} members: give one label per member, in order",
+                a.domains.len(),
+                a.members.len()
+            );
+        }
+        // Every value is checked before a file is created or a member touched.
+        spec_of(a, false).check(a.members.len())?;
+        let size_each = a.size_each.map(|s| s.0);
+        if let Some(sz) = size_each {
+            check_member_size("--size-each", sz, a.chunk.0)?;
+        } else {
+            for m in &a.members {
+                members::check_exists(m)?;
+            }
+        }
+        let space = members::space_needed(&a.members, size_each)?;
+        if a.preallocate {
+            members::check_preallocate(&space)?;
+        }
+        let created = match size_each {
+            Some(sz) => members::create_files(&a.members, sz)?,
+            None => Vec::new(),
+        };
+        let fresh = a.members.iter().all(|m| created.contains(m));
+        let r = async {
+            if a.preallocate {
+                members::preallocate(&a.members)?;
+            } else {
+                for w in members::sparse_warnings(&space) {
+                    self.reporter.note(&w);
+                }
+            }
+            let mut specs = Vec::new();
+            for (i, m) in a.members.iter().enumerate() {
+                let abs = members::canonical(m)?;
+                let dom = a.domains.get(i).cloned().unwrap_or_default();
+                specs.push(members::open(&abs, &dom)?);
+            }
+            let array = Array::create(spec_of(a, fresh), specs).await?;
+            registry::save_array(&array, None)?;
+            let status = array.status();
+            array.close().await?;
+            Ok(status)
+        }
+        .await;
+        if r.is_err() {
+            members::remove_created(&created);
+        }
+        r
+    }
+
+    /// Assemble an array from its members and register it; stale members are rebuilt here,
+    /// with progress, so the array is whole when this returns.
+    pub async fn assemble(
+        &self,
+        a: &AssembleArgs,
+    ) -> Result<(Status, AssemblyReport, Vec<String>)> {
+        let mut specs = Vec::new();
+        for m in &a.members {
+            let abs = members::canonical(m)?;
+            specs.push(members::open(&abs, "")?);
+        }
+        let known = a.name.as_deref().and_then(|n| registry::load(n).ok());
+        let array = Array::assemble(
+            specs,
+            AssembleOptions {
+                force: a.force,
+                degraded: a.degraded,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| explain(e, known.as_ref()))?;
+        let name = a.name.clone().unwrap_or_else(|| array.name.clone());
+        let l = Local::offline(&name, array);
+        self.with_offline(l, async |l| {
+            registry::check_name(&name)?;
+            if name != l.array.name {
+                self.reporter.note(&format!(
+                    "note: the superblocks name this array '{}'; registering it as '{name}'",
+                    l.array.name
+                ));
+            }
+            let reg = registry::load(&name).ok();
+            if let Some(reg) = &reg {
+                if reg.uuid != l.array.uuid.to_string() && !a.force {
+                    return Err(err(
+                        ErrorKind::Conflict,
+                        format!(
+                            "'{name}' is already registered for another array ({}); use --name \
+                             to pick another name or --force to replace the registration",
+                            reg.uuid
+                        ),
+                    ));
+                }
+            }
+            if control::running(&name).await {
+                return Err(err(
+                    ErrorKind::Conflict,
+                    format!("'{name}' is being served right now; stop it first"),
+                ));
+            }
+            let rep = l.array.report();
+            // Recover stale members now, with progress, so the array is whole when this
+            // returns (a rescue is read-only: nothing is recovered).
+            if !l.array.is_read_only()
+                && l.array
+                    .status()
+                    .members
+                    .iter()
+                    .any(|m| matches!(m.state, MemberState::Rebuilding | MemberState::Replacing))
+            {
+                self.with_progress(&l.array, "rebuild", l.array.rebuild_now())
+                    .await?;
+            }
+            let mut st = l.array.status();
+            st.name = name.clone();
+            let lines = report_lines(&l.array, reg.as_ref());
+            registry::save_array(&l.array, Some(&name))?;
+            Ok((st, rep, lines))
+        })
+        .await
+    }
+
+    /// Find arrays by their members' superblocks: every block device of this host, the
+    /// members (and missing members) of registered arrays, and `extra` (files, or
+    /// directories whose files are looked at). Members are grouped by array; each group
+    /// says under which name it is registered, if it is, and whether it is served.
+    pub async fn scan(&self, extra: &[String]) -> Result<Vec<Found>> {
+        let mut paths: Vec<String> = Vec::new();
+        if let Ok(rd) = std::fs::read_dir("/sys/class/block") {
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().to_string();
+                // Loop and ram devices with nothing behind them answer reads with errors
+                // or zeros; they are looked at like the rest (cheap).
+                paths.push(format!("/dev/{n}"));
+            }
+        }
+        let regs: Vec<registry::Registry> = registry::list()?
+            .iter()
+            .filter_map(|n| registry::load(n).ok())
+            .collect();
+        for r in &regs {
+            paths.extend(r.to_open());
+        }
+        for x in extra {
+            let p = std::path::Path::new(x);
+            if p.is_dir() {
+                let mut files: Vec<String> = std::fs::read_dir(p)
+                    .with_context(|| format!("reading {x}"))?
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                    .map(|e| e.path().display().to_string())
+                    .collect();
+                files.sort();
+                paths.extend(files);
+            } else if p.exists() || sbod_remote::is_uri(x) {
+                paths.push(x.clone());
+            } else {
+                return Err(err(ErrorKind::Invalid, format!("{x} does not exist")));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut groups: Vec<Found> = Vec::new();
+        for p in paths {
+            let Ok(abs) = members::canonical(&p) else {
+                continue;
+            };
+            if !seen.insert(abs.clone()) {
+                continue;
+            }
+            let Ok(spec) = members::open_read_only(&abs) else {
+                continue;
+            };
+            let sb = read_superblock(&spec.dev).await;
+            spec.dev.close();
+            let Ok(sb) = sb else {
+                continue;
+            };
+            let uuid = sb.array_uuid.to_string();
+            match groups.iter_mut().find(|g| g.uuid == uuid) {
+                Some(g) => g.members.push(abs),
+                None => groups.push(Found {
+                    name: sb.name.clone(),
+                    uuid,
+                    registered: None,
+                    served: false,
+                    members: vec![abs],
+                }),
+            }
+        }
+        for g in &mut groups {
+            g.registered = regs
+                .iter()
+                .find(|r| r.uuid == g.uuid)
+                .map(|r| r.name.clone());
+            if let Some(n) = &g.registered {
+                g.served = control::running(n).await;
+            }
+        }
+        Ok(groups)
+    }
+
+    /// The superblock of each path (or why there is none).
+    pub async fn examine(&self, paths: &[String]) -> Vec<(String, Result<Superblock, String>)> {
+        let mut out = Vec::new();
+        for p in paths {
+            let r = match members::open_read_only(p) {
+                Ok(spec) => {
+                    let sb = read_superblock(&spec.dev).await;
+                    spec.dev.close();
+                    sb.map_err(|e| e.to_string())
+                }
+                Err(e) => Err(format!("{e:#}")),
+            };
+            out.push((p.clone(), r));
+        }
+        out
+    }
+
+    /// Run long work on an array opened here, reporting its process's progress.
+    pub async fn with_progress<F>(&self, array: &Arc<Array>, what: &str, fut: F) -> Result<()>
+    where
+        F: std::future::Future<Output = sbod_core::Result<()>>,
+    {
+        let rep = self.reporter.clone();
+        let a = array.clone();
+        let w = what.to_string();
+        let ticker = tokio::spawn(async move {
+            loop {
+                if let Some(p) = a.current_process() {
+                    let s = p.status();
+                    rep.progress(&w, s.done, s.total);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        let r = fut.await;
+        ticker.abort();
+        if let Some(p) = array.current_process() {
+            let s = p.status();
+            self.reporter.progress(what, s.done, s.total);
+        }
+        self.reporter.progress_done();
+        r.map_err(|e| anyhow!(e))
+    }
+
+    /// Poll a serving array until the process `active` describes is over, reporting
+    /// progress. Returns the status at the end.
+    async fn wait_served(
+        &self,
+        name: &str,
+        what: &str,
+        active: impl Fn(&Status) -> bool,
+    ) -> Result<Status> {
+        let mut seen = false;
+        let mut idle_polls = 0;
+        loop {
+            let v = self
+                .remote(name, &Request::Status)
+                .await?
+                .ok_or_else(|| anyhow!("the server for '{name}' went away"))?;
+            let s: Status = serde_json::from_value(v)?;
+            if let Some(p) = &s.process {
+                self.reporter.progress(what, p.done, p.total);
+            }
+            if active(&s) {
+                seen = true;
+                idle_polls = 0;
+            } else {
+                idle_polls += 1;
+                if seen || idle_polls > 3 {
+                    self.reporter.progress_done();
+                    return Ok(s);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// What `add` did with one member.
+#[derive(Clone, Debug)]
+pub enum Added {
+    /// What the engine did (a spare, a slot rebuilt, a former member re-added).
+    Outcome(AddOutcome),
+    /// A missing member that assembly already took back.
+    Back,
+    /// Done (an older server that does not say what).
+    Done,
+}
+
+/// A file `prepare_new` created has become a member: it stays whatever happens next.
+fn keep(created: &mut Vec<String>, member: &str) {
+    created.retain(|c| members::canonical(c).ok().as_deref() != Some(member));
+}
+
+fn spec_of(a: &CreateArgs, fresh: bool) -> CreateSpec {
+    CreateSpec {
+        name: a.name.clone(),
+        level: a.level,
+        // A chunk beyond u32 is refused by the check like any other unsupported chunk.
+        chunk: u32::try_from(a.chunk.0).unwrap_or(0),
+        groups: a.groups,
+        spares: a.spares,
+        copies: a.copies,
+        bitmap_region: a.bitmap_region.map(|s| s.0),
+        assume_clean: a.assume_clean || fresh,
+        force: a.force,
+    }
+}
+
+/// A size for member files sbod creates: room for the metadata and a chunk, and no more
+/// than a member may hold.
+fn check_member_size(opt: &str, size: u64, chunk: u64) -> Result<()> {
+    let min = (1 << 20) + chunk.max(4096) * 2;
+    if size < min {
+        return Err(err(
+            ErrorKind::Invalid,
+            format!(
+                "{opt} {}: a member needs room for sbod's metadata (about 1 MiB) and data; give at least {}",
+                human(size),
+                human(min.div_ceil(1 << 20) * (1 << 20))
+            ),
+        ));
+    }
+    if size > sbod_core::array::MAX_MEMBER_DATA {
+        return Err(err(
+            ErrorKind::Invalid,
+            format!(
+                "{opt} {}: at most {} per member",
+                human(size),
+                human(sbod_core::array::MAX_MEMBER_DATA)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An engine error for people: members named by their registered paths.
+pub fn explain(e: sbod_core::Error, reg: Option<&registry::Registry>) -> anyhow::Error {
+    match e {
+        sbod_core::Error::MissingMembers(m) => err(
+            ErrorKind::Refused,
+            m.describe(|u| reg.and_then(|r| r.failed_path(&u.to_string()))),
+        ),
+        e => anyhow!(e),
+    }
+}
+
+/// What assembly found that the user should know: members missing, stale ones being
+/// recovered, a split brain forced, a rescue.
+pub fn report_lines(a: &Array, reg: Option<&registry::Registry>) -> Vec<String> {
+    let rep = a.report();
+    let st = a.state();
+    let mut out = Vec::new();
+    for &i in &rep.missing {
+        let who = st.slots[i]
+            .entry
+            .as_ref()
+            .and_then(|e| reg.and_then(|r| r.failed_path(&e.uuid.to_string())))
+            .unwrap_or_else(|| format!("the member of slot {i}"));
+        out.push(format!(
+            "{who} (slot {i}) is missing: running degraded without it (it is resynced from the write-intent bitmap when it comes back: `sbod add {} {who}`, or at the next start)",
+            a.name
+        ));
+    }
+    for s in &rep.stale {
+        out.push(format!("{} (slot {}): {}", s.path, s.slot, s.note));
+    }
+    for p in &rep.missed_last_write {
+        out.push(format!(
+            "{p} missed only the last superblock write (interrupted by a crash): trusted"
+        ));
+    }
+    if let Some(sb) = &rep.split_brain {
+        out.push(format!(
+            "forced over a split brain: {sb}; the newest side was taken"
+        ));
+    }
+    if let Some(r) = &rep.rescue {
+        out.push("started READ-ONLY to rescue what is readable; nothing is written".into());
+        for u in &r.used {
+            out.push(format!("rescue: {u}"));
+        }
+        for g in &r.unreadable_groups {
+            out.push(format!(
+                "rescue: group {g} has too few members left: its part of the volume reads as errors"
+            ));
+        }
+    }
+    out
+}
+
+/// An array `scan` found.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// The name in its superblocks.
+    pub name: String,
+    pub uuid: String,
+    /// The name it is registered under here, if it is.
+    pub registered: Option<String>,
+    /// A process serves it now.
+    pub served: bool,
+    pub members: Vec<String>,
+}

@@ -1,0 +1,333 @@
+//! Management messages: what the control socket of a serving array carries (one JSON
+//! request per line, one JSON response per line), and the bodies of the HTTP API's actions.
+//! The same arguments as the CLI's, typed once.
+
+use crate::size::{parse_rate, parse_size};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// A request to one array. On the wire: `{"cmd":"fail","member":"/dev/sdc"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    /// Reply: a [`crate::Status`].
+    Status,
+    /// Take a member out of service; past the array's redundancy only with `force`.
+    /// Reply: null.
+    Fail {
+        member: String,
+        #[serde(default, skip_serializing_if = "is_false")]
+        force: bool,
+    },
+    /// Remove a failed member or a spare. Reply: null.
+    Remove { member: String },
+    /// Add a hot spare (an absolute path the server can open), or re-add a former member
+    /// to its slot. Reply: what was done (the engine's `AddOutcome`).
+    Add {
+        member: String,
+        #[serde(default)]
+        domain: String,
+        #[serde(default)]
+        force: bool,
+    },
+    /// Rebuild `new` in place of `old`. Reply: null.
+    Replace {
+        old: String,
+        new: String,
+        #[serde(default)]
+        force: bool,
+    },
+    /// Start a scrub. Reply: the new process's [`crate::ProcessStatus`].
+    Scrub {
+        #[serde(default)]
+        repair: bool,
+    },
+    /// Change settings (None keeps a value). Reply: the [`crate::Settings`] now in force.
+    Set {
+        #[serde(default)]
+        rebuild_min_rate: Option<u64>,
+        #[serde(default)]
+        rebuild_max_rate: Option<u64>,
+    },
+    /// Stop serving (cleanly). Reply: null.
+    Stop,
+    /// I/O counters and latency of the serving process. Reply: [`IoMetrics`].
+    Metrics,
+}
+
+/// What went wrong, so that each client can answer in its own terms (an HTTP status, an
+/// exit code) without parsing messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request cannot be honoured as given (bad argument, unknown member).
+    Invalid,
+    /// Refused to protect data (foreign member, signature, in use); `force` may override.
+    Refused,
+    /// No such array.
+    NotFound,
+    /// Not now: another process runs, the array is stopping, or is failed.
+    Conflict,
+    /// A device or the system failed.
+    Io,
+}
+
+/// The answer to one request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ErrorKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+}
+
+impl Response {
+    pub fn ok(v: serde_json::Value) -> Response {
+        Response {
+            ok: true,
+            error: None,
+            kind: None,
+            result: Some(v),
+        }
+    }
+
+    pub fn err(kind: ErrorKind, e: impl std::fmt::Display) -> Response {
+        Response {
+            ok: false,
+            error: Some(e.to_string()),
+            kind: Some(kind),
+            result: None,
+        }
+    }
+}
+
+/// Counters of the client I/O an array served, since it started.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct IoMetrics {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    /// Trims and write-zeroes.
+    pub trims: u64,
+    /// Requests answered with an error.
+    pub errors: u64,
+    /// Latency of reads, writes and flushes.
+    pub latency: Vec<LatencyHistogram>,
+    /// Seconds since serving started.
+    pub uptime_secs: f64,
+}
+
+/// A latency histogram: `counts[i]` requests took at most `bounds_secs[i]` (and more than
+/// the bound before); the last count, one past the bounds, is the rest (+Inf).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyHistogram {
+    /// read, write or flush.
+    pub op: String,
+    pub bounds_secs: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub sum_secs: f64,
+}
+
+impl LatencyHistogram {
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
+/// A size in a JSON body: a number of bytes, or a string by the one size rule (`"1G"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("a size is a number of bytes or a string like \"1G\"")
+        })? {
+            Raw::N(n) => Ok(Size(n)),
+            // Rates too: "50M/s" reads as 50M.
+            Raw::S(s) => parse_size(&s)
+                .or_else(|e| parse_rate(&s).map_err(|_| e))
+                .map(Size)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// `POST /api/v1/arrays/NAME/fail` and `/remove`: `sbod fail|remove NAME MEMBER`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberArgs {
+    /// A member's path (or the uuid of a failed member that is gone).
+    pub member: String,
+    /// `fail` only: take the array past its redundancy (it then fails).
+    #[serde(default)]
+    pub force: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// `POST .../add`: `sbod add NAME MEMBER... [--domain D] [--size S] [--force]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddArgs {
+    pub members: Vec<String>,
+    #[serde(default)]
+    pub domain: String,
+    /// Create missing member files of this size.
+    #[serde(default)]
+    pub size: Option<Size>,
+    /// Give member files all their space now (posix_fallocate).
+    #[serde(default)]
+    pub preallocate: bool,
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `POST .../replace`: `sbod replace NAME OLD NEW [--size S] [--force]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaceArgs {
+    pub old: String,
+    pub new: String,
+    #[serde(default)]
+    pub size: Option<Size>,
+    /// Give the new member file all its space now (posix_fallocate).
+    #[serde(default)]
+    pub preallocate: bool,
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `POST .../scrub`: `sbod scrub NAME [--repair]`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScrubArgs {
+    #[serde(default)]
+    pub repair: bool,
+}
+
+/// `POST .../set`: `sbod set NAME [--rebuild-min-rate R] [--rebuild-max-rate R]`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetArgs {
+    #[serde(default)]
+    pub rebuild_min_rate: Option<Size>,
+    #[serde(default)]
+    pub rebuild_max_rate: Option<Size>,
+}
+
+/// `sbod create NAME --level L MEMBER...`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateArgs {
+    pub name: String,
+    pub level: crate::Level,
+    /// Chunk (stripe unit) per member.
+    #[serde(default = "default_chunk")]
+    pub chunk: Size,
+    #[serde(default = "one")]
+    pub groups: u32,
+    /// The last N members are hot spares.
+    #[serde(default)]
+    pub spares: usize,
+    /// Copies per mirror set (raid10).
+    #[serde(default = "two")]
+    pub copies: u32,
+    /// Create missing member files of this size.
+    #[serde(default)]
+    pub size_each: Option<Size>,
+    /// Give member files all their space now (posix_fallocate).
+    #[serde(default)]
+    pub preallocate: bool,
+    /// Failure domain of each member, in order (empty: none).
+    #[serde(default)]
+    pub domains: Vec<String>,
+    #[serde(default)]
+    pub bitmap_region: Option<Size>,
+    #[serde(default)]
+    pub assume_clean: bool,
+    #[serde(default)]
+    pub force: bool,
+    pub members: Vec<String>,
+}
+
+fn default_chunk() -> Size {
+    Size(64 << 10)
+}
+fn one() -> u32 {
+    1
+}
+fn two() -> u32 {
+    2
+}
+
+/// `sbod assemble [--name N] [--force] MEMBER...`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssembleArgs {
+    /// Register under this name (default: the superblocks' name).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Start without members it had in service when it stopped.
+    #[serde(default)]
+    pub degraded: bool,
+    #[serde(default)]
+    pub force: bool,
+    pub members: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format() {
+        let r = Request::Fail {
+            member: "/d/x".into(),
+            force: false,
+        };
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"cmd":"fail","member":"/d/x"}"#
+        );
+        let back: Request = serde_json::from_str(r#"{"cmd":"add","member":"/d/y"}"#).unwrap();
+        assert_eq!(
+            back,
+            Request::Add {
+                member: "/d/y".into(),
+                domain: String::new(),
+                force: false
+            }
+        );
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"cmd":"metrics"}"#).unwrap(),
+            Request::Metrics
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"explode"}"#).is_err());
+    }
+
+    #[test]
+    fn bodies() {
+        let s: SetArgs = serde_json::from_str(r#"{"rebuild_min_rate":"50M"}"#).unwrap();
+        assert_eq!(s.rebuild_min_rate, Some(Size(50 << 20)));
+        let s: SetArgs = serde_json::from_str(r#"{"rebuild_max_rate":1000}"#).unwrap();
+        assert_eq!(s.rebuild_max_rate, Some(Size(1000)));
+        let e = serde_json::from_str::<SetArgs>(r#"{"rebuild_min_rate":"lots"}"#).unwrap_err();
+        assert!(e.to_string().contains("not a size"), "{e}");
+        assert!(serde_json::from_str::<SetArgs>(r#"{"rebuild_min":"1G"}"#).is_err());
+        assert!(serde_json::from_str::<MemberArgs>(r#"{}"#).is_err());
+    }
+}
