@@ -1167,15 +1167,26 @@ impl Array {
         // want of space (the degraded plan below): the rows as they were.
         let mut undo: Option<Vec<Target>> = None;
         let mut targets = Vec::new();
+        // `buf` to every member that takes writes for `shard`, at `off` in the chunk.
+        let push = |out: &mut Vec<Target>, shard: usize, off: u64, buf: &SharedBuf| {
+            for mem in st.slots[slot_of(shard)].write_targets() {
+                out.push(Target {
+                    member: mem.clone(),
+                    offset: base + off,
+                    buf: buf.clone(),
+                });
+            }
+        };
+        let encode = |rows: &[SharedBuf], parity: &[SharedBuf]| -> Result<()> {
+            let dr: Vec<&[u8]> = rows.iter().map(slice_of).collect();
+            let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
+            codec
+                .encode(&dr, &mut p)
+                .map_err(|e| Error::Invalid(e.to_string()))
+        };
         if done {
             for d in &new {
-                for mem in st.slots[slot_of(d.index)].write_targets() {
-                    targets.push(Target {
-                        member: mem.clone(),
-                        offset: base + d.chunk_off,
-                        buf: d.src.clone(),
-                    });
-                }
+                push(&mut targets, d.index, d.chunk_off, &d.src);
             }
         } else {
             // Degraded (or a read failed): rebuild the rows from what survives.
@@ -1218,64 +1229,25 @@ impl Array {
             let old_parity: Vec<SharedBuf> = (0..m)
                 .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
                 .collect();
-            {
-                let dr: Vec<&[u8]> = old_rows.iter().map(slice_of).collect();
-                let mut p: Vec<&mut [u8]> = old_parity.iter().map(slice_mut).collect();
-                codec
-                    .encode(&dr, &mut p)
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
-            }
+            encode(&old_rows, &old_parity)?;
+            // Whole rows of every data chunk we touch or that was stale, and parity.
+            let rewritten = |i: usize| by_index[i].is_some() || shards.stale.contains(&i);
             let mut back = Vec::new();
-            for (i, b) in old_rows.iter().enumerate() {
-                if by_index[i].is_some() || shards.stale.contains(&i) {
-                    for mem in st.slots[slot_of(i)].write_targets() {
-                        back.push(Target {
-                            member: mem.clone(),
-                            offset: base + r0,
-                            buf: b.clone(),
-                        });
-                    }
-                }
+            for (i, b) in old_rows.iter().enumerate().filter(|(i, _)| rewritten(*i)) {
+                push(&mut back, i, r0, b);
             }
             for (r, p) in old_parity.iter().enumerate() {
-                for mem in st.slots[slot_of(k + r)].write_targets() {
-                    back.push(Target {
-                        member: mem.clone(),
-                        offset: base + r0,
-                        buf: p.clone(),
-                    });
-                }
+                push(&mut back, k + r, r0, p);
             }
             undo = Some(back);
             from_data = true;
-            {
-                let dr: Vec<&[u8]> = data.iter().map(slice_of).collect();
-                let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
-                codec
-                    .encode(&dr, &mut p)
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
-            }
-            for (i, b) in data.iter().enumerate() {
-                // Write whole rows of every data chunk we touched or that was stale.
-                if by_index[i].is_some() || shards.stale.contains(&i) {
-                    for mem in st.slots[slot_of(i)].write_targets() {
-                        targets.push(Target {
-                            member: mem.clone(),
-                            offset: base + r0,
-                            buf: b.clone(),
-                        });
-                    }
-                }
+            encode(&data, &parity)?;
+            for (i, b) in data.iter().enumerate().filter(|(i, _)| rewritten(*i)) {
+                push(&mut targets, i, r0, b);
             }
         }
         for (r, p) in parity.iter().enumerate() {
-            for mem in st.slots[slot_of(k + r)].write_targets() {
-                targets.push(Target {
-                    member: mem.clone(),
-                    offset: base + r0,
-                    buf: p.clone(),
-                });
-            }
+            push(&mut targets, k + r, r0, p);
         }
         let key = Some((group, stripe));
         let r = match undo {
