@@ -52,6 +52,8 @@ pub struct Member {
     pub size: u64,
     pub is_file: bool,
     pub stats: MemberStats,
+    /// Its cached checksums (arrays with `--integrity`; see `integrity`).
+    pub tags: crate::integrity::MemberTags,
 }
 
 impl Member {
@@ -176,6 +178,8 @@ pub struct CreateSpec {
     /// Members are known to be zero (freshly created files) or the user says parity is in
     /// sync: skip the initial resync.
     pub assume_clean: bool,
+    /// Checksums on every block (`--integrity`).
+    pub integrity: crate::integrity::Kind,
     pub force: bool,
 }
 
@@ -380,6 +384,8 @@ pub struct Array {
     pub(crate) recoveries: parking_lot::Mutex<Vec<Arc<RecoveryLog>>>,
     /// Started for a rescue: reads only.
     pub(crate) rescue: AtomicBool,
+    /// Where the members keep the checksums of their blocks, if they do.
+    pub(crate) integrity: Option<crate::integrity::TagLayout>,
 }
 
 /// Where the array's lineage stands (sessions, bitmap coverage), for `build`.
@@ -504,7 +510,15 @@ impl Array {
             None => default_region(provisional, spec.chunk),
         };
         let bitmap_bytes = Bitmap::bytes_for(provisional.div_ceil(region).max(1));
-        let data_offset = (superblock::BITMAP_OFFSET + bitmap_bytes).div_ceil(1 << 20) * (1 << 20);
+        // Checksums: a tag region between the bitmap and the data (see `integrity`).
+        let tags = (spec.integrity == crate::integrity::Kind::Crc32c).then(|| {
+            crate::integrity::TagLayout {
+                offset: superblock::BITMAP_OFFSET + bitmap_bytes,
+                bytes: crate::integrity::TagLayout::bytes_for(provisional),
+            }
+        });
+        let meta_end = superblock::BITMAP_OFFSET + bitmap_bytes + tags.map_or(0, |t| t.bytes);
+        let data_offset = meta_end.div_ceil(1 << 20) * (1 << 20);
         let per_member =
             |size: u64| size.saturating_sub(data_offset) / spec.chunk as u64 * spec.chunk as u64;
         let member_size = if spec.level == Level::Concat {
@@ -592,6 +606,7 @@ impl Array {
                     size,
                     is_file: m.is_file,
                     stats: MemberStats::default(),
+                    tags: Default::default(),
                 })
             })
             .collect();
@@ -634,7 +649,7 @@ impl Array {
                 session,
                 history,
                 bitmap_since: 1,
-                extensions: Vec::new(),
+                extensions: tags.iter().map(|t| t.extension()).collect(),
             },
         )?;
         // Zero the metadata areas (both superblock copies and the bitmap), then write the
@@ -679,7 +694,14 @@ impl Array {
             )),
             None => None,
         };
-        let bitmap = if geometry.redundancy() > 0 {
+        let integrity = crate::integrity::TagLayout::from_extensions(
+            &lineage.extensions,
+            &geometry,
+            superblock::BITMAP_OFFSET + bitmap_bytes as u64,
+        )
+        .map_err(Error::Invalid)?;
+        // Without redundancy the bitmap covers only checksums (their lazy write-back).
+        let bitmap = if geometry.redundancy() > 0 || integrity.is_some() {
             Some(Bitmap::new(region, geometry.member_size, dirty))
         } else {
             None
@@ -724,6 +746,7 @@ impl Array {
             extensions: lineage.extensions,
             recoveries: parking_lot::Mutex::new(Vec::new()),
             rescue: AtomicBool::new(false),
+            integrity,
         }))
     }
 
@@ -866,6 +889,7 @@ impl Array {
                 size: entry.size,
                 is_file: m.is_file,
                 stats: MemberStats::default(),
+                tags: Default::default(),
             });
             match role {
                 Role::Slot(i) => {
@@ -959,7 +983,11 @@ impl Array {
         let mut dirty = Vec::new();
         let regions = g.member_size.div_ceil(newest.bitmap_region).max(1);
         let any_out = state.slots.iter().any(|s| s.state != SlotState::Active);
-        let bitmap_read = g.redundancy() > 0 && (!newest.clean || any_out);
+        let tagged = newest
+            .extensions
+            .iter()
+            .any(|e| e.tag == crate::integrity::EXT_TAG);
+        let bitmap_read = (g.redundancy() > 0 || tagged) && (!newest.clean || any_out);
         if bitmap_read {
             report.unclean = !newest.clean;
             let mut union = vec![0u8; newest.bitmap_bytes as usize];
@@ -1703,6 +1731,7 @@ impl Array {
             size,
             is_file: spec.is_file,
             stats: MemberStats::default(),
+            tags: Default::default(),
         })
     }
 
@@ -2114,6 +2143,7 @@ impl Array {
             groups: self.geometry.groups,
             width: self.geometry.width,
             redundancy: self.geometry.redundancy(),
+            integrity: self.integrity(),
             event,
             members,
             process: process.filter(|p| !p.finished),

@@ -182,7 +182,21 @@ impl Array {
         self.geometry.data_offset + off
     }
 
+    /// Read member data; with checksums, every block is verified (a block that fails is
+    /// an error of its own, see `integrity::Mismatch`).
     pub(crate) async fn mread(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        class: IoClass,
+    ) -> io::Result<()> {
+        self.read_verified(m, off, buf, class).await
+    }
+
+    /// Read member data as the member has it, unverified (the crash resync, which makes
+    /// the checksums of what it reads).
+    pub(crate) async fn mread_raw(
         &self,
         m: &Arc<Member>,
         off: u64,
@@ -222,7 +236,12 @@ impl Array {
         if check && off + len >= m.size {
             self.check_size(m)?;
         }
-        dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await?;
+        // SAFETY: the buffer is not written while it is being written to the member.
+        let new = crate::integrity::NewTags::Data(unsafe { buf.as_slice() });
+        let tags = self.tags_begin_write(m, off, new).await?;
+        let r = dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await;
+        self.tags_end_write(m, tags, r.is_ok());
+        r?;
         if check {
             self.check_size(m)?;
         }
@@ -267,6 +286,9 @@ impl Array {
     /// the cut is not the array's data. Other errors are counted, and fail the member once
     /// they persist.
     pub(crate) async fn note_read_error(&self, m: &Arc<Member>, e: &io::Error) {
+        if let Some(x) = crate::integrity::mismatch_of(e) {
+            return self.note_checksum_error(m, x).await;
+        }
         let n = m.stats.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::warn!(member = %m.path, error = %e, count = n, "read error");
         if let Some(s) = self.shrunk(m) {
@@ -587,6 +609,11 @@ impl Array {
             )
             .await?;
         let out = shards.bufs[p.index].as_ref().expect("reconstructed");
+        if let Some(m) = &repair {
+            // With checksums: only a rebuild that matches them (or shows them wrong).
+            self.tags_vouch(m, base + p.chunk_off, slice_of(out), slice_of(&dst))
+                .await?;
+        }
         slice_mut(&dst).copy_from_slice(slice_of(out));
         if let Some(m) = repair {
             let fix = AlignedBuf::from_slice(slice_of(out)).into_shared();
@@ -964,6 +991,7 @@ impl Array {
         patches: Vec<Patch>,
     ) -> Result<()> {
         let chunk = self.geometry.chunk as u64;
+        let _regions = self.enter_regions(moff, src.len() as u64).await?;
         let mut _locks = Vec::new();
         for t in moff / chunk..(moff + src.len() as u64).div_ceil(chunk) {
             // Ascending order; the copy holds one lock at a time, so this cannot deadlock.
@@ -1408,6 +1436,8 @@ impl Array {
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone()));
         }
+        // The checksums of what this flush makes durable go with it.
+        self.tags_write_back().await?;
         let members: Vec<Arc<Member>> = st
             .slots
             .iter()
@@ -1545,6 +1575,7 @@ impl Array {
     ) -> Result<()> {
         let st = self.state.load_full();
         let members: Vec<Arc<Member>> = st.slots[slot].write_targets().cloned().collect();
+        let _regions = self.enter_regions(moff, len).await?;
         let mut full = Vec::new();
         for m in members {
             let req = IoReq {
@@ -1552,7 +1583,15 @@ impl Array {
                 kind: IoKind::Zero { len, punch },
                 class: IoClass::Foreground,
             };
-            let mut r = dev::io(&m.dev, req).await;
+            let zeros = crate::integrity::NewTags::Zeros(len);
+            let mut r = match self.tags_begin_write(&m, moff, zeros).await {
+                Ok(tags) => {
+                    let r = dev::io(&m.dev, req).await;
+                    self.tags_end_write(&m, tags, r.is_ok());
+                    r
+                }
+                Err(e) => Err(e),
+            };
             if r.is_ok() && m.is_file {
                 // Zeroing by writing (the last resort) would grow a truncated file.
                 r = self.check_size(&m);

@@ -16,6 +16,7 @@ pub mod buf;
 pub mod dev;
 pub mod error;
 pub mod freshness;
+pub mod integrity;
 mod io;
 pub mod layout;
 pub mod locks;

@@ -605,8 +605,9 @@ impl Superblock {
                 let flags = r.u16()?;
                 let n = r.u32()? as usize;
                 let data = r.take(n)?.to_vec();
-                // No extension is known yet: every record is someone else's.
-                if flags & EXT_INCOMPAT != 0 {
+                // Known records are kept here too (written back as read); an unknown one
+                // marked incompatible is a newer sbod's.
+                if flags & EXT_INCOMPAT != 0 && !crate::integrity::TagLayout::known(tag) {
                     return Err(SbError::Incompatible(tag));
                 }
                 extensions.push(Extension { tag, flags, data });
@@ -622,6 +623,12 @@ impl Superblock {
                 "data offset overlaps the metadata area".into(),
             ));
         }
+        crate::integrity::TagLayout::from_extensions(
+            &extensions,
+            &geometry,
+            BITMAP_OFFSET + bitmap_bytes as u64,
+        )
+        .map_err(SbError::Malformed)?;
         let too_big = slots
             .iter()
             .flat_map(|s| s.member.iter().chain(s.replacement.iter().map(|r| &r.0)))

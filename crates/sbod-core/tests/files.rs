@@ -53,6 +53,7 @@ fn spec(name: &str, level: Level) -> CreateSpec {
         copies: 2,
         bitmap_region: None,
         assume_clean: true,
+        integrity: sbod_core::integrity::Kind::None,
         force: false,
     }
 }

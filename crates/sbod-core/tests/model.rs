@@ -95,6 +95,7 @@ async fn create(g: &Geo, devs: &[Arc<MemDev>], spares: usize) -> Arc<Array> {
         copies: g.copies,
         bitmap_region: None,
         assume_clean: true,
+        integrity: sbod_core::integrity::Kind::None,
         force: false,
     };
     Array::create(spec, specs(devs)).await.expect("create")
@@ -425,6 +426,7 @@ fn degraded_reads_beyond_the_initial_resync_return_what_was_written() {
             copies: 2,
             bitmap_region: None,
             assume_clean: false,
+            integrity: sbod_core::integrity::Kind::None,
             force: true,
         };
         let a = Array::create(spec, specs(&devs)).await.expect("create");
@@ -639,6 +641,7 @@ proptest! {
                 copies: g.copies,
                 bitmap_region: None,
                 assume_clean: true,
+                integrity: sbod_core::integrity::Kind::None,
                 force: false,
             };
             let mut a = Array::create(spec, specs).await.expect("create");

@@ -30,6 +30,7 @@ fn spec(level: Level, copies: u32) -> CreateSpec {
         copies,
         bitmap_region: None,
         assume_clean: true,
+        integrity: sbod_core::integrity::Kind::None,
         force: false,
     }
 }

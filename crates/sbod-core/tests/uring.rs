@@ -616,6 +616,7 @@ fn raid6_run(backend: Backend) {
                 copies: 2,
                 bitmap_region: None,
                 assume_clean: true,
+                integrity: sbod_core::integrity::Kind::None,
                 force: false,
             };
             let a = Array::create(spec, member_specs(&paths[..6], backend))

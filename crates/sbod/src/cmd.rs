@@ -53,6 +53,10 @@ pub struct CreateArgs {
     /// Skip the initial parity sync (members are known to be zero).
     #[arg(long)]
     pub assume_clean: bool,
+    /// Checksums on every block: crc32c (a crc32c per 4 KiB block, verified on every
+    /// read; wrong data is rebuilt from redundancy or answered with EIO) or none.
+    #[arg(long, default_value = "crc32c")]
+    pub integrity: sbod_types::Integrity,
     /// Overwrite members that hold data or belong to another array; allow layouts that
     /// put too many members of a group in one failure domain.
     #[arg(long)]
@@ -234,6 +238,7 @@ pub async fn create(args: CreateArgs) -> Result<()> {
         domains: args.domains,
         bitmap_region: args.bitmap_region.map(Size),
         assume_clean: args.assume_clean,
+        integrity: args.integrity,
         force: args.force,
         members: args.members,
     };

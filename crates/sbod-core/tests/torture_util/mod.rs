@@ -267,6 +267,7 @@ pub fn spec(l: &Layout) -> CreateSpec {
         // Small regions, so the resync after a crash shows how little it covers.
         bitmap_region: Some(4 * CHUNK as u64),
         assume_clean: true,
+        integrity: sbod_core::integrity::Kind::None,
         force: false,
     }
 }
