@@ -606,6 +606,7 @@ impl Array {
                 p.len,
                 &[p.index],
                 IoClass::Foreground,
+                repair.as_ref(),
             )
             .await?;
         let out = shards.bufs[p.index].as_ref().expect("reconstructed");
@@ -1228,6 +1229,7 @@ impl Array {
                     rl as u64,
                     &want,
                     IoClass::Foreground,
+                    None,
                 )
                 .await?;
             // A stripe with a member missing is only consistent while every write to it
@@ -1663,6 +1665,7 @@ impl Array {
         len: u64,
         want: &[usize],
         class: IoClass,
+        avoid: Option<&Arc<Member>>,
     ) -> Result<Gathered> {
         let codec = self.codec.as_ref().expect("parity codec").clone();
         let (k, m) = (codec.k(), codec.m());
@@ -1685,7 +1688,11 @@ impl Array {
                 }
                 let slot = group * w + self.geometry.member_of_shard(stripe, s);
                 tried[s] = true;
-                if let Some(mem) = st.slots[slot].readable(base + off + len) {
+                // Not the member whose failed read the caller is reconstructing.
+                let readable = st.slots[slot]
+                    .readable(base + off + len)
+                    .filter(|m| avoid.is_none_or(|a| !Arc::ptr_eq(a, m)));
+                if let Some(mem) = readable {
                     batch.push((
                         s,
                         mem.clone(),

@@ -769,7 +769,7 @@ impl Array {
                 let shard_of = |slot: usize| self.geometry.shard_of_member(t, slot - key * w);
                 let want: Vec<usize> = targets.iter().map(|(s, _)| shard_of(*s)).collect();
                 let g = self
-                    .gather(&st, key, t, 0, len, &want, IoClass::Background)
+                    .gather(&st, key, t, 0, len, &want, IoClass::Background, None)
                     .await?;
                 for (slot, mem) in &targets {
                     writes.push((
