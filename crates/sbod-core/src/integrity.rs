@@ -666,6 +666,34 @@ impl Array {
         Ok(())
     }
 
+    /// Retag member data `[off, off+len)` of each of `members` from what it holds (a
+    /// resync that cannot make a stripe consistent, a member missing). A member that
+    /// cannot be read is left to its read error.
+    pub(crate) async fn retag_chunks(
+        &self,
+        members: impl Iterator<Item = &Arc<Member>>,
+        off: u64,
+        len: u64,
+    ) {
+        if self.integrity.is_none() {
+            return;
+        }
+        for m in members {
+            let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
+            let r = match self
+                .mread_raw(m, off, buf.clone(), IoClass::Background)
+                .await
+            {
+                // SAFETY: the read completed.
+                Ok(()) => self.retag(m, off, unsafe { buf.as_slice() }).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                self.note_read_error(m, &e).await;
+            }
+        }
+    }
+
     /// Write every changed tag block of every member in service (the `flush` hook: the
     /// flush that follows makes them durable with the data). A member that cannot take
     /// its tags is failed as for a bitmap write.
@@ -865,6 +893,75 @@ impl Array {
         Some((t * w + slot as u64) * chunk + off % chunk)
     }
 
+    /// The scrub's hook (`check_stripe`): rebuild the rows of stripe `t` that failed their
+    /// checksums (`bad`: member position, row offsets in the chunk), row by row from the
+    /// other members' rows, into `bufs`: a chunk with one bad block keeps its other rows,
+    /// so bad blocks on several members are healed as long as no row has more than the
+    /// group survives. Returns the rows to rewrite (member position, row offset, data).
+    pub(crate) fn heal_rows(
+        &self,
+        t: u64,
+        bufs: &[SharedBuf],
+        unreadable: &[usize],
+        bad: &[(usize, Vec<u64>)],
+    ) -> Result<Vec<(usize, u64, SharedBuf)>> {
+        let mut rows: Vec<u64> = bad.iter().flat_map(|(_, r)| r.iter().copied()).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        let w = self.geometry.width as usize;
+        let mut out = Vec::new();
+        for r in rows {
+            let lost: Vec<usize> = (0..w)
+                .filter(|i| {
+                    unreadable.contains(i) || bad.iter().any(|(p, rs)| p == i && rs.contains(&r))
+                })
+                .collect();
+            if lost.len() > self.geometry.redundancy() {
+                return Err(Error::Failed(format!(
+                    "stripe {t}, row at {r}: {} of {w} members unreadable or failing their checksums",
+                    lost.len()
+                )));
+            }
+            let healed: Vec<usize> = lost
+                .iter()
+                .copied()
+                .filter(|i| !unreadable.contains(i))
+                .collect();
+            match self.geometry.scheme() {
+                crate::layout::Scheme::Mirror { .. } => {
+                    let good = (0..w).find(|i| !lost.contains(i)).expect("a good copy");
+                    let src = row_of(&bufs[good], r).to_vec();
+                    for &i in &healed {
+                        row_of(&bufs[i], r).copy_from_slice(&src);
+                    }
+                }
+                _ => {
+                    let codec = self.codec.as_ref().expect("parity codec");
+                    let n = w;
+                    let pos = |s: usize| self.geometry.member_of_shard(t, s);
+                    let mut work: Vec<Vec<u8>> =
+                        (0..n).map(|s| row_of(&bufs[pos(s)], r).to_vec()).collect();
+                    let present: Vec<bool> = (0..n).map(|s| !lost.contains(&pos(s))).collect();
+                    let mut refs: Vec<&mut [u8]> =
+                        work.iter_mut().map(|v| v.as_mut_slice()).collect();
+                    codec
+                        .reconstruct(&mut refs, &present)
+                        .map_err(|e| Error::Failed(e.to_string()))?;
+                    for s in 0..n {
+                        if healed.contains(&pos(s)) {
+                            row_of(&bufs[pos(s)], r).copy_from_slice(&work[s]);
+                        }
+                    }
+                }
+            }
+            for &i in &healed {
+                let fix = AlignedBuf::from_slice(row_of(&bufs[i], r)).into_shared();
+                out.push((i, r, fix));
+            }
+        }
+        Ok(out)
+    }
+
     /// Enter the bitmap regions of member data `[off, off+len)` for a write to an array
     /// without redundancy, whose bitmap (present only with checksums) covers its tags
     /// across a crash. Redundant layouts enter their region themselves.
@@ -885,6 +982,15 @@ impl Array {
         }
         Ok(v)
     }
+}
+
+/// Row `r` (a 4 KiB block at offset `r`) of a chunk buffer.
+#[allow(clippy::mut_from_ref)]
+fn row_of(b: &SharedBuf, r: u64) -> &mut [u8] {
+    // SAFETY: the reads completed; the scrub holds the stripe lock and is the buffers'
+    // only user, one row at a time.
+    let all = unsafe { b.as_mut_slice() };
+    &mut all[r as usize..(r + BLOCK) as usize]
 }
 
 #[cfg(test)]

@@ -1001,6 +1001,10 @@ impl Array {
             .collect();
         if members.iter().any(|m| m.is_none()) {
             if mode == CheckMode::Resync {
+                // Nothing to make consistent without it; the checksums of what the others
+                // hold are made all the same (a crash leaves them behind the data).
+                self.retag_chunks(members.iter().flatten(), base, chunk)
+                    .await;
                 return Ok(StripeCheck {
                     skipped: true,
                     ..Default::default()
@@ -1026,9 +1030,16 @@ impl Array {
         });
         let results = futures::future::join_all(futs).await;
         let mut unreadable = Vec::new();
+        // Blocks that failed their checksums: rebuilt row by row from the other members
+        // (the rest of their chunk is good), found like mismatches and rewritten below.
+        let mut bad_rows = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
             if let Err(e) = r {
                 self.note_read_error(&members[i], &e).await;
+                if let Some(x) = crate::integrity::mismatch_of(&e) {
+                    bad_rows.push((i, x.blocks.iter().map(|b| b - base).collect()));
+                    continue;
+                }
                 unreadable.push(i);
             }
         }
@@ -1040,14 +1051,22 @@ impl Array {
             // Parity here may not match the data (the reason for the resync): a data chunk
             // that cannot be read cannot be rebuilt from it. The stripe stays held as
             // inconsistent; reads of that chunk fail rather than guess.
+            let read = (0..w).filter(|i| !unreadable.contains(i));
+            self.retag_chunks(read.map(|i| &members[i]), base, chunk)
+                .await;
             return Ok(StripeCheck {
                 skipped: true,
                 ..Default::default()
             });
         }
-        let mut out = StripeCheck::default();
-        let mut rewrite: Vec<(usize, u64, SharedBuf)> = Vec::new(); // (member pos, row offset, data)
-                                                                    // Blocks of each member (by position) that redundancy located as wrong.
+        let healed = self.heal_rows(t, &bufs, &unreadable, &bad_rows)?;
+        let mut out = StripeCheck {
+            mismatched_blocks: healed.len() as u64,
+            ..Default::default()
+        };
+        // (member pos, row offset, data)
+        let mut rewrite: Vec<(usize, u64, SharedBuf)> = healed;
+        // Blocks of each member (by position) that redundancy located as wrong.
         let mut blame: std::collections::BTreeMap<usize, u64> = Default::default();
         match self.geometry.scheme() {
             Scheme::Mirror { .. } => {
