@@ -386,6 +386,9 @@ pub struct Array {
     pub(crate) rescue: AtomicBool,
     /// Where the members keep the checksums of their blocks, if they do.
     pub(crate) integrity: Option<crate::integrity::TagLayout>,
+    /// The resync after an unclean shutdown is running: checksums of the dirty regions
+    /// may lag their data, so it reads them as they are and makes them again.
+    pub(crate) crash_resync: AtomicBool,
 }
 
 /// Where the array's lineage stands (sessions, bitmap coverage), for `build`.
@@ -514,7 +517,13 @@ impl Array {
         let tags = (spec.integrity == crate::integrity::Kind::Crc32c).then(|| {
             crate::integrity::TagLayout {
                 offset: superblock::BITMAP_OFFSET + bitmap_bytes,
-                bytes: crate::integrity::TagLayout::bytes_for(provisional),
+                // For the largest member's space: more than any member's data.
+                bytes: crate::integrity::TagLayout::bytes_for(
+                    members.iter().map(|m| m.dev.size()).max().unwrap_or(0),
+                ),
+                // Known zero (files sbod made, or the user says so): never-written blocks
+                // are checked as zeros. Otherwise the initial resync tags every block.
+                zeroed: spec.assume_clean,
             }
         });
         let meta_end = superblock::BITMAP_OFFSET + bitmap_bytes + tags.map_or(0, |t| t.bytes);
@@ -747,6 +756,7 @@ impl Array {
             recoveries: parking_lot::Mutex::new(Vec::new()),
             rescue: AtomicBool::new(false),
             integrity,
+            crash_resync: AtomicBool::new(false),
         }))
     }
 

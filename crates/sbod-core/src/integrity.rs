@@ -2,9 +2,10 @@
 //! the member in a tag region between the write-intent bitmap and the data, verified on
 //! every read (see docs/RELIABILITY.md, "Checksums on every block").
 //!
-//! - **Tag**: `crc32c(block) ^ mix(block number on the member)`, never 0 (0 means "no
-//!   tag": a block never written since the array was created, or one a write refused for
-//!   space may or may not have reached). Mixing in the address makes right data at the
+//! - **Tag**: `crc32c(block) ^ mix(block number on the member)`, never 0 or 1: 0 is a
+//!   block never written since the array was created (zeros where the members were known
+//!   to be zero then, else unverified until the initial resync tags it), 1 a block a write
+//!   refused for space may or may not have reached (unverified until written again). Mixing in the address makes right data at the
 //!   wrong place (a misdirected write or read) fail; a lost write leaves the old data
 //!   against the new tag. Being a plain XOR, the tag of a zero block needs no CRC of
 //!   zeros, and the CRC of a buffer written to several mirrors is the same.
@@ -70,11 +71,28 @@ fn mix(block: u64) -> u32 {
     (z as u32) ^ ((z >> 32) as u32)
 }
 
+/// A block never written since the array was created: it holds zeros where the members
+/// were known to be zero at creation ([`TagLayout::zeroed`]), else what they held.
+pub const UNWRITTEN: u32 = 0;
+/// A block a write refused for space may or may not have reached: any content is taken
+/// until it is written again.
+pub const UNKNOWN: u32 = 1;
+
 fn nonzero(t: u32) -> u32 {
-    if t == 0 {
-        1
+    if t <= UNKNOWN {
+        t + 2
     } else {
         t
+    }
+}
+
+/// Does a block whose tag is `t` (and the tag of zeros at its address, `zt`) match the
+/// stored tag `cur`?
+fn matches(cur: u32, t: u32, zt: u32, zeroed: bool) -> bool {
+    match cur {
+        UNWRITTEN => !zeroed || t == zt,
+        UNKNOWN => true,
+        c => c == t,
     }
 }
 
@@ -96,6 +114,9 @@ pub struct TagLayout {
     pub offset: u64,
     /// Bytes reserved (a multiple of 4 KiB).
     pub bytes: u64,
+    /// The members were zero when the array was created (`--assume-clean`, files sbod
+    /// made): a block never written must read as zeros.
+    pub zeroed: bool,
 }
 
 impl TagLayout {
@@ -108,7 +129,8 @@ impl TagLayout {
     pub fn extension(&self) -> Extension {
         let mut data = Vec::with_capacity(24);
         data.push(1u8); // crc32c
-        data.extend_from_slice(&[0u8; 3]);
+        data.push(self.zeroed as u8); // flags: 1 = never-written blocks are zeros
+        data.extend_from_slice(&[0u8; 2]);
         data.extend_from_slice(&(BLOCK as u32).to_le_bytes());
         data.extend_from_slice(&self.offset.to_le_bytes());
         data.extend_from_slice(&self.bytes.to_le_bytes());
@@ -136,6 +158,9 @@ impl TagLayout {
         if d[0] != 1 {
             return Err(format!("unknown checksum kind {}", d[0]));
         }
+        if d[1] > 1 {
+            return Err(format!("unknown checksum flags {}", d[1]));
+        }
         let block = u32::from_le_bytes(d[4..8].try_into().unwrap()) as u64;
         let offset = u64::from_le_bytes(d[8..16].try_into().unwrap());
         let bytes = u64::from_le_bytes(d[16..24].try_into().unwrap());
@@ -151,7 +176,11 @@ impl TagLayout {
         {
             return Err("the checksum region does not fit between the bitmap and the data".into());
         }
-        Ok(Some(TagLayout { offset, bytes }))
+        Ok(Some(TagLayout {
+            offset,
+            bytes,
+            zeroed: d[1] == 1,
+        }))
     }
 
     /// Is this extension one this sbod knows (so its incompatible flag is no reason to
@@ -199,9 +228,10 @@ struct TagBlock {
     dirty: AtomicBool,
     /// Bumped on every change of a tag (readers that saw a mismatch read again if it moved).
     gen: AtomicU64,
-    /// Old tags of blocks being written, by index. Either value is what the block may hold
-    /// until the write completes.
-    alts: Mutex<HashMap<u16, u32>>,
+    /// Old tags of blocks being written, by index: what the block may still hold until
+    /// the write completes; after a write that failed (refused for space), until one
+    /// succeeds.
+    alts: Mutex<HashMap<u16, Vec<u32>>>,
     nalts: AtomicUsize,
     /// Clock bit for eviction.
     used: AtomicBool,
@@ -220,18 +250,27 @@ impl TagBlock {
         }
     }
 
+    /// The block as written to the member. A block with old tags pending is written as
+    /// [`UNKNOWN`]: one value cannot say "either" (a write in flight is covered by its
+    /// dirty region anyway; a refused one is unverified after a restart until rewritten).
     fn image(&self) -> AlignedBuf {
         let mut b = AlignedBuf::zeroed(TAG_BLOCK);
+        let alts = self.alts.lock();
         for (i, t) in self.tags.iter().enumerate() {
-            b[i * 4..i * 4 + 4].copy_from_slice(&t.load(Ordering::Acquire).to_le_bytes());
+            let mut v = t.load(Ordering::Acquire);
+            if alts.contains_key(&(i as u16)) {
+                v = UNKNOWN;
+            }
+            b[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
         }
         b
     }
 
-    /// Does `t` match tag `i`, or an alternate of a write in flight? (0: no tag.)
-    fn accepts(&self, i: usize, t: u32) -> bool {
+    /// Does a block with tag `t` (`zt`: the tag of zeros there) match tag `i`, or the
+    /// old tag of a write in flight?
+    fn accepts(&self, i: usize, t: u32, zt: u32, zeroed: bool) -> bool {
         let cur = self.tags[i].load(Ordering::Acquire);
-        if cur == 0 || cur == t {
+        if matches(cur, t, zt, zeroed) {
             return true;
         }
         if self.nalts.load(Ordering::Acquire) == 0 {
@@ -239,7 +278,10 @@ impl TagBlock {
         }
         let alts = self.alts.lock();
         let cur = self.tags[i].load(Ordering::Acquire);
-        cur == 0 || cur == t || alts.get(&(i as u16)).is_some_and(|&a| a == t || a == 0)
+        matches(cur, t, zt, zeroed)
+            || alts
+                .get(&(i as u16))
+                .is_some_and(|v| v.iter().any(|&a| matches(a, t, zt, zeroed)))
     }
 }
 
@@ -441,13 +483,14 @@ impl MemberTags {
 
     /// The member data offsets of the blocks of `data` (read at `off`) that match neither
     /// their tag nor the old tag of a write in flight.
-    fn mismatches(blocks: &[Arc<TagBlock>], off: u64, data: &[u8]) -> Vec<u64> {
+    fn mismatches(blocks: &[Arc<TagBlock>], zeroed: bool, off: u64, data: &[u8]) -> Vec<u64> {
         let mut bad = Vec::new();
         for (n, chunk) in data.chunks(BLOCK as usize).enumerate() {
             let moff = off + n as u64 * BLOCK;
             let b = moff / BLOCK;
             let tb = &blocks[(moff / SPAN - off / SPAN) as usize];
-            if !tb.accepts((b % TAGS_PER_BLOCK) as usize, tag(b, chunk)) {
+            let i = (b % TAGS_PER_BLOCK) as usize;
+            if !tb.accepts(i, tag(b, chunk), zero_tag(b), zeroed) {
                 bad.push(moff);
             }
         }
@@ -464,7 +507,7 @@ impl MemberTags {
         data: &[u8],
     ) -> io::Result<Vec<u64>> {
         let blocks = self.blocks(dev, layout, off, data.len() as u64).await?;
-        Ok(Self::mismatches(&blocks, off, data))
+        Ok(Self::mismatches(&blocks, layout.zeroed, off, data))
     }
 
     /// Before a write (or zeroing) of member data `[off, off+len)`: set its new tags,
@@ -497,8 +540,9 @@ impl MemberTags {
                 };
                 let i = (x % TAGS_PER_BLOCK) as usize;
                 let old = blk.tags[i].swap(t, Ordering::AcqRel);
-                // Writes to a block are ordered by its stripe lock: one in flight at most.
-                alts.entry(i as u16).or_insert(old);
+                // Writes to a block are ordered by its stripe lock: one in flight at most
+                // (more old tags only after writes that failed).
+                alts.entry(i as u16).or_default().push(old);
             }
             blk.nalts.store(alts.len(), Ordering::Release);
             blk.gen.fetch_add(1, Ordering::AcqRel);
@@ -511,7 +555,8 @@ impl MemberTags {
 
     /// A write whose tags were set is done: forget the old tags. A write that failed may
     /// have reached some of its blocks and not others (a file system out of space lands a
-    /// prefix): those blocks have no tag until written again.
+    /// prefix): those blocks keep their old tags beside the new one until a write to them
+    /// succeeds.
     pub fn settle(&self, w: TagWrite, ok: bool) {
         let first = w.off / BLOCK;
         let end = (w.off + w.len).div_ceil(BLOCK);
@@ -523,11 +568,42 @@ impl MemberTags {
             let lo = first.max(idx * TAGS_PER_BLOCK);
             let hi = end.min((idx + 1) * TAGS_PER_BLOCK);
             let mut alts = blk.alts.lock();
-            for x in lo..hi {
-                let i = (x % TAGS_PER_BLOCK) as u16;
-                alts.remove(&i);
-                if !ok {
-                    blk.tags[i as usize].store(0, Ordering::Release);
+            if ok {
+                for x in lo..hi {
+                    alts.remove(&((x % TAGS_PER_BLOCK) as u16));
+                }
+            }
+            blk.nalts.store(alts.len(), Ordering::Release);
+            blk.gen.fetch_add(1, Ordering::AcqRel);
+            blk.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    /// After a write that failed: the blocks of `[off, off+len)` hold `data` (read back):
+    /// each keeps the one of its candidate tags (new, or old) that matches what it holds,
+    /// so the ambiguity a refused write leaves ends here (and survives a restart). A block
+    /// that matches none keeps the new tag: it is wrong either way.
+    pub fn resolve(&self, off: u64, data: &[u8], zeroed: bool) {
+        let first = off / BLOCK;
+        let end = (off + data.len() as u64).div_ceil(BLOCK);
+        for idx in first / TAGS_PER_BLOCK..end.div_ceil(TAGS_PER_BLOCK) {
+            let Some(blk) = self.shard(idx).lock().get(&idx).cloned() else {
+                continue;
+            };
+            let mut alts = blk.alts.lock();
+            for x in first.max(idx * TAGS_PER_BLOCK)..end.min((idx + 1) * TAGS_PER_BLOCK) {
+                let i = (x % TAGS_PER_BLOCK) as usize;
+                let Some(old) = alts.remove(&(i as u16)) else {
+                    continue;
+                };
+                let at = ((x - first) * BLOCK) as usize;
+                let (t, zt) = (tag(x, &data[at..at + BLOCK as usize]), zero_tag(x));
+                let cur = blk.tags[i].load(Ordering::Acquire);
+                if cur != t && old.iter().any(|&o| matches(o, t, zt, zeroed)) {
+                    // It holds what it held before (or what nothing vouched for): its tag
+                    // is that of what it holds. (Matching nothing, it keeps the new tag:
+                    // it is wrong either way.)
+                    blk.tags[i].store(t, Ordering::Release);
                 }
             }
             blk.nalts.store(alts.len(), Ordering::Release);
@@ -620,7 +696,14 @@ impl Array {
                 .collect();
             self.mread_raw(m, off, buf.clone(), class).await?;
             // SAFETY: the read completed; the caller reads the buffer only after us.
-            let bad = MemberTags::mismatches(&blocks, off, unsafe { buf.as_slice() });
+            let data = unsafe { buf.as_slice() };
+            let mut bad = MemberTags::mismatches(&blocks, layout.zeroed, off, data);
+            if let (true, Some(bm)) = (self.read_only.load(Ordering::Acquire), &self.bitmap) {
+                // Looked at or rescued after a crash: nothing resyncs the regions written
+                // at the time, whose checksums may lag their data; those are not held
+                // against it (the rest are).
+                bad.retain(|&b| !bm.is_dirty(bm.region_of(b)));
+            }
             if bad.is_empty() {
                 return Ok(());
             }
@@ -649,10 +732,27 @@ impl Array {
         }
     }
 
-    /// The write is done (see [`MemberTags::settle`]).
-    pub(crate) fn tags_end_write(&self, m: &Arc<Member>, w: Option<TagWrite>, ok: bool) {
-        if let Some(w) = w {
-            m.tags.settle(w, ok);
+    /// The write is done (see [`MemberTags::settle`]). One that failed on a member still
+    /// in service (its file system full) is read back, and each block keeps the tag of
+    /// what it holds (see [`MemberTags::resolve`]).
+    pub(crate) async fn tags_end_write(&self, m: &Arc<Member>, w: Option<TagWrite>, ok: bool) {
+        let Some(w) = w else {
+            return;
+        };
+        let (off, len) = (w.off, w.len);
+        m.tags.settle(w, ok);
+        if ok || !self.in_service(m) {
+            return;
+        }
+        let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
+        if self
+            .mread_raw(m, off, buf.clone(), IoClass::Foreground)
+            .await
+            .is_ok()
+        {
+            // SAFETY: the read completed.
+            let zeroed = self.integrity.is_some_and(|l| l.zeroed);
+            m.tags.resolve(off, unsafe { buf.as_slice() }, zeroed);
         }
     }
 
@@ -661,9 +761,59 @@ impl Array {
     /// agree with it.
     pub(crate) async fn retag(&self, m: &Arc<Member>, off: u64, data: &[u8]) -> io::Result<()> {
         if let Some(w) = self.tags_begin_write(m, off, NewTags::Data(data)).await? {
-            self.tags_end_write(m, Some(w), true);
+            self.tags_end_write(m, Some(w), true).await;
         }
         Ok(())
+    }
+
+    /// The crash resync's hook: retag each member's chunk at `off` from what it holds
+    /// (`bufs`) with the rows about to be rewritten (`rewrite`: member position, row
+    /// offset, data) as they will be.
+    pub(crate) async fn retag_resynced(
+        &self,
+        members: &[Arc<Member>],
+        off: u64,
+        bufs: &[SharedBuf],
+        rewrite: &[(usize, u64, SharedBuf)],
+    ) {
+        for (i, (m, b)) in members.iter().zip(bufs).enumerate() {
+            // SAFETY: the reads completed; the resync holds the stripe lock.
+            let mut data = unsafe { b.as_slice() }.to_vec();
+            for (_, row, fix) in rewrite.iter().filter(|(j, _, _)| *j == i) {
+                let fix = unsafe { fix.as_slice() };
+                data[*row as usize..*row as usize + fix.len()].copy_from_slice(fix);
+            }
+            if let Err(e) = self.retag(m, off, &data).await {
+                self.note_read_error(m, &e).await;
+            }
+        }
+    }
+
+    /// For each member, which 4 KiB rows of `bufs` (its chunk at `off`, read as it is)
+    /// match their checksums (none where its checksums cannot be read, or there are none).
+    pub(crate) async fn rows_vouched(
+        &self,
+        members: &[Arc<Member>],
+        off: u64,
+        bufs: &[SharedBuf],
+    ) -> Vec<Vec<bool>> {
+        let Some(layout) = self.integrity else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (m, b) in members.iter().zip(bufs) {
+            // SAFETY: the reads completed; the scrub holds the stripe lock.
+            let data = unsafe { b.as_slice() };
+            let rows = data.len() / BLOCK as usize;
+            let v = match m.tags.check(&m.dev, &layout, off, data).await {
+                Ok(bad) => (0..rows)
+                    .map(|r| !bad.contains(&(off + r as u64 * BLOCK)))
+                    .collect(),
+                Err(_) => vec![false; rows],
+            };
+            out.push(v);
+        }
+        out
     }
 
     /// Retag member data `[off, off+len)` of each of `members` from what it holds (a
@@ -771,16 +921,18 @@ impl Array {
         rebuilt: &[u8],
         as_read: &[u8],
     ) -> Result<()> {
-        if self.integrity.is_none() {
+        let Some(layout) = self.integrity else {
             return Ok(());
-        }
+        };
         let Ok(tags) = self.member_tags(m, off, rebuilt.len() as u64).await else {
             return Ok(()); // its tags cannot be read: nothing to hold the rebuild against
         };
         for (n, (t, blk)) in tags.iter().zip(rebuilt.chunks(BLOCK as usize)).enumerate() {
             let b = off / BLOCK + n as u64;
             let at = n * BLOCK as usize;
-            if *t == 0 || tag(b, blk) == *t || as_read.get(at..at + blk.len()) == Some(blk) {
+            if matches(*t, tag(b, blk), zero_tag(b), layout.zeroed)
+                || as_read.get(at..at + blk.len()) == Some(blk)
+            {
                 continue;
             }
             return Err(Error::io(

@@ -240,7 +240,7 @@ impl Array {
         let new = crate::integrity::NewTags::Data(unsafe { buf.as_slice() });
         let tags = self.tags_begin_write(m, off, new).await?;
         let r = dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await;
-        self.tags_end_write(m, tags, r.is_ok());
+        self.tags_end_write(m, tags, r.is_ok()).await;
         r?;
         if check {
             self.check_size(m)?;
@@ -1589,7 +1589,7 @@ impl Array {
             let mut r = match self.tags_begin_write(&m, moff, zeros).await {
                 Ok(tags) => {
                     let r = dev::io(&m.dev, req).await;
-                    self.tags_end_write(&m, tags, r.is_ok());
+                    self.tags_end_write(&m, tags, r.is_ok()).await;
                     r
                 }
                 Err(e) => Err(e),

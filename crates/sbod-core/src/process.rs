@@ -1003,8 +1003,10 @@ impl Array {
             if mode == CheckMode::Resync {
                 // Nothing to make consistent without it; the checksums of what the others
                 // hold are made all the same (a crash leaves them behind the data).
-                self.retag_chunks(members.iter().flatten(), base, chunk)
-                    .await;
+                if self.crash_resync.load(Ordering::Acquire) {
+                    self.retag_chunks(members.iter().flatten(), base, chunk)
+                        .await;
+                }
                 return Ok(StripeCheck {
                     skipped: true,
                     ..Default::default()
@@ -1018,10 +1020,12 @@ impl Array {
         let bufs: Vec<SharedBuf> = (0..w)
             .map(|_| AlignedBuf::for_overwrite(chunk as usize).into_shared())
             .collect();
-        // A resync reads what is there: the checksums of a dirty region are made below.
+        // The resync after a crash reads what is there: the checksums of a dirty region
+        // are made below. (Other resyncs run with checksums that are right.)
+        let raw = mode == CheckMode::Resync && self.crash_resync.load(Ordering::Acquire);
         let futs = members.iter().zip(&bufs).map(|(m, b)| async move {
-            match mode {
-                CheckMode::Resync => {
+            match raw {
+                true => {
                     self.mread_raw(m, base, b.clone(), IoClass::Background)
                         .await
                 }
@@ -1036,9 +1040,13 @@ impl Array {
         for (i, r) in results.into_iter().enumerate() {
             if let Err(e) = r {
                 self.note_read_error(&members[i], &e).await;
-                if let Some(x) = crate::integrity::mismatch_of(&e) {
-                    bad_rows.push((i, x.blocks.iter().map(|b| b - base).collect()));
-                    continue;
+                match crate::integrity::mismatch_of(&e) {
+                    // Not from parity that a resync is about to recompute.
+                    Some(x) if mode != CheckMode::Resync => {
+                        bad_rows.push((i, x.blocks.iter().map(|b| b - base).collect()));
+                        continue;
+                    }
+                    _ => {}
                 }
                 unreadable.push(i);
             }
@@ -1051,9 +1059,11 @@ impl Array {
             // Parity here may not match the data (the reason for the resync): a data chunk
             // that cannot be read cannot be rebuilt from it. The stripe stays held as
             // inconsistent; reads of that chunk fail rather than guess.
-            let read = (0..w).filter(|i| !unreadable.contains(i));
-            self.retag_chunks(read.map(|i| &members[i]), base, chunk)
-                .await;
+            if raw {
+                let read = (0..w).filter(|i| !unreadable.contains(i));
+                self.retag_chunks(read.map(|i| &members[i]), base, chunk)
+                    .await;
+            }
             return Ok(StripeCheck {
                 skipped: true,
                 ..Default::default()
@@ -1068,6 +1078,11 @@ impl Array {
         let mut rewrite: Vec<(usize, u64, SharedBuf)> = healed;
         // Blocks of each member (by position) that redundancy located as wrong.
         let mut blame: std::collections::BTreeMap<usize, u64> = Default::default();
+        // The crash resync of mirrors: which rows of each copy match their checksums.
+        let tagged = match (raw, self.geometry.scheme()) {
+            (true, Scheme::Mirror { .. }) => self.rows_vouched(&members, base, &bufs).await,
+            _ => Vec::new(),
+        };
         match self.geometry.scheme() {
             Scheme::Mirror { .. } => {
                 let good: Vec<usize> = (0..w).filter(|i| !unreadable.contains(i)).collect();
@@ -1099,7 +1114,13 @@ impl Array {
                         })
                         .flatten()
                         .copied();
-                    let winner = majority.unwrap_or(rows[0]);
+                    // After a crash, a copy its checksum vouches for holds a version the
+                    // client may see (old or new); one that fails it may be corrupt.
+                    let vouched = good
+                        .iter()
+                        .position(|&i| tagged.get(i).is_some_and(|v| v[row / 4096]))
+                        .map(|j| rows[j]);
+                    let winner = majority.or(vouched).unwrap_or(rows[0]);
                     let fix = AlignedBuf::from_slice(winner).into_shared();
                     for i in 0..w {
                         let differs = unreadable.contains(&i)
@@ -1211,13 +1232,10 @@ impl Array {
             }
             Scheme::Concat => {}
         }
-        if mode == CheckMode::Resync {
-            // Checksums agree with what the stripe holds (the rewrites below set their own).
-            for (m, b) in members.iter().zip(&bufs) {
-                if let Err(e) = self.retag(m, base, slice_of(b)).await {
-                    self.note_read_error(m, &e).await;
-                }
-            }
+        if raw {
+            // Checksums agree with what the stripe will hold once rewritten (a rewrite that
+            // cannot land leaves a block its checksum does not vouch for).
+            self.retag_resynced(&members, base, &bufs, &rewrite).await;
         }
         let mut full = Vec::new();
         for (i, row, buf) in rewrite {
@@ -1276,6 +1294,16 @@ impl Array {
             // Its bitmap covers only checksums: recompute them.
             return self.retag_regions(regions).await;
         }
+        self.crash_resync.store(true, Ordering::Release);
+        let r = self.resync_crashed(regions).await;
+        self.crash_resync.store(false, Ordering::Release);
+        r
+    }
+
+    async fn resync_crashed(&self, regions: &[u64]) -> Result<(u64, u64)> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok((0, 0));
+        };
         let chunk = self.geometry.chunk as u64;
         let h = ProcessHandle::new(ProcessKind::Resync, regions.len() as u64 * bm.region);
         let mut bytes = 0;

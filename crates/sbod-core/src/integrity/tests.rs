@@ -49,6 +49,7 @@ fn the_superblock_record_round_trips_and_is_checked() {
     let t = TagLayout {
         offset: 64 * 1024 + 4096,
         bytes: TagLayout::bytes_for(1 << 30),
+        zeroed: true,
     };
     assert_eq!(t.bytes, 1 << 20);
     let e = t.extension();
@@ -89,10 +90,35 @@ fn rt() -> tokio::runtime::Runtime {
 const LAYOUT: TagLayout = TagLayout {
     offset: 0,
     bytes: 16 * TAG_BLOCK as u64,
+    zeroed: false,
 };
 
 #[test]
-fn a_write_in_flight_accepts_old_and_new_and_a_failed_one_leaves_no_tag() {
+fn never_written_blocks_are_zeros_on_zeroed_arrays() {
+    rt().block_on(async {
+        let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("t", LAYOUT.bytes));
+        let t = MemberTags::with_capacity(1 << 20);
+        let zeroed = TagLayout {
+            zeroed: true,
+            ..LAYOUT
+        };
+        let zeros = vec![0u8; BLOCK as usize];
+        assert!(t.check(&dev, &zeroed, 0, &zeros).await.unwrap().is_empty());
+        assert_eq!(
+            t.check(&dev, &zeroed, 0, &block_of(1)).await.unwrap(),
+            vec![0]
+        );
+        // Not known to be zero: anything goes until written.
+        assert!(t
+            .check(&dev, &LAYOUT, 0, &block_of(1))
+            .await
+            .unwrap()
+            .is_empty());
+    });
+}
+
+#[test]
+fn a_write_in_flight_or_refused_accepts_old_and_new() {
     rt().block_on(async {
         let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("t", LAYOUT.bytes));
         let t = MemberTags::with_capacity(1 << 20);
@@ -111,15 +137,25 @@ fn a_write_in_flight_accepts_old_and_new_and_a_failed_one_leaves_no_tag() {
         );
         t.settle(w, true);
         assert_eq!(t.check(&dev, &LAYOUT, 0, &a).await.unwrap(), vec![0]);
-        // A refused write: the block may hold anything it could have, so no tag.
+        // A refused write: the block holds the old or the new data, until a write succeeds;
+        // written to the member as unknown (one value cannot say "either").
         let w = t.set(&dev, &LAYOUT, 0, NewTags::Data(&a)).await.unwrap();
         t.settle(w, false);
-        assert_eq!(t.get(&dev, &LAYOUT, 0, BLOCK).await.unwrap(), vec![0]);
-        assert!(t
-            .check(&dev, &LAYOUT, 0, &block_of(3))
-            .await
-            .unwrap()
-            .is_empty());
+        assert!(t.check(&dev, &LAYOUT, 0, &a).await.unwrap().is_empty());
+        assert!(t.check(&dev, &LAYOUT, 0, &b).await.unwrap().is_empty());
+        assert_eq!(
+            t.check(&dev, &LAYOUT, 0, &block_of(3)).await.unwrap(),
+            vec![0]
+        );
+        t.write_back(&dev, &LAYOUT).await.unwrap();
+        let fresh = MemberTags::with_capacity(1 << 20);
+        assert_eq!(
+            fresh.get(&dev, &LAYOUT, 0, BLOCK).await.unwrap(),
+            vec![UNKNOWN]
+        );
+        let w = t.set(&dev, &LAYOUT, 0, NewTags::Data(&a)).await.unwrap();
+        t.settle(w, true);
+        assert_eq!(t.check(&dev, &LAYOUT, 0, &b).await.unwrap(), vec![0]);
     });
 }
 
@@ -129,6 +165,7 @@ fn the_cache_is_bounded_and_evicts_only_clean_blocks() {
         let layout = TagLayout {
             offset: 0,
             bytes: 256 * TAG_BLOCK as u64,
+            zeroed: false,
         };
         let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("t", layout.bytes));
         // 32 tag blocks of cache (2 per shard).
@@ -206,11 +243,12 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// What the model knows of one block: what was last acknowledged (None: never written,
-/// or a refused write), and what the medium holds.
+/// What the model knows of each block: what it may hold (the last acknowledged write, or
+/// after refused writes any of those and what was before; None: anything, never written
+/// or unknown), and what the medium holds.
 #[derive(Clone, Default)]
 struct Model {
-    acked: Vec<Option<Vec<u8>>>,
+    acked: Vec<Option<Vec<Vec<u8>>>>,
     medium: Vec<Vec<u8>>,
     /// `acked` as of the last flush: after a power cut, tags written since may be lost,
     /// and the resync of the dirty regions (below, `retag`) makes them agree again.
@@ -227,7 +265,7 @@ proptest! {
     fn tags_catch_every_wrong_block_across_power_cuts(ops in prop::collection::vec(op(), 1..60)) {
         rt().block_on(async {
             let blocks = 3 * TAGS_PER_BLOCK + 64;
-            let layout = TagLayout { offset: 0, bytes: blocks.div_ceil(TAGS_PER_BLOCK) * TAG_BLOCK as u64 };
+            let layout = TagLayout { offset: 0, bytes: blocks.div_ceil(TAGS_PER_BLOCK) * TAG_BLOCK as u64, zeroed: false };
             let supply = PowerSupply::new();
             let mut pc = PowerCutDev::new("tags", vec![0u8; layout.bytes as usize], &supply, std::time::Duration::ZERO, 1);
             let mut dev: Arc<dyn BlockDev> = pc.clone();
@@ -250,7 +288,14 @@ proptest! {
                             if ok || i < n / 2 {
                                 m.medium[b] = new.clone();
                             }
-                            m.acked[b] = ok.then_some(new);
+                            m.acked[b] = match (ok, m.acked[b].take()) {
+                                (true, _) => Some(vec![new]),
+                                (false, Some(mut v)) => {
+                                    v.push(new);
+                                    Some(v)
+                                }
+                                (false, None) => None,
+                            };
                             m.since_flush.insert(at + i);
                         }
                         t.settle(w, ok);
@@ -260,7 +305,7 @@ proptest! {
                         for i in 0..n {
                             let b = (at + i) as usize;
                             m.medium[b] = vec![0u8; BLOCK as usize];
-                            m.acked[b] = Some(m.medium[b].clone());
+                            m.acked[b] = Some(vec![m.medium[b].clone()]);
                             m.since_flush.insert(at + i);
                         }
                         t.settle(w, true);
@@ -288,11 +333,19 @@ proptest! {
                         pc = PowerCutDev::new("tags", img, &supply, std::time::Duration::ZERO, seed);
                         dev = pc.clone();
                         t = MemberTags::with_capacity(2 * TAG_BLOCK as u64);
+                        // Blocks with old tags pending were written back as unknown.
+                        for (b, a) in m.acked.iter_mut().enumerate() {
+                            if a.as_ref().is_some_and(|v| v.len() > 1)
+                                && !m.since_flush.contains(&(b as u64))
+                            {
+                                *a = None;
+                            }
+                        }
                         // The resync of the dirty regions: tags from what the medium holds.
                         for &b in &m.since_flush {
                             let w = t.set(&dev, &layout, b * BLOCK, NewTags::Data(&m.medium[b as usize])).await.unwrap();
                             t.settle(w, true);
-                            m.acked[b as usize] = Some(m.medium[b as usize].clone());
+                            m.acked[b as usize] = Some(vec![m.medium[b as usize].clone()]);
                         }
                         // ... made durable before the resync ends (`resync_regions` flushes).
                         t.write_back(&dev, &layout).await.unwrap();
@@ -304,7 +357,7 @@ proptest! {
                         let data: Vec<u8> = (at..at + n).flat_map(|b| m.medium[b as usize].clone()).collect();
                         let bad = t.check(&dev, &layout, at * BLOCK, &data).await.unwrap();
                         let want: Vec<u64> = (at..at + n)
-                            .filter(|&b| m.acked[b as usize].as_ref().is_some_and(|a| *a != m.medium[b as usize]))
+                            .filter(|&b| m.acked[b as usize].as_ref().is_some_and(|a| !a.contains(&m.medium[b as usize])))
                             .map(|b| b * BLOCK)
                             .collect();
                         prop_assert_eq!(bad, want);
