@@ -1287,9 +1287,6 @@ impl Array {
     /// Make parity (or copies) agree with data in the given bitmap regions. Returns the
     /// member bytes covered and the number of regions.
     pub(crate) async fn resync_regions(&self, regions: &[u64]) -> Result<(u64, u64)> {
-        let Some(bm) = self.bitmap.as_ref() else {
-            return Ok((0, 0));
-        };
         if self.geometry.redundancy() == 0 {
             // Its bitmap covers only checksums: recompute them.
             return self.retag_regions(regions).await;

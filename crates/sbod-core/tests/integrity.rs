@@ -195,7 +195,7 @@ fn lost_and_misdirected_writes_never_reach_the_client() {
                     // Writes to the first half of member 0's data land 8 chunks further on.
                     plan.misdirected_writes = vec![(d0..d0 + span / 2, 8 * CHUNK as i64)];
                 } else {
-                    plan.lost_writes = vec![d0..d0 + span];
+                    plan.lost_writes = std::iter::once(d0..d0 + span).collect();
                 }
                 r.devs[0].set_plan(plan);
                 // Rewrite the first half of the volume.

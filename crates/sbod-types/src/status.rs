@@ -53,6 +53,7 @@ word_enum! {
     }
 }
 
+#[allow(clippy::derivable_impls)] // `word_enum!` derives the rest; `None`: arrays from before
 impl Default for Integrity {
     fn default() -> Integrity {
         Integrity::None

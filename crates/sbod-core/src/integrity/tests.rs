@@ -59,22 +59,22 @@ fn the_superblock_record_round_trips_and_is_checked() {
         "older sbods must refuse it"
     );
     assert_eq!(
-        TagLayout::from_extensions(&[e.clone()], &g, 68 * 1024),
+        TagLayout::from_extensions(std::slice::from_ref(&e), &g, 68 * 1024),
         Ok(Some(t))
     );
     assert_eq!(TagLayout::from_extensions(&[], &g, 68 * 1024), Ok(None));
     // Overlapping the bitmap, or the data, or too small for the data: refused.
-    assert!(TagLayout::from_extensions(&[e.clone()], &g, 72 * 1024).is_err());
+    assert!(TagLayout::from_extensions(std::slice::from_ref(&e), &g, 72 * 1024).is_err());
     let small = Geometry {
         data_offset: 1 << 20,
         ..g.clone()
     };
-    assert!(TagLayout::from_extensions(&[e.clone()], &small, 68 * 1024).is_err());
+    assert!(TagLayout::from_extensions(std::slice::from_ref(&e), &small, 68 * 1024).is_err());
     let big = Geometry {
         member_size: 2 << 30,
         ..g.clone()
     };
-    assert!(TagLayout::from_extensions(&[e.clone()], &big, 68 * 1024).is_err());
+    assert!(TagLayout::from_extensions(std::slice::from_ref(&e), &big, 68 * 1024).is_err());
     let mut bad = e;
     bad.data[0] = 9;
     assert!(TagLayout::from_extensions(&[bad], &g, 68 * 1024).is_err());
