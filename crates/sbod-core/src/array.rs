@@ -380,6 +380,8 @@ pub struct Array {
     pub(crate) recoveries: parking_lot::Mutex<Vec<Arc<RecoveryLog>>>,
     /// Started for a rescue: reads only.
     pub(crate) rescue: AtomicBool,
+    /// What FLUSH and FUA do, and the log devices (see `sync`).
+    pub(crate) sync: crate::sync::SyncState,
 }
 
 /// Where the array's lineage stands (sessions, bitmap coverage), for `build`.
@@ -724,6 +726,7 @@ impl Array {
             extensions: lineage.extensions,
             recoveries: parking_lot::Mutex::new(Vec::new()),
             rescue: AtomicBool::new(false),
+            sync: Default::default(),
         }))
     }
 
@@ -732,6 +735,7 @@ impl Array {
         if members.is_empty() {
             return Err(Error::Invalid("no members given".into()));
         }
+        let (members, logs) = crate::log::attach::split(members).await;
         let mut found: Vec<(MemberSpec, Superblock)> = Vec::new();
         let mut report = AssemblyReport::default();
         for m in members {
@@ -1006,6 +1010,7 @@ impl Array {
                 extensions: newest.extensions.clone(),
             },
         )?;
+        array.sync.restore(&newest, logs);
         let mut st = (*array.state.load_full()).clone();
         for (i, event, bitmap, path) in stale {
             let planned = array.recovery_bytes(&st.slots[i]);
@@ -1055,11 +1060,13 @@ impl Array {
                 array.name
             )));
         }
+        // The log replayed: with every write journaled, every stripe is consistent again.
+        let log_covers = array.attach_logs(&newest, &st, &opts).await?;
         // Forced past the write hole: the user accepts the parity of the dirty regions as
         // it is for the chunks that must be rebuilt from it (md's --force on a dirty
         // degraded array), so the resync below does not hold those stripes.
-        let mut forced_hole = false;
-        if !newest.clean {
+        let mut forced_hole = log_covers;
+        if !newest.clean && !log_covers {
             if let Err(e) = Self::refuse_write_hole(&newest, &st, &dirty) {
                 if !opts.force {
                     return Err(e);
@@ -1366,6 +1373,8 @@ impl Array {
             session: self.session,
             history: self.history.clone(),
             bitmap_since: self.bitmap_since.load(Ordering::Acquire),
+            sync: self.sync.mode(),
+            log: self.sync.log_entries(),
             extensions: self.extensions.clone(),
         }
     }
@@ -1880,6 +1889,7 @@ impl Array {
         for m in &st.spares {
             m.dev.close();
         }
+        self.sync.close_devices();
     }
 
     /// Stop background work, flush, mark clean and close the members.
@@ -1910,6 +1920,7 @@ impl Array {
         // Stripes a write left inconsistent get a last chance; any left keep their regions
         // dirty (the array is not marked clean) and are resynced at the next start.
         let unsynced = self.resync_unsynced().await.unwrap_or(1);
+        self.close_log().await;
         let flushed = self.flush().await;
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
@@ -2128,6 +2139,8 @@ impl Array {
             resync_offset: (resync != u64::MAX).then_some(resync),
             assembly: self.report(),
             recoveries: self.recovery_status(),
+            sync: self.sync_status(),
+            log: self.log_status(),
         }
     }
 

@@ -729,6 +729,7 @@ impl Array {
 
     /// Write `data` at `offset`; with `fua`, durable on every member before returning.
     pub async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
+        let fua = self.sync.fua(fua);
         self.check_io(offset, data.len() as u64)?;
         self.check_writable()?;
         let len = data.len() as u64;
@@ -742,6 +743,7 @@ impl Array {
     /// any number of connections, to the same blocks at once, never lose each other's
     /// bytes. Aligned requests take the plain path.
     pub async fn write_bytes(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        let fua = self.sync.fua(fua);
         let len = data.len() as u64;
         if len == 0 {
             return Ok(());
@@ -794,6 +796,7 @@ impl Array {
         fua: bool,
         punch: bool,
     ) -> Result<()> {
+        let fua = self.sync.fua(fua);
         let end = offset
             .checked_add(len)
             .filter(|&e| e <= self.size)
@@ -1434,6 +1437,7 @@ impl Array {
 
     /// Make a range read back as zeros (NBD WRITE_ZEROES); `punch` also deallocates.
     pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool, punch: bool) -> Result<()> {
+        let fua = self.sync.fua(fua);
         self.check_io(offset, len)?;
         self.check_writable()?;
         let chunk = self.geometry.chunk as u64;

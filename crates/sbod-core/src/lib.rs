@@ -19,11 +19,13 @@ pub mod freshness;
 mod io;
 pub mod layout;
 pub mod locks;
+pub mod log;
 mod membership;
 pub mod process;
 pub mod reason;
 pub mod signature;
 pub mod superblock;
+pub mod sync;
 
 pub use array::{AddOutcome, Array, AssembleOptions, CreateSpec, MemberSpec, ReAdd};
 pub use buf::AlignedBuf;

@@ -260,7 +260,8 @@ impl Array {
         let sweep = tokio::spawn(async move { a.sweep_loop().await });
         let a = self.clone();
         let watch = tokio::spawn(async move { a.watch_loop().await });
-        self.tasks.lock().extend([sup, sweep, watch]);
+        let flusher = crate::sync::spawn_flusher(self);
+        self.tasks.lock().extend([sup, sweep, watch, flusher]);
     }
 
     /// Every second: fail members that shrank (a truncated member file is caught here even

@@ -192,15 +192,7 @@ async fn verify_all(a: &Array, sh: &Shared, what: &str) {
 }
 
 async fn scrub_clean(a: &Arc<Array>, sh: &Shared, what: &str) {
-    let h = a.start_scrub(false).expect("start a scrub check");
-    h.wait().await;
-    let s = h.status();
-    assert!(s.error.is_none(), "{what}: scrub stopped: {:?}", s.error);
-    assert_eq!(
-        s.mismatches, 0,
-        "{what}: parity/mirrors inconsistent after the resync: {:?}",
-        s.regions
-    );
+    scrub_check(a, &format!("{what}, after the resync")).await;
     sh.fig.lock().unwrap().scrubs += 1;
 }
 
@@ -214,17 +206,7 @@ fn torture(layout_name: &str) {
     rt(2).block_on(async {
         // Create on zeroed members, then close cleanly.
         let supply = PowerSupply::new();
-        let devs: Vec<Arc<PowerCutDev>> = (0..l.members)
-            .map(|i| {
-                PowerCutDev::new(
-                    format!("m{i}"),
-                    vec![0u8; MEMBER_SIZE as usize],
-                    &supply,
-                    Duration::ZERO,
-                    i as u64,
-                )
-            })
-            .collect();
+        let devs = power_members(blank(l.members), &supply, Duration::ZERO, |i| i as u64);
         let a = Array::create(spec(&l), specs(&devs)).await.expect("create");
         let blocks = a.size() / BLOCK as u64;
         let member_size = a.geometry.member_size;
@@ -492,17 +474,12 @@ fn crash_and_lose_a_member(layout_name: &str) {
         for trial in 0..iters(4) {
             let what = format!("{what0}, trial {trial}");
             let supply = PowerSupply::new();
-            let devs: Vec<Arc<PowerCutDev>> = (0..l.members)
-                .map(|i| {
-                    PowerCutDev::new(
-                        format!("m{i}"),
-                        vec![0u8; MEMBER_SIZE as usize],
-                        &supply,
-                        Duration::from_micros(150),
-                        rng.next(),
-                    )
-                })
-                .collect();
+            let devs = power_members(
+                blank(l.members),
+                &supply,
+                Duration::from_micros(150),
+                |_| rng.next(),
+            );
             let a = Array::create(spec(&l), specs(&devs)).await.expect("create");
             let blocks = a.size() / BLOCK as u64;
             let sh = Arc::new(Shared {

@@ -47,6 +47,7 @@ pub mod event;
 pub mod level;
 pub mod size;
 pub mod status;
+pub mod sync;
 
 pub use event::{Event, EventKind};
 pub use level::Level;
@@ -55,6 +56,7 @@ pub use status::{
     ArrayState, ArrayStatus, AssemblyReport, MemberState, MemberStatus, MismatchRegion,
     ProcessKind, ProcessStatus, RecoveryStatus, RescueReport, Settings, StaleMember, Status,
 };
+pub use sync::{LogDevState, LogDevStatus, LogState, LogStatus, SyncMode, SyncStatus};
 
 /// A value that did not parse, with a message that says what would have been accepted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -13,6 +13,7 @@ use sbod_mgmt::manager::Added;
 use sbod_mgmt::{registry, Manager, Offline, Reporter, Via};
 use sbod_types::control as req;
 use sbod_types::control::Size;
+use sbod_types::SyncMode;
 use std::sync::Arc;
 
 /// Sizes on the command line follow the one rule of `sbod_types::size`.
@@ -53,6 +54,13 @@ pub struct CreateArgs {
     /// Skip the initial parity sync (members are known to be zero).
     #[arg(long)]
     pub assume_clean: bool,
+    /// What FLUSH and FUA do: standard (as the NBD spec says), always (every write is
+    /// FUA) or disabled (acknowledged at once; a power cut loses the last seconds).
+    #[arg(long, default_value = "standard")]
+    pub sync: SyncMode,
+    /// A log device (an SSD, NVMe): give it twice for a mirrored log.
+    #[arg(long = "log", value_name = "DEV")]
+    pub log: Vec<String>,
     /// Overwrite members that hold data or belong to another array; allow layouts that
     /// put too many members of a group in one failure domain.
     #[arg(long)]
@@ -136,6 +144,9 @@ pub struct AddArgs {
     /// Give the member files all their space now (fallocate).
     #[arg(long)]
     pub preallocate: bool,
+    /// The devices are log devices: the first makes the array's log, a second mirrors it.
+    #[arg(long)]
+    pub log: bool,
     #[arg(long)]
     pub force: bool,
 }
@@ -184,6 +195,10 @@ pub struct SetArgs {
     /// Background rate ceiling, bytes/s (e.g. 500M; 0 = unlimited).
     #[arg(long, value_parser = rate_arg)]
     pub rebuild_max_rate: Option<u64>,
+    /// What FLUSH and FUA do: standard, always or disabled (recorded on the members; works
+    /// whether or not the array is served).
+    #[arg(long)]
+    pub sync: Option<SyncMode>,
 }
 
 /// The CLI's reporter: notes on stderr, progress as a bar.
@@ -234,6 +249,8 @@ pub async fn create(args: CreateArgs) -> Result<()> {
         domains: args.domains,
         bitmap_region: args.bitmap_region.map(Size),
         assume_clean: args.assume_clean,
+        sync: args.sync,
+        log: args.log,
         force: args.force,
         members: args.members,
     };
@@ -250,6 +267,16 @@ pub async fn create(args: CreateArgs) -> Result<()> {
         );
         if status.resync_offset.is_some() {
             println!("initial parity sync runs in the background while the array is served (sbod serve {})", args.name);
+        }
+        if let Some(l) = &status.log {
+            println!("{}", output::log_line(l));
+        }
+        if status.sync.mode != SyncMode::Standard {
+            println!(
+                "sync={}: {}",
+                status.sync.mode,
+                output::sync_promise(&status.sync)
+            );
         }
         println!("serve it with: sbod serve {}", args.name);
     }
@@ -494,6 +521,7 @@ pub async fn add(args: AddArgs) -> Result<()> {
         domain: args.domain,
         size: args.size.map(Size),
         preallocate: args.preallocate,
+        log: args.log,
         force: args.force,
     };
     let m = manager();
@@ -516,6 +544,7 @@ fn added_line(name: &str, p: &str, o: &Added) -> String {
     match o {
         Added::Back => format!("{name}: {p} is back in the array"),
         Added::Done => format!("{name}: added {p}"),
+        Added::Log => format!("{name}: added {p} as a log device"),
         Added::Outcome(AddOutcome::Spare) => format!("{name}: added {p} as a hot spare"),
         Added::Outcome(AddOutcome::Rebuilding { slot }) => {
             format!("{name}: added {p}; it takes slot {slot} and is rebuilt in full")
@@ -608,8 +637,15 @@ pub async fn set(args: SetArgs) -> Result<()> {
     let a = req::SetArgs {
         rebuild_min_rate: args.rebuild_min_rate.map(Size),
         rebuild_max_rate: args.rebuild_max_rate.map(Size),
+        sync: args.sync,
     };
     let s = manager().set(&args.name, &a).await?;
+    if s.sync == SyncMode::Disabled && args.sync.is_some() {
+        eprintln!(
+            "{}: WARNING: sync=disabled: FLUSH and FUA are acknowledged at once; a power cut loses the last seconds of writes",
+            args.name
+        );
+    }
     println!("{}", serde_json::to_string_pretty(&s)?);
     Ok(())
 }

@@ -116,7 +116,8 @@ impl Backend for ArrayExport {
 
     async fn flush(&self) -> Result<(), NbdError> {
         let t0 = Instant::now();
-        let r = self.array.flush().await.map_err(nbd_err);
+        // As the sync mode says (`disabled`: acknowledged at once).
+        let r = self.array.client_flush().await.map_err(nbd_err);
         self.count(Op::Flush, 0, t0, r)
     }
 
@@ -125,7 +126,7 @@ impl Backend for ArrayExport {
         let r = async {
             self.array.trim(offset, len as u64).await.map_err(nbd_err)?;
             if fua {
-                self.array.flush().await.map_err(nbd_err)?;
+                self.array.client_flush().await.map_err(nbd_err)?;
             }
             Ok(())
         }
