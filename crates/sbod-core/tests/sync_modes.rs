@@ -36,6 +36,11 @@ struct Shared {
     tags: AtomicU64,
     ops: AtomicU64,
     errors: Mutex<Vec<String>>,
+    /// Figures: writes acknowledged (with FUA), FLUSHes, blocks read back.
+    acked: AtomicU64,
+    fua: AtomicU64,
+    flushes: AtomicU64,
+    verified: AtomicU64,
 }
 
 impl Shared {
@@ -47,10 +52,16 @@ impl Shared {
             tags: AtomicU64::new(tags),
             ops: AtomicU64::new(0),
             errors: Mutex::new(Vec::new()),
+            acked: AtomicU64::new(0),
+            fua: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            verified: AtomicU64::new(0),
         })
     }
 
     fn ack(&self, tag: u64, first: u64, n: u64, fua: bool) {
+        self.acked.fetch_add(1, Ordering::Relaxed);
+        self.fua.fetch_add(fua as u64, Ordering::Relaxed);
         let promised = match self.mode {
             SyncMode::Standard => fua,
             SyncMode::Always => true,
@@ -61,6 +72,7 @@ impl Shared {
     }
 
     fn flushed(&self, at: (u64, u64)) {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
         if self.mode != SyncMode::Disabled {
             self.model.lock().unwrap().flushed(at.0);
         }
@@ -175,6 +187,7 @@ async fn verify(a: &Array, sh: &Shared) -> (Vec<String>, usize) {
         .expect("read the volume");
     let mut v = Verified::default();
     let bad = sh.model.lock().unwrap().verify(0, &got, &mut v);
+    sh.verified.fetch_add(blocks, Ordering::Relaxed);
     let strict = sh.strict.lock().unwrap().verify(0, &got, &mut v);
     (bad, strict.len())
 }
@@ -199,6 +212,8 @@ fn cuts(layout_name: &str, mode: SyncMode) -> usize {
     let rng = Rng::new(seed0);
     let what0 = format!("{layout_name} sync={mode} (SBOD_TORTURE_SEED={seed0})");
     let mut lost_vs_standard = 0;
+    let mut figures = serde_json::Value::Null;
+    let mut crashes = 0;
     rt(2).block_on(async {
         let supply = PowerSupply::new();
         let devs = power_members(blank(l.members), &supply, Duration::ZERO, |i| i as u64);
@@ -238,6 +253,7 @@ fn cuts(layout_name: &str, mode: SyncMode) -> usize {
             assert!(errs.is_empty(), "{what}: errors before the cut: {errs:?}");
             a.abandon().await;
             images = devs.iter().map(|d| d.image()).collect();
+            crashes += 1;
         }
         let supply = PowerSupply::new();
         let devs = devices(&images, &supply, &rng);
@@ -249,14 +265,22 @@ fn cuts(layout_name: &str, mode: SyncMode) -> usize {
         lost_vs_standard += strict;
         scrub_check(&a, &what0).await;
         a.close().await.unwrap();
+        let l = |x: &AtomicU64| x.load(Ordering::Relaxed);
+        figures = serde_json::json!({
+            "test": "sync_modes",
+            "layout": layout_name,
+            "mode": mode.as_str(),
+            "seed": seed0,
+            "crashes": crashes,
+            "writes_acked": l(&sh.acked),
+            "fua_acked": l(&sh.fua),
+            "flushes_acked": l(&sh.flushes),
+            "blocks_verified": l(&sh.verified),
+            "broken_promises": 0,
+            "blocks_lost_that_standard_keeps": lost_vs_standard,
+        });
     });
-    report(serde_json::json!({
-        "test": "sync_modes",
-        "layout": layout_name,
-        "mode": mode.as_str(),
-        "seed": seed0,
-        "blocks_lost_that_standard_keeps": lost_vs_standard,
-    }));
+    report(figures);
     lost_vs_standard
 }
 

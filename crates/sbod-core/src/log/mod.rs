@@ -422,7 +422,7 @@ pub async fn chain(dev: &Arc<dyn BlockDev>, sb: &LogSuper) -> Chain {
     let end = loop {
         let r = match read_record(dev, sb, off, seq).await {
             // A record that did not fit the end of the ring went to its start.
-            Err(_) if off != 0 => read_record(dev, sb, 0, seq).await.map_err(|e| (off, e)),
+            Err(e) if off != 0 => read_record(dev, sb, 0, seq).await.map_err(|_| (off, e)),
             r => r.map_err(|e| (off, e)),
         };
         match r {
