@@ -1306,10 +1306,11 @@ impl Array {
             return Ok(());
         }
         Err(Error::Refused(format!(
-            "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} held there cannot be rebuilt reliably (the RAID write hole). Assemble it with all its members; or, to start anyway and accept that those members' data in those regions may be wrong, assemble with --force",
+            "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} held there cannot be rebuilt reliably (the RAID write hole). Assemble it with all its members; or, to start anyway and accept that those members' data in those regions may be wrong, assemble with --force{}",
             sb.name,
             dirty.len(),
-            at_risk.join(", ")
+            at_risk.join(", "),
+            crate::log::attach::write_hole_hint(sb)
         )))
     }
 

@@ -24,6 +24,16 @@ use uuid::Uuid;
 /// that assembly never trusts a log to have closed the write hole when it did not.
 pub const JOURNALING: bool = false;
 
+/// What the write-hole refusal adds: a log would have avoided it (once the engine
+/// journals through it).
+pub(crate) fn write_hole_hint(sb: &Superblock) -> &'static str {
+    match (JOURNALING, sb.log.devices.iter().any(|e| e.active)) {
+        (true, false) => ". A log device (`sbod add NAME --log DEV`, an SSD) journals every write and avoids this: with one, such an array starts with --degraded alone",
+        (true, true) => ". The log that journals its writes was not usable at this start",
+        (false, _) => "",
+    }
+}
+
 /// The array's log, as recorded and as running.
 #[derive(Default)]
 pub struct LogSlot {
@@ -407,6 +417,19 @@ impl Array {
         self.sync.log.found.lock().push(dev);
         self.persist_log().await;
         Ok(())
+    }
+
+    /// Record that every write goes through the log (or not) as a journaling engine does.
+    /// For tests of assembly and replay until the write path journals (see
+    /// [`JOURNALING`]).
+    #[doc(hidden)]
+    pub async fn set_log_journaling(&self, on: bool) {
+        let _c = self.sync.log.change.lock().await;
+        {
+            let mut cfg = self.sync.log.cfg.lock();
+            cfg.journal = on && cfg.devices.iter().any(|e| e.active);
+        }
+        self.persist_log().await;
     }
 
     /// Is `who` (a path or uuid) one of the array's log devices?
