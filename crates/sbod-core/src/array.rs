@@ -1907,6 +1907,7 @@ impl Array {
             for m in st.slots.iter().filter_map(|s| s.member.as_ref()) {
                 m.dev.close();
             }
+            self.sync.close_devices();
             return Ok(());
         }
         self.closing.store(true, Ordering::Release);

@@ -65,6 +65,17 @@ impl LogSlot {
         self.log.load_full()
     }
 
+    /// Does every write go through the running log (so every acknowledged write is
+    /// durable in it)?
+    pub fn journaling(&self) -> bool {
+        self.cfg.lock().journal
+            && self
+                .log
+                .load()
+                .as_ref()
+                .is_some_and(|l| l.failed().is_none())
+    }
+
     pub(crate) fn close_devices(&self) {
         for d in self.found.lock().iter() {
             d.dev.close();
@@ -365,12 +376,17 @@ impl Array {
         } else {
             check_blank(&spec.dev, force).await?;
         }
+        // A record is at most a quarter of the ring, and the largest is a whole stripe's
+        // plan: every member's chunk (and a replacement's), with its header.
+        let stripe = (self.geometry.width as u64 + 1) * self.geometry.chunk as u64;
+        let need = (4 * (stripe + 64 * 1024)).max(format::MIN_RING);
         let ring = super::ring_len_for(spec.dev.size());
-        if ring < format::MIN_RING {
+        if ring < need {
             return Err(Error::Invalid(format!(
-                "{} is too small for a log device: it needs at least {}",
+                "{} is too small for a log device of '{}': it needs at least {} (four of its largest stripe writes)",
                 spec.path,
-                crate::layout::human(format::RING_START + format::MIN_RING)
+                self.name,
+                crate::layout::human(format::RING_START + need)
             )));
         }
         let dev = LogDevice {
