@@ -14,6 +14,10 @@ pub enum Error {
     /// Refused to protect data (foreign member, signature, in use); `--force` may override.
     #[error("{0}")]
     Refused(String),
+    /// The parity codec refused buffers the engine sized: a fault of the engine, never of
+    /// the request (clients get EIO).
+    #[error("parity computation failed: {0}")]
+    Codec(String),
     #[error("{context}: {source}")]
     Io {
         context: String,

@@ -128,7 +128,6 @@ struct Life {
     width: usize,
     red: usize,
     region: u64,
-    chunk: u64,
     /// Members kept away from the next start.
     hidden: BTreeSet<usize>,
     /// Slots the array records as out (failed, or missing at its start).
@@ -196,10 +195,11 @@ impl Life {
     }
 
     fn regions_of(&self, first: u64, n: u64) -> Vec<u64> {
-        let g = &self.a().geometry;
-        g.pieces(first * BLOCK as u64, n * BLOCK as u64)
+        self.a()
+            .placement()
+            .map(first * BLOCK as u64, n * BLOCK as u64)
             .iter()
-            .map(|p| (p.stripe * self.chunk + p.chunk_off) / self.region)
+            .map(|p| p.moff / self.region)
             .collect()
     }
 
@@ -784,7 +784,6 @@ fn run_life(
             width,
             red,
             region,
-            chunk: chunk as u64,
             hidden: BTreeSet::new(),
             out: BTreeSet::new(),
             recovering: BTreeSet::new(),

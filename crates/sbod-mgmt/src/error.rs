@@ -47,7 +47,7 @@ pub fn kind_of(e: &anyhow::Error) -> ErrorKind {
                 sbod_core::Error::Failed(_)
                 | sbod_core::Error::Busy(_)
                 | sbod_core::Error::ShutDown => ErrorKind::Conflict,
-                sbod_core::Error::Io { .. } => ErrorKind::Io,
+                sbod_core::Error::Io { .. } | sbod_core::Error::Codec(_) => ErrorKind::Io,
             };
         }
         if cause.downcast_ref::<std::io::Error>().is_some() {
