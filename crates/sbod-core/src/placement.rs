@@ -110,12 +110,42 @@ impl Placement {
         }
     }
 
-    /// Lock domains: redundancy groups, or concat's slots.
+    /// Groups: the unit a stripe spans and is locked in (redundancy groups; concat's
+    /// slots, each its own).
     pub fn groups(&self) -> usize {
         if self.is_concat() {
             self.starts.len() - 1
         } else {
             self.groups
+        }
+    }
+
+    /// Redundancy sets: the slots that survive failures together (a redundancy group; all
+    /// of concat, which has no redundancy). Membership rules (how many may be out, how
+    /// many may share a failure domain) count within a set.
+    pub fn sets(&self) -> usize {
+        if self.is_concat() {
+            1
+        } else {
+            self.groups
+        }
+    }
+
+    /// The slots of a redundancy set.
+    pub fn set_slots(&self, set: usize) -> Range<usize> {
+        if self.is_concat() {
+            0..self.starts.len() - 1
+        } else {
+            self.group_slots(set)
+        }
+    }
+
+    /// The redundancy set of a slot.
+    pub fn set_of(&self, slot: usize) -> usize {
+        if self.is_concat() {
+            0
+        } else {
+            slot / self.width
         }
     }
 

@@ -13,6 +13,7 @@ use crate::dev::{self, IoClass};
 use crate::error::{Error, Result};
 use crate::freshness::{self, Verdict};
 use crate::layout::{Geometry, Scheme};
+use crate::placement::Placement;
 use crate::superblock::{self, OutReason, OutRecord, Role, SlotState, Superblock};
 use sbod_types::{AssemblyReport, RescueReport, StaleMember};
 use std::collections::HashMap;
@@ -230,14 +231,18 @@ impl Array {
             .collect();
         let allowed = opts.degraded || opts.force || opts.read_only;
         if !missing.is_empty() && !allowed {
-            let w = g.width as usize;
+            let sizes: Vec<u64> = slots
+                .iter()
+                .map(|s| s.entry.as_ref().map_or(0, |e| e.size))
+                .collect();
+            let map = Placement::new(&g, &sizes);
             return Err(Error::MissingMembers(crate::error::MissingMembers {
                 array: newest.name.clone(),
                 slots: missing
                     .iter()
                     .map(|&i| crate::error::MissingSlot {
                         slot: i,
-                        group: i / w,
+                        group: map.set_of(i),
                         uuid: slots[i].entry.as_ref().map(|e| e.uuid),
                     })
                     .collect(),
@@ -623,18 +628,17 @@ impl Array {
         mut candidates: Vec<(usize, u64)>,
         newest: &Superblock,
     ) -> Arc<Array> {
-        let w = self.geometry.width as usize;
         let red = self.geometry.redundancy();
         candidates.sort_by_key(|&(_, e)| std::cmp::Reverse(e));
         let mut rescue = RescueReport::default();
-        for g in 0..self.geometry.groups as usize {
+        for g in 0..self.map.sets() {
             let out = |st: &State| {
-                st.slots[g * w..(g + 1) * w]
+                st.slots[self.map.set_slots(g)]
                     .iter()
                     .filter(|s| s.state != SlotState::Active)
                     .count()
             };
-            for &(i, event) in candidates.iter().filter(|(i, _)| i / w == g) {
+            for &(i, event) in candidates.iter().filter(|(i, _)| self.map.set_of(*i) == g) {
                 if out(&st) <= red {
                     break;
                 }

@@ -8,6 +8,7 @@ use crate::buf::AlignedBuf;
 use crate::dev::{self, BlockDev, IoClass};
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, Level};
+use crate::placement::Placement;
 use crate::superblock::{self, SlotState, Superblock};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -263,10 +264,18 @@ impl Array {
         }
         // Failure domains: no domain may take out more members of a group than it survives.
         let redundancy = geometry.redundancy();
+        let sizes: Vec<u64> = members[..data_members]
+            .iter()
+            .map(|m| match geometry.level {
+                Level::Concat => per_member(m.dev.size()),
+                _ => member_size,
+            })
+            .collect();
+        let map = Placement::new(&geometry, &sizes);
         if !spec.force {
-            for g in 0..groups as usize {
+            for g in 0..map.sets() {
                 let mut count: HashMap<&str, Vec<&str>> = HashMap::new();
-                for m in &members[g * width as usize..(g + 1) * width as usize] {
+                for m in &members[map.set_slots(g)] {
                     if !m.domain.is_empty() {
                         count.entry(&m.domain).or_default().push(&m.path);
                     }

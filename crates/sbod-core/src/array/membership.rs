@@ -114,11 +114,12 @@ pub(crate) struct RecoveryLog {
 impl Array {
     /// Decide whether the state still holds all data.
     pub(crate) fn judge(&self, st: &mut State) {
-        let w = self.geometry.width as usize;
         let red = self.geometry.redundancy();
         st.failed = None;
-        for g in 0..self.geometry.groups as usize {
-            let slots = &st.slots[g * w..(g + 1) * w];
+        for g in 0..self.map.sets() {
+            let range = self.map.set_slots(g);
+            let (first, w) = (range.start, range.len());
+            let slots = &st.slots[range];
             let out: Vec<usize> = (0..w)
                 .filter(|&i| slots[i].state != SlotState::Active)
                 .collect();
@@ -131,7 +132,7 @@ impl Array {
                             .member
                             .as_ref()
                             .map(|m| m.path.clone())
-                            .unwrap_or_else(|| format!("slot {}", g * w + i));
+                            .unwrap_or_else(|| format!("slot {}", first + i));
                         let what = match (s.state, s.out) {
                             (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
                                 "stale".to_string()
@@ -157,7 +158,6 @@ impl Array {
     /// Hand spares to failed or empty slots, choosing one whose failure domain the
     /// group can absorb when there is a choice.
     pub(crate) fn take_spares(&self, st: &mut State) -> bool {
-        let w = self.geometry.width as usize;
         let red = self.geometry.redundancy();
         let mut changed = false;
         for i in 0..st.slots.len() {
@@ -166,9 +166,9 @@ impl Array {
             {
                 continue;
             }
-            let g = i / w;
+            let set = self.map.set_slots(self.map.set_of(i));
             let domain_count = |d: &str, st: &State| {
-                st.slots[g * w..(g + 1) * w]
+                st.slots[set.clone()]
                     .iter()
                     .filter(|s| {
                         s.state != SlotState::Failed
@@ -457,10 +457,11 @@ impl Array {
         if spec.domain.is_empty() {
             return Ok(());
         }
-        let w = self.geometry.width as usize;
-        let g = slot / w;
+        let g = self.map.set_of(slot);
         let red = self.geometry.redundancy();
-        let others: Vec<&str> = (g * w..(g + 1) * w)
+        let others: Vec<&str> = self
+            .map
+            .set_slots(g)
             .filter(|&i| i != slot && st.slots[i].state != SlotState::Failed)
             .filter_map(|i| st.slots[i].member.as_ref())
             .filter(|m| m.domain == spec.domain)
@@ -560,24 +561,22 @@ impl Array {
         if probe.failed.is_none() {
             return Ok(());
         }
-        let w = self.geometry.width as usize;
         let slot = probe
             .slots
             .iter()
             .position(|s| s.member.as_ref().is_some_and(|x| Arc::ptr_eq(x, m)));
-        let (g, working) = match slot {
-            Some(i) => {
-                let g = i / w;
-                let working = probe.slots[g * w..(g + 1) * w]
-                    .iter()
-                    .filter(|s| s.state == SlotState::Active)
-                    .count();
-                (g, working)
-            }
-            None => (0, 0),
+        let g = slot.map_or(0, |i| self.map.set_of(i));
+        let set = self.map.set_slots(g);
+        let w = set.len();
+        let working = match slot {
+            Some(_) => probe.slots[set.clone()]
+                .iter()
+                .filter(|s| s.state == SlotState::Active)
+                .count(),
+            None => 0,
         };
         let red = self.geometry.redundancy();
-        let rebuilding = probe.slots[g * w..(g + 1) * w]
+        let rebuilding = probe.slots[set]
             .iter()
             .any(|s| s.state == SlotState::Rebuilding);
         Err(Error::WouldFail(format!(

@@ -10,12 +10,11 @@ pub use sbod_types::{ArrayState, MemberState, MemberStatus, Status};
 impl Array {
     pub fn status(&self) -> Status {
         let st = self.state.load_full();
-        let w = self.geometry.width as usize;
         let event = self.event.load(Ordering::Relaxed);
         let mut members = Vec::new();
         let ms = |m: &Arc<Member>, slot: Option<usize>, state: MemberState| MemberStatus {
             slot,
-            group: slot.map(|s| s / w),
+            group: slot.map(|s| self.map.set_of(s)),
             path: Some(m.path.clone()),
             uuid: Some(m.uuid.to_string()),
             state,
@@ -98,7 +97,7 @@ impl Array {
                 }
                 (None, state) => members.push(MemberStatus {
                     slot: Some(i),
-                    group: Some(i / w),
+                    group: Some(self.map.set_of(i)),
                     path: None,
                     uuid: s.entry.as_ref().map(|e| e.uuid.to_string()),
                     state: if state == SlotState::Empty {
