@@ -20,6 +20,7 @@ mod torture_util;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sbod_core::dev::{BlockDev, MemDev};
+use sbod_core::error::Step;
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Error, MemberSpec};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -364,7 +365,12 @@ impl Life {
                 .await
             }
             Err(Error::Failed(msg)) if self.dead => {
-                prop_assert!(msg.contains("--force"), "{}: {}", what, msg);
+                prop_assert!(
+                    msg.advice.iter().any(|s| matches!(s, Step::Force { .. })),
+                    "{}: {}",
+                    what,
+                    msg
+                );
                 // Rescue: read-only from the freshest members.
                 let a = self
                     .assemble(AssembleOptions {
@@ -691,7 +697,7 @@ impl Life {
                 let r = self.a().fail(&name, force).await;
                 if past && !force {
                     prop_assert!(
-                        matches!(r, Err(Error::WouldFail(ref m)) if m.contains("--force")),
+                        matches!(r, Err(Error::WouldFail(ref m)) if m.advice.iter().any(|s| matches!(s, Step::Force { .. }))),
                         "{}: failing {} past the redundancy: {:?}",
                         what,
                         name,

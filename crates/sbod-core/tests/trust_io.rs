@@ -5,6 +5,7 @@
 
 use sbod_core::dev::fault::{FaultDev, SpacePool};
 use sbod_core::dev::{self, file, BlockDev, MemDev};
+use sbod_core::error::Step;
 use sbod_core::placement::StripeAddr;
 use sbod_core::{AlignedBuf, Array, CreateSpec, Error, Level, MemberSpec};
 use std::sync::Arc;
@@ -393,7 +394,7 @@ fn out_of_space_fails_the_write_not_the_members() {
                 match a.write(off as u64, AlignedBuf::from_slice(&p), false).await {
                     Ok(()) => model[off..off + step].copy_from_slice(&p),
                     Err(Error::NoSpace(msg)) => {
-                        assert!(msg.contains("--preallocate"), "{msg}");
+                        assert!(msg.advice.contains(&Step::Preallocate), "{msg}");
                         refused.push((off, model[off..off + step].to_vec(), p));
                     }
                     Err(e) => panic!("{level}: {e}"),

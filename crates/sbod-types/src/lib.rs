@@ -42,12 +42,14 @@ macro_rules! word_enum {
     };
 }
 
+pub mod advice;
 pub mod control;
 pub mod event;
 pub mod level;
 pub mod size;
 pub mod status;
 
+pub use advice::Step;
 pub use event::{Event, EventKind};
 pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};

@@ -338,7 +338,7 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
                 members: f.members.clone(),
             })
             .await
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| sbod_mgmt::words::message(&e, sbod_mgmt::words::Style::Cli))
         };
         let name = f.registered.clone().unwrap_or(f.name.clone());
         match &r {

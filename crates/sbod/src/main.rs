@@ -122,7 +122,10 @@ fn main() {
         }
     });
     if let Err(e) = r {
-        eprintln!("sbod: {e:#}");
+        eprintln!(
+            "sbod: {}",
+            sbod_mgmt::words::message(&e, sbod_mgmt::words::Style::Cli)
+        );
         std::process::exit(1);
     }
 }

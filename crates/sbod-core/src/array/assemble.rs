@@ -10,7 +10,7 @@ use super::{read_superblock, Array, Lineage, Member, MemberSpec, MemberStats, Sl
 use crate::bitmap::Bitmap;
 use crate::buf::AlignedBuf;
 use crate::dev::{self, IoClass};
-use crate::error::{Error, Result};
+use crate::error::{Error, Msg, Result, Step};
 use crate::freshness::{self, Verdict};
 use crate::layout::{Geometry, Scheme};
 use crate::placement::Placement;
@@ -45,10 +45,9 @@ impl Array {
             match read_superblock(&m.dev).await {
                 Ok(sb) => found.push((m, sb)),
                 Err(e) => {
-                    return Err(Error::Refused(format!(
-                        "{e}; if {} is not an sbod member, leave it out",
-                        m.path
-                    )))
+                    return Err(Error::Refused(
+                        format!("{e}; if {} is not an sbod member, leave it out", m.path).into(),
+                    ))
                 }
             }
         }
@@ -69,7 +68,7 @@ impl Array {
             return Err(Error::Refused(format!(
                 "these members belong to different arrays: {}; assemble each array with its own members",
                 desc.join("; ")
-            )));
+            ).into()));
         }
         Self::refuse_disagreeing(&found)?;
         Self::refuse_inconsistent(&found)?;
@@ -95,9 +94,13 @@ impl Array {
                 let msg = Self::describe_split(&found, &split);
                 if !(opts.force || opts.read_only) {
                     let newest = &found[split.verdicts.newest].0.path;
-                    return Err(Error::SplitBrain(format!(
-                        "{msg}. Nothing was merged or written. Assemble with the members of the side that holds the data you want (the other side's members are then rebuilt from it when added), or use --force to take the newest side ({newest}'s) and rebuild the others from it"
-                    )));
+                    return Err(Error::SplitBrain(
+                        Msg::new(format!("{msg}. Nothing was merged or written"))
+                            .or(Step::say("assemble with the members of the side that holds the data you want (the other side's members are then rebuilt from it when added)"))
+                            .or(Step::force(format!(
+                                "take the newest side ({newest}'s) and rebuild the others from it"
+                            ))),
+                    ));
                 }
                 report.split_brain = Some(msg);
                 split.verdicts
@@ -150,7 +153,7 @@ impl Array {
                     )
                 } else {
                     format!(
-                        "no longer a member of '{}' (its superblock is from event {}, the array is at {}): it was replaced; use `sbod add` to reuse it as a spare",
+                        "no longer a member of '{}' (its superblock is from event {}, the array is at {}): it was replaced, and can be added back as a spare",
                         newest.name, sb.event, newest.event
                     )
                 };
@@ -158,12 +161,15 @@ impl Array {
                 continue;
             };
             if m.dev.size() < g.data_offset.saturating_add(entry.size) {
-                return Err(Error::Refused(format!(
-                    "{} is smaller than the array expects ({} of data at offset {})",
-                    m.path,
-                    crate::layout::human(entry.size),
-                    crate::layout::human(g.data_offset)
-                )));
+                return Err(Error::Refused(
+                    format!(
+                        "{} is smaller than the array expects ({} of data at offset {})",
+                        m.path,
+                        crate::layout::human(entry.size),
+                        crate::layout::human(g.data_offset)
+                    )
+                    .into(),
+                ));
             }
             let member = Arc::new(Member {
                 dev: m.dev,
@@ -361,10 +367,15 @@ impl Array {
             } else {
                 String::new()
             };
-            return Err(Error::Failed(format!(
-                "'{}' cannot start: {why}{against}. Find the missing members and assemble again with them, or assemble with --force to start it read-only and copy off what is readable",
-                array.name
-            )));
+            return Err(Error::Failed(
+                Msg::new(format!("'{}' cannot start: {why}{against}", array.name))
+                    .or(Step::say(
+                        "find the missing members and assemble again with them",
+                    ))
+                    .or(Step::force(
+                        "start it read-only and copy off what is readable",
+                    )),
+            ));
         }
         // Forced past the write hole: the user accepts the parity of the dirty regions as
         // it is for the chunks that must be rebuilt from it (md's --force on a dirty
@@ -421,7 +432,7 @@ impl Array {
                 return Err(Error::Failed(format!(
                     "'{}' failed while starting: {why}. Check the members' paths and health, then assemble again",
                     array.name
-                )));
+                ).into()));
             }
         }
         // Every member in service carries the whole bitmap from now on: the union of what
@@ -525,17 +536,27 @@ impl Array {
                     )
                 })
                 .collect();
-            return Err(Error::Refused(format!(
-                "the members of '{name}' disagree about its layout ({}): some superblocks are damaged; compare them with `sbod examine` and assemble with the members that agree",
-                desc.join("; ")
-            )));
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "the members of '{name}' disagree about its layout ({}): some superblocks are damaged",
+                    desc.join("; ")
+                ))
+                .or(Step::Examine)
+                .or(Step::say("assemble with the members that agree")),
+            ));
         }
         let odd: Vec<&str> = kinds[1..].iter().flat_map(|(_, v)| v.clone()).collect();
-        Err(Error::Refused(format!(
-            "the superblock of {} disagrees with the other members of '{name}' about the array's layout (level, chunk, sizes or bitmap): it is damaged. Assemble without {}; the array runs degraded and rebuilds onto it once it is wiped and added back (compare with `sbod examine`)",
-            odd.join(", "),
-            if odd.len() == 1 { "it" } else { "them" }
-        )))
+        let it = if odd.len() == 1 { "it" } else { "them" };
+        Err(Error::Refused(
+            Msg::new(format!(
+                "the superblock of {} disagrees with the other members of '{name}' about the array's layout (level, chunk, sizes or bitmap): it is damaged",
+                odd.join(", "),
+            ))
+            .or(Step::degraded(format!(
+                "assemble without {it}; the array runs degraded and rebuilds onto {it} once wiped and added back"
+            )))
+            .or(Step::Examine),
+        ))
     }
 
     /// Members written by the same superblock write (same session and event) carry the
@@ -568,13 +589,18 @@ impl Array {
         if odd.is_empty() {
             return Ok(());
         }
-        Err(Error::Refused(format!(
-            "the superblock of {} disagrees with the other members of '{}' written at the same time (who holds which slot, or its state): it is damaged. Assemble without {}; the array runs degraded (--degraded) and rebuilds onto {} once wiped and added back (compare with `sbod examine`)",
-            odd.join(", "),
-            found[0].1.name,
-            if odd.len() == 1 { "it" } else { "them" },
-            if odd.len() == 1 { "it" } else { "them" },
-        )))
+        let it = if odd.len() == 1 { "it" } else { "them" };
+        Err(Error::Refused(
+            Msg::new(format!(
+                "the superblock of {} disagrees with the other members of '{}' written at the same time (who holds which slot, or its state): it is damaged",
+                odd.join(", "),
+                found[0].1.name,
+            ))
+            .or(Step::degraded(format!(
+                "assemble without {it}; the array runs degraded and rebuilds onto {it} once wiped and added back"
+            )))
+            .or(Step::Examine),
+        ))
     }
 
     /// The RAID write hole: after a crash, parity in the dirty regions may not match the
@@ -609,12 +635,18 @@ impl Array {
         if at_risk.is_empty() {
             return Ok(());
         }
-        Err(Error::Refused(format!(
-            "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} held there cannot be rebuilt reliably (the RAID write hole). Assemble it with all its members; or, to start anyway and accept that those members' data in those regions may be wrong, assemble with --force",
-            sb.name,
-            dirty.len(),
-            at_risk.join(", ")
-        )))
+        Err(Error::Refused(
+            Msg::new(format!(
+                "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} held there cannot be rebuilt reliably (the RAID write hole)",
+                sb.name,
+                dirty.len(),
+                at_risk.join(", ")
+            ))
+            .or(Step::say("assemble it with all its members"))
+            .or(Step::force(
+                "start anyway, accepting that those members' data in those regions may be wrong",
+            )),
+        ))
     }
 
     /// `force` on an array that cannot serve: start it read-only from the freshest members

@@ -6,7 +6,7 @@ use super::{now_secs, Array, Lineage, Member, MemberSpec, MemberStats, SlotRt, S
 use crate::bitmap::Bitmap;
 use crate::buf::AlignedBuf;
 use crate::dev::{self, BlockDev, IoClass};
-use crate::error::{Error, Result};
+use crate::error::{Error, Msg, Result, Step};
 use crate::layout::{Geometry, Level};
 use crate::placement::Placement;
 use crate::superblock::{self, SlotState, Superblock};
@@ -38,7 +38,14 @@ impl CreateSpec {
     /// `members` devices (spares included), before anything is created or written: a
     /// clear error naming the option and what would work. Returns (groups, width).
     pub fn check(&self, members: usize) -> Result<(u32, u32)> {
-        let bad = |m: String| Err(Error::Invalid(m));
+        let bad = |m: String| Err(Error::Invalid(m.into()));
+        let setting = |setting: &'static str, value: String, why: String| {
+            Err(Error::BadSetting {
+                setting,
+                value,
+                why,
+            })
+        };
         if self.name.is_empty() || self.name.len() > superblock::MAX_NAME {
             return bad(format!(
                 "array names are 1 to {} bytes",
@@ -57,40 +64,51 @@ impl CreateSpec {
         }
         let chunk = self.chunk as u64;
         if !chunk.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
-            return bad(format!(
-                "--chunk {}: the chunk is a power of two from 4K to 16M (64K is a good default)",
+            return setting(
+                "chunk",
                 if chunk < 1024 {
                     chunk.to_string()
                 } else {
                     crate::layout::human(chunk)
-                }
-            ));
+                },
+                "the chunk is a power of two from 4K to 16M (64K is a good default)".into(),
+            );
         }
         if self.groups == 0 {
-            return bad("--groups 0: an array has at least one group (the default, 1)".into());
+            return setting(
+                "groups",
+                "0".into(),
+                "an array has at least one group (the default, 1)".into(),
+            );
         }
         if members == 0 {
             return bad("no members given".into());
         }
         if self.spares >= members {
-            return bad(format!(
-                "{members} members with --spares {} leaves none for data",
-                self.spares
-            ));
+            return setting(
+                "spares",
+                self.spares.to_string(),
+                format!("with {members} members, that leaves none for data"),
+            );
         }
         let data_members = members - self.spares;
         let groups = match self.level {
             Level::Raid10 => {
                 if self.groups > 1 {
-                    return bad(
-                        "raid10 forms its groups from --copies (mirror sets); drop --groups".into(),
+                    return setting(
+                        "groups",
+                        self.groups.to_string(),
+                        "raid10 forms its groups from its copies (mirror sets): leave groups out"
+                            .into(),
                     );
                 }
                 let c = self.copies as usize;
                 if c < 2 {
-                    return bad(format!(
-                        "--copies {c}: a mirror set holds at least 2 copies (2 is the default)"
-                    ));
+                    return setting(
+                        "copies",
+                        c.to_string(),
+                        "a mirror set holds at least 2 copies (2 is the default)".into(),
+                    );
                 }
                 if !data_members.is_multiple_of(c) {
                     return bad(format!(
@@ -100,7 +118,11 @@ impl CreateSpec {
                 (data_members / c) as u32
             }
             Level::Concat | Level::Raid0 if self.groups > 1 => {
-                return bad(format!("{} does not take --groups", self.level));
+                return setting(
+                    "groups",
+                    self.groups.to_string(),
+                    format!("{} does not take groups", self.level),
+                );
             }
             _ => self.groups,
         };
@@ -117,11 +139,15 @@ impl CreateSpec {
         let width = (data_members / groups as usize) as u32;
         if let Some(r) = self.bitmap_region {
             if r == 0 || !r.is_multiple_of(chunk) || r > MAX_MEMBER_DATA {
-                return bad(format!(
-                    "--bitmap-region {r}: the region is a non-zero multiple of the chunk ({}), e.g. {}",
-                    crate::layout::human(chunk),
-                    crate::layout::human(chunk.max(1 << 20))
-                ));
+                return setting(
+                    "bitmap_region",
+                    r.to_string(),
+                    format!(
+                        "the region is a non-zero multiple of the chunk ({}), e.g. {}",
+                        crate::layout::human(chunk),
+                        crate::layout::human(chunk.max(1 << 20))
+                    ),
+                );
             }
         }
         // The rest of the layout's rules, on a stand-in size.
@@ -134,7 +160,7 @@ impl CreateSpec {
             data_offset: 1 << 20,
         }
         .validate()
-        .map_err(Error::Invalid)?;
+        .map_err(|e| Error::Invalid(e.into()))?;
         Ok((groups, width))
     }
 }
@@ -160,18 +186,25 @@ pub async fn check_blank(dev: &Arc<dyn BlockDev>, force: bool) -> Result<()> {
         return Ok(());
     }
     if let Ok(sb) = Superblock::decode_area(&buf) {
-        return Err(Error::Refused(format!(
-            "{} is a member of sbod array '{}' ({}); stop that array and wipe the member, or use --force to overwrite it",
-            dev.name(),
-            sb.name,
-            sb.array_uuid
-        )));
+        return Err(Error::Refused(
+            Msg::new(format!(
+                "{} is a member of sbod array '{}' ({})",
+                dev.name(),
+                sb.name,
+                sb.array_uuid
+            ))
+            .or(Step::say("stop that array and wipe the member"))
+            .or(Step::force("overwrite it")),
+        ));
     }
     if let Some(what) = crate::signature::probe(&buf) {
-        return Err(Error::Refused(format!(
-            "{} holds {what}; sbod will not overwrite it without --force",
-            dev.name()
-        )));
+        return Err(Error::Refused(
+            Msg::new(format!(
+                "{} holds {what}: sbod does not overwrite it by itself",
+                dev.name()
+            ))
+            .or(Step::force("overwrite it")),
+        ));
     }
     Ok(())
 }
@@ -191,9 +224,13 @@ pub(crate) async fn claim_metadata(
         .await
         .map_err(|e| {
             if crate::datapath::is_nospace(&e) {
-                Error::NoSpace(format!(
-                    "no space left on the file system of {path} for its metadata: free space there, or give it its space with --preallocate"
-                ))
+                Error::NoSpace(
+                    Msg::new(format!(
+                        "no space left on the file system of {path} for its metadata"
+                    ))
+                    .or(Step::say("free space there"))
+                    .or(Step::Preallocate),
+                )
             } else {
                 Error::io(format!("writing {path}"), e)
             }
@@ -249,17 +286,16 @@ impl Array {
                     "members are too small: the smallest has {} and sbod needs more than {} of metadata",
                     crate::layout::human(min_size),
                     crate::layout::human(data_offset)
-                ))
+                ).into())
             } else {
-                Error::Invalid(e)
+                Error::Invalid(e.into())
             }
         })?;
         for m in &members {
             if per_member(m.dev.size()) == 0 {
-                return Err(Error::Invalid(format!(
-                    "{} is too small to hold data",
-                    m.path
-                )));
+                return Err(Error::Invalid(
+                    format!("{} is too small to hold data", m.path).into(),
+                ));
             }
         }
         // Failure domains: no domain may take out more members of a group than it survives.
@@ -282,12 +318,16 @@ impl Array {
                 }
                 for (dom, who) in count {
                     if who.len() > redundancy {
-                        return Err(Error::Refused(format!(
-                            "failure domain '{dom}' holds {} members of group {g} ({}) but the group survives only {redundancy} failure{}: order the members so each group spans more domains, or use --force",
-                            who.len(),
-                            who.join(", "),
-                            if redundancy == 1 { "" } else { "s" }
-                        )));
+                        return Err(Error::Refused(
+                            Msg::new(format!(
+                                "failure domain '{dom}' holds {} members of group {g} ({}) but the group survives only {redundancy} failure{}",
+                                who.len(),
+                                who.join(", "),
+                                if redundancy == 1 { "" } else { "s" }
+                            ))
+                            .or(Step::say("order the members so each group spans more domains"))
+                            .or(Step::force("create it anyway")),
+                        ));
                     }
                 }
             }
@@ -296,7 +336,7 @@ impl Array {
         let mut seen = std::collections::HashSet::new();
         for m in &members {
             if !seen.insert(m.path.clone()) {
-                return Err(Error::Invalid(format!("{} is given twice", m.path)));
+                return Err(Error::Invalid(format!("{} is given twice", m.path).into()));
             }
         }
         for m in &members {
@@ -373,14 +413,17 @@ impl Array {
         let st = array.state.load_full();
         let failed = array.persist(&st, false).await;
         if !failed.is_empty() {
-            return Err(Error::Invalid(format!(
-                "could not write the superblock to {}",
-                failed
-                    .iter()
-                    .map(|m| m.path.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+            return Err(Error::Invalid(
+                format!(
+                    "could not write the superblock to {}",
+                    failed
+                        .iter()
+                        .map(|m| m.path.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+                .into(),
+            ));
         }
         array.start_processes();
         Ok(array)

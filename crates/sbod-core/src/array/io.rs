@@ -18,14 +18,14 @@ impl Array {
             return Err(Error::ShutDown);
         }
         if !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) {
-            return Err(Error::Invalid(format!(
-                "offset {offset} and length {len} must be multiples of 4096"
-            )));
+            return Err(Error::Invalid(
+                format!("offset {offset} and length {len} must be multiples of 4096").into(),
+            ));
         }
         self.end_of(offset, len)?;
         let st = self.state.load_full();
         if let Some(why) = &st.failed {
-            return Err(Error::Failed(why.clone()));
+            return Err(Error::Failed(why.clone().into()));
         }
         Ok(st)
     }
@@ -36,10 +36,13 @@ impl Array {
             .checked_add(len)
             .filter(|&e| e <= self.size)
             .ok_or_else(|| {
-                Error::Invalid(format!(
-                    "range {offset}+{len} is beyond the end of the volume ({} bytes)",
-                    self.size
-                ))
+                Error::Invalid(
+                    format!(
+                        "range {offset}+{len} is beyond the end of the volume ({} bytes)",
+                        self.size
+                    )
+                    .into(),
+                )
             })
     }
 

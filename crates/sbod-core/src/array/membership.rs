@@ -8,7 +8,7 @@ use super::{read_superblock, Array, Member, MemberSpec, MemberStats, SlotRt, Sta
 use crate::bitmap::Bitmap;
 use crate::buf::AlignedBuf;
 use crate::dev::{self, IoClass};
-use crate::error::{Error, Result};
+use crate::error::{Error, Msg, Result, Step};
 use crate::freshness::{self, Verdict};
 use crate::layout::{human, Level};
 use crate::reason::{self, Why};
@@ -278,11 +278,14 @@ impl Array {
         let st = self.state.load_full();
         st.find(who).ok_or_else(|| {
             let known: Vec<String> = st.live_members().iter().map(|m| m.path.clone()).collect();
-            Error::Invalid(format!(
-                "{who} is not a member of '{}' (members: {})",
-                self.name,
-                known.join(", ")
-            ))
+            Error::Invalid(
+                format!(
+                    "{who} is not a member of '{}' (members: {})",
+                    self.name,
+                    known.join(", ")
+                )
+                .into(),
+            )
         })
     }
 
@@ -294,7 +297,7 @@ impl Array {
         if let Role::Slot(i) = role {
             let st = self.state.load_full();
             if st.slots[i].state == SlotState::Failed {
-                return Err(Error::Invalid(format!("{who} has already failed")));
+                return Err(Error::Invalid(format!("{who} has already failed").into()));
             }
         }
         if self.read_only.load(Ordering::Acquire) {
@@ -322,12 +325,15 @@ impl Array {
         if let Some(i) = found {
             let s = &mut new.slots[i];
             if s.state != SlotState::Failed {
-                return Err(Error::Refused(format!(
-                    "{who} is {} in '{}': fail it first (sbod fail {} {who}) or use sbod replace",
-                    format!("{:?}", s.state).to_lowercase(),
-                    self.name,
-                    self.name
-                )));
+                return Err(Error::Refused(
+                    Msg::new(format!(
+                        "{who} is {} in '{}': only a failed member can be removed",
+                        format!("{:?}", s.state).to_lowercase(),
+                        self.name,
+                    ))
+                    .or(Step::command("fail", &self.name, who))
+                    .or(Step::command("replace", &self.name, who)),
+                ));
             }
             removed = s.member.take();
             s.entry = None;
@@ -340,10 +346,9 @@ impl Array {
         {
             removed = Some(new.spares.remove(p));
         } else {
-            return Err(Error::Invalid(format!(
-                "{who} is not a failed member or spare of '{}'",
-                self.name
-            )));
+            return Err(Error::Invalid(
+                format!("{who} is not a failed member or spare of '{}'", self.name).into(),
+            ));
         }
         let lost = self.commit(new).await;
         drop(_g);
@@ -366,20 +371,22 @@ impl Array {
     fn check_new_member(&self, spec: &MemberSpec) -> Result<u64> {
         let st = self.state.load_full();
         if st.live_members().iter().any(|m| m.path == spec.path) {
-            return Err(Error::Invalid(format!(
-                "{} is already a member of '{}'",
-                spec.path, self.name
-            )));
+            return Err(Error::Invalid(
+                format!("{} is already a member of '{}'", spec.path, self.name).into(),
+            ));
         }
         let need = self.geometry.data_offset + self.geometry.member_size;
         if self.geometry.level != Level::Concat && spec.dev.size() < need {
-            return Err(Error::Invalid(format!(
-                "{} has {} but members of '{}' need {}",
-                spec.path,
-                crate::layout::human(spec.dev.size()),
-                self.name,
-                crate::layout::human(need)
-            )));
+            return Err(Error::Invalid(
+                format!(
+                    "{} has {} but members of '{}' need {}",
+                    spec.path,
+                    crate::layout::human(spec.dev.size()),
+                    self.name,
+                    crate::layout::human(need)
+                )
+                .into(),
+            ));
         }
         Ok(if self.geometry.level == Level::Concat {
             spec.dev.size().saturating_sub(self.geometry.data_offset) / self.geometry.chunk as u64
@@ -468,15 +475,18 @@ impl Array {
             .map(|m| m.path.as_str())
             .collect();
         if others.len() >= red {
-            return Err(Error::Refused(format!(
-                "failure domain '{}' already holds {} member{} of group {g} ({}), and the group survives only {red} failure{}: put {} in another domain, or use --force",
-                spec.domain,
-                others.len(),
-                if others.len() == 1 { "" } else { "s" },
-                others.join(", "),
-                if red == 1 { "" } else { "s" },
-                spec.path
-            )));
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "failure domain '{}' already holds {} member{} of group {g} ({}), and the group survives only {red} failure{}",
+                    spec.domain,
+                    others.len(),
+                    if others.len() == 1 { "" } else { "s" },
+                    others.join(", "),
+                    if red == 1 { "" } else { "s" },
+                ))
+                .or(Step::say(format!("put {} in another domain", spec.path)))
+                .or(Step::force(format!("use {} all the same", spec.path))),
+            ));
         }
         Ok(())
     }
@@ -497,9 +507,13 @@ impl Array {
                     .is_some_and(|m| m.path == old || m.uuid.to_string() == old)
                     || s.entry.as_ref().is_some_and(|e| e.uuid.to_string() == old)
             })
-            .ok_or_else(|| Error::Invalid(format!("{old} is not in a slot of '{}'", self.name)))?;
+            .ok_or_else(|| {
+                Error::Invalid(format!("{old} is not in a slot of '{}'", self.name).into())
+            })?;
         if st.slots[slot].replacement.is_some() {
-            return Err(Error::Busy(format!("{old} is already being replaced")));
+            return Err(Error::Busy(
+                format!("{old} is already being replaced").into(),
+            ));
         }
         let size = self.check_new_member(&spec)?;
         if !force {
@@ -579,8 +593,8 @@ impl Array {
         let rebuilding = probe.slots[set]
             .iter()
             .any(|s| s.state == SlotState::Rebuilding);
-        Err(Error::WouldFail(format!(
-            "failing {} would leave group {g} of '{}' with {working} working member{} of {w} ({} survives {red} out{}): the array would stop serving and its data would be unavailable. Use --force to fail it anyway",
+        Err(Error::WouldFail(Msg::new(format!(
+            "failing {} would leave group {g} of '{}' with {working} working member{} of {w} ({} survives {red} out{}): the array would stop serving and its data would be unavailable",
             m.path,
             self.name,
             if working == 1 { "" } else { "s" },
@@ -590,7 +604,7 @@ impl Array {
             } else {
                 ""
             }
-        )))
+        )).or(Step::force("fail it anyway"))))
     }
 
     /// Bytes of member space the recovery of this slot's member still covers.
@@ -695,27 +709,30 @@ impl Array {
     /// re-added (split off, or its slot was given to another member).
     pub(crate) fn plan_re_add(&self, sb: &Superblock, path: &str) -> Result<ReAddPlan> {
         if sb.array_uuid != self.uuid {
-            return Err(Error::Invalid(format!(
-                "{path} is not a member of '{}' (its superblock names '{}', {})",
-                self.name, sb.name, sb.array_uuid
-            )));
+            return Err(Error::Invalid(
+                format!(
+                    "{path} is not a member of '{}' (its superblock names '{}', {})",
+                    self.name, sb.name, sb.array_uuid
+                )
+                .into(),
+            ));
         }
         let st = self.state.load_full();
         if st.live_members().iter().any(|m| m.uuid == sb.this_member) {
-            return Err(Error::Invalid(format!(
-                "{path} is already a member of '{}'",
-                self.name
-            )));
+            return Err(Error::Invalid(
+                format!("{path} is already a member of '{}'", self.name).into(),
+            ));
         }
         let event = self.event.load(Ordering::Acquire);
         let n = self.superblock(&st, event, false, uuid::Uuid::nil());
-        let again =
-            format!("use --force to wipe {path} and add it as a new member (rebuilt in full)");
+        let again = Step::force(format!(
+            "wipe {path} and add it as a new member (rebuilt in full)"
+        ));
         if let Verdict::Diverged { .. } = freshness::judge_one(&n, sb) {
-            return Err(Error::Refused(format!(
-                "{path} went on without '{}' (split brain: its superblock is from event {} of another session, the array is at {event}); its data is not this array's: {again}",
+            return Err(Error::Refused(Msg::new(format!(
+                "{path} went on without '{}' (split brain: its superblock is from event {} of another session, the array is at {event}); its data is not this array's",
                 self.name, sb.event
-            )));
+            )).or(again)));
         }
         match n.role_of(&sb.this_member) {
             Role::Slot(i) if matches!(st.slots[i].state, SlotState::Failed | SlotState::Empty) => {
@@ -724,10 +741,10 @@ impl Array {
                     bitmap: freshness::bitmap_covers(&n, sb),
                 })
             }
-            _ => Err(Error::Refused(format!(
-                "{path} was a member of '{}' but its place has been taken (its superblock is from event {}, the array is at {event}): {again}",
+            _ => Err(Error::Refused(Msg::new(format!(
+                "{path} was a member of '{}' but its place has been taken (its superblock is from event {}, the array is at {event})",
                 self.name, sb.event
-            ))),
+            )).or(again))),
         }
     }
 
@@ -759,13 +776,16 @@ impl Array {
             .expect("a re-added slot records its member");
         let g = &self.geometry;
         if spec.dev.size() < g.data_offset.saturating_add(entry.size) {
-            return Err(Error::Refused(format!(
-                "{} is smaller than '{}' expects ({} of data at offset {})",
-                spec.path,
-                self.name,
-                human(entry.size),
-                human(g.data_offset)
-            )));
+            return Err(Error::Refused(
+                format!(
+                    "{} is smaller than '{}' expects ({} of data at offset {})",
+                    spec.path,
+                    self.name,
+                    human(entry.size),
+                    human(g.data_offset)
+                )
+                .into(),
+            ));
         }
         let member = Arc::new(Member {
             dev: spec.dev,

@@ -124,17 +124,16 @@ fn now_secs() -> u64 {
 pub async fn read_superblock(dev: &Arc<dyn BlockDev>) -> Result<Superblock> {
     let want = 2 * superblock::COPY_SIZE;
     if dev.size() < want as u64 {
-        return Err(Error::Invalid(format!(
-            "{} is too small to be an sbod member",
-            dev.name()
-        )));
+        return Err(Error::Invalid(
+            format!("{} is too small to be an sbod member", dev.name()).into(),
+        ));
     }
     let buf = AlignedBuf::zeroed(want).into_shared();
     dev::read_at(dev, 0, buf.clone(), IoClass::Foreground)
         .await
         .map_err(|e| Error::io(format!("reading the superblock of {}", dev.name()), e))?;
     let buf = buf.try_unwrap().expect("sole owner");
-    Superblock::decode_area(&buf).map_err(|e| Error::Invalid(format!("{}: {e}", dev.name())))
+    Superblock::decode_area(&buf).map_err(|e| Error::Invalid(format!("{}: {e}", dev.name()).into()))
 }
 
 impl Array {

@@ -14,7 +14,7 @@ pub mod intent;
 use crate::bitmap::Bitmap;
 use crate::buf::SharedBuf;
 use crate::dev::{self, IoClass, IoKind, IoReq};
-use crate::error::{Error, Result};
+use crate::error::{Error, Msg, Result, Step};
 use crate::layout::Geometry;
 use crate::locks::StripeLocks;
 use crate::member::{Member, State};
@@ -142,7 +142,7 @@ impl DataPath {
     /// The array failed: its reason as an error.
     pub(crate) fn failed(&self) -> Result<()> {
         match &self.state.load().failed {
-            Some(why) => Err(Error::Failed(why.clone())),
+            Some(why) => Err(Error::Failed(why.clone().into())),
             None => Ok(()),
         }
     }
@@ -155,10 +155,13 @@ impl DataPath {
     }
 
     pub(crate) fn read_only_error(&self) -> Error {
-        Error::ReadOnly(format!(
-            "'{}' was started read-only to rescue its data: nothing is written to it. Copy the data off; to use the array again, bring back its members (or replace them) and assemble it without --force",
-            self.name
-        ))
+        Error::ReadOnly(
+            Msg::new(format!(
+                "'{}' was started read-only to rescue its data: nothing is written to it",
+                self.name
+            ))
+            .or(Step::say("copy the data off; to use the array again, bring back its members (or replace them) and assemble it without forcing")),
+        )
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -369,11 +372,15 @@ impl DataPath {
 
     pub(crate) fn nospace_error(&self, m: &[Arc<Member>]) -> Error {
         let who: Vec<&str> = m.iter().map(|m| m.path.as_str()).collect();
-        Error::NoSpace(format!(
-            "'{}': no space left on the file system of {}: the write did not complete (no member was failed); free space there, or give the members their space with --preallocate, and write again",
-            self.name,
-            who.join(", ")
-        ))
+        Error::NoSpace(
+            Msg::new(format!(
+                "'{}': no space left on the file system of {}: the write did not complete (no member was failed)",
+                self.name,
+                who.join(", ")
+            ))
+            .or(Step::say("free space there and write again"))
+            .or(Step::Preallocate),
+        )
     }
 
     /// Write to every target concurrently. Members that fail are failed (the write still

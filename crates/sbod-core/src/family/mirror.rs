@@ -37,10 +37,9 @@ async fn read_copies(
         }
     }
     if order.is_empty() {
-        return Err(Error::Failed(format!(
-            "group {} has no readable copy",
-            addr.group
-        )));
+        return Err(Error::Failed(
+            format!("group {} has no readable copy", addr.group).into(),
+        ));
     }
     let mut bad = Vec::new();
     for m in &order {
@@ -57,10 +56,13 @@ async fn read_copies(
             }
         }
     }
-    Err(Error::Failed(format!(
-        "no copy of group {} could be read at member offset {moff}",
-        addr.group
-    )))
+    Err(Error::Failed(
+        format!(
+            "no copy of group {} could be read at member offset {moff}",
+            addr.group
+        )
+        .into(),
+    ))
 }
 
 /// Rewrite copies that failed to read, from a good copy read again under the lock.
@@ -124,10 +126,9 @@ async fn write_chunk(
         })
         .collect();
     if targets.is_empty() {
-        return Err(Error::Failed(format!(
-            "group {} has no working copy",
-            addr.group
-        )));
+        return Err(Error::Failed(
+            format!("group {} has no working copy", addr.group).into(),
+        ));
     }
     dp.write_targets(targets, fua, IoClass::Foreground, Some(addr))
         .await
@@ -197,10 +198,13 @@ impl Family for Mirror {
                 }
             }
         }
-        Err(Error::Failed(format!(
-            "no readable copy in group {} at member offset {base}",
-            addr.group
-        )))
+        Err(Error::Failed(
+            format!(
+                "no readable copy in group {} at member offset {base}",
+                addr.group
+            )
+            .into(),
+        ))
     }
 
     /// Copies compared block by block. A majority of three or more copies wins, and
@@ -220,10 +224,13 @@ impl Family for Mirror {
         let mut out = Judgement::default();
         let good: Vec<usize> = (0..w).filter(|i| !unreadable.contains(i)).collect();
         if good.is_empty() {
-            return Err(Error::Failed(format!(
-                "no copy of group {} stripe {} could be read",
-                addr.group, addr.stripe
-            )));
+            return Err(Error::Failed(
+                format!(
+                    "no copy of group {} stripe {} could be read",
+                    addr.group, addr.stripe
+                )
+                .into(),
+            ));
         }
         for row in (0..chunk).step_by(BLOCK as usize) {
             let rows: Vec<&[u8]> = good

@@ -51,7 +51,7 @@ impl Parity {
         let scheme = geometry
             .codec_scheme()
             .expect("a parity layout has a codec scheme");
-        let codec = Codec::new(scheme).map_err(|e| Error::Invalid(e.to_string()))?;
+        let codec = Codec::new(scheme).map_err(|e| Error::Invalid(e.to_string().into()))?;
         Ok(Parity {
             k: codec.k(),
             m: codec.m(),
@@ -505,10 +505,13 @@ impl Parity {
             }
         }
         if got < k {
-            return Err(Error::Failed(format!(
-                "group {} stripe {}: only {got} of {n} chunks readable, {k} needed",
-                addr.group, addr.stripe
-            )));
+            return Err(Error::Failed(
+                format!(
+                    "group {} stripe {}: only {got} of {n} chunks readable, {k} needed",
+                    addr.group, addr.stripe
+                )
+                .into(),
+            ));
         }
         let present: Vec<bool> = bufs.iter().map(|b| b.is_some()).collect();
         let mut wanted = vec![false; n];
@@ -703,11 +706,14 @@ impl Family for Parity {
         let shard_bufs: Vec<SharedBuf> = (0..n).map(|s| bufs[pos(s)].clone()).collect();
         let lost: Vec<usize> = (0..n).filter(|&s| unreadable.contains(&pos(s))).collect();
         if lost.len() > m {
-            return Err(Error::Failed(format!(
-                "group {} stripe {t}: {} chunks unreadable",
-                addr.group,
-                lost.len()
-            )));
+            return Err(Error::Failed(
+                format!(
+                    "group {} stripe {t}: {} chunks unreadable",
+                    addr.group,
+                    lost.len()
+                )
+                .into(),
+            ));
         }
         if !lost.is_empty() {
             // Rebuild unreadable chunks from the rest and rewrite them.

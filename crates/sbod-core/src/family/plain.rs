@@ -42,7 +42,7 @@ pub(crate) async fn read_direct(
     let st = dp.state.load_full();
     let m = st.slots[slot]
         .readable(moff + dst.len() as u64)
-        .ok_or_else(|| Error::Failed(format!("slot {slot} has no working member")))?
+        .ok_or_else(|| Error::Failed(format!("slot {slot} has no working member").into()))?
         .clone();
     if let Err(e) = dp.mread(&m, moff, dst, IoClass::Foreground).await {
         dp.note_read_error(&m, &e).await;
@@ -80,10 +80,9 @@ async fn write_run(
         })
         .collect();
     if targets.is_empty() {
-        return Err(Error::Failed(format!(
-            "slot {} has no working member",
-            run.slot
-        )));
+        return Err(Error::Failed(
+            format!("slot {} has no working member", run.slot).into(),
+        ));
     }
     // One copy: a write refused for space leaves nothing inconsistent to resync.
     dp.write_targets(targets, fua, IoClass::Foreground, None)
@@ -137,7 +136,7 @@ impl Family for Plain {
             let src = st.slots[*slot]
                 .readable(base + len)
                 .ok_or_else(|| {
-                    Error::Failed(format!("slot {slot} has no readable member to copy from"))
+                    Error::Failed(format!("slot {slot} has no readable member to copy from").into())
                 })?
                 .clone();
             let buf = AlignedBuf::for_overwrite(len as usize).into_shared();

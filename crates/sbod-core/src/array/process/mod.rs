@@ -225,7 +225,8 @@ impl Array {
                         self.name,
                         p.status().percent
                     )
-                    .to_lowercase(),
+                    .to_lowercase()
+                    .into(),
                 ));
             }
         }

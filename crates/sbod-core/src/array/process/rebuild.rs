@@ -32,7 +32,7 @@ impl Array {
             loop {
                 let st = self.state.load_full();
                 if let Some(why) = &st.failed {
-                    return Err(Error::Failed(why.clone()));
+                    return Err(Error::Failed(why.clone().into()));
                 }
                 let targets = rebuild_targets(&st);
                 if targets.is_empty() {
@@ -129,7 +129,7 @@ impl Array {
             }
             let st = self.state.load_full();
             if let Some(why) = &st.failed {
-                return Err(Error::Failed(why.clone()));
+                return Err(Error::Failed(why.clone().into()));
             }
             if rebuild_targets(&st).is_empty() {
                 return Ok(());

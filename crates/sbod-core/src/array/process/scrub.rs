@@ -34,17 +34,23 @@ impl Array {
     /// when redundancy is missing.
     pub fn start_scrub(self: &Arc<Self>, repair: bool) -> Result<Arc<ProcessHandle>> {
         if self.geometry.redundancy() == 0 {
-            return Err(Error::Invalid(format!(
-                "'{}' is {}: there is no redundancy to check",
-                self.name, self.geometry.level
-            )));
+            return Err(Error::Invalid(
+                format!(
+                    "'{}' is {}: there is no redundancy to check",
+                    self.name, self.geometry.level
+                )
+                .into(),
+            ));
         }
         let st = self.state.load_full();
         if st.slots.iter().any(|s| s.state != SlotState::Active) {
-            return Err(Error::Refused(format!(
-                "'{}' is degraded: scrub needs every member; replace or rebuild first",
-                self.name
-            )));
+            return Err(Error::Refused(
+                format!(
+                    "'{}' is degraded: scrub needs every member; replace or rebuild first",
+                    self.name
+                )
+                .into(),
+            ));
         }
         let kind = if repair {
             ProcessKind::Repair
@@ -116,7 +122,7 @@ impl Array {
                 return Err(Error::Refused(format!(
                     "failed {}; the scrub stops here and the array rebuilds what it held (from a spare, or once replaced)",
                     failed.join(", ")
-                )));
+                ).into()));
             }
             for ((tt, g), c) in jobs.zip(checks) {
                 let c = c?;
@@ -184,9 +190,9 @@ impl Array {
                     ..Default::default()
                 });
             }
-            return Err(Error::Refused(format!(
-                "group {g} lost a member during the scrub"
-            )));
+            return Err(Error::Refused(
+                format!("group {g} lost a member during the scrub").into(),
+            ));
         }
         let members: Vec<Arc<Member>> = members.into_iter().map(|m| m.expect("checked")).collect();
         let bufs: Vec<SharedBuf> = members
