@@ -13,6 +13,7 @@ pub mod members;
 pub mod metrics;
 pub mod monitor;
 pub mod registry;
+pub mod rejoin;
 pub mod words;
 
 pub use error::{advice_of, err, err_advised, kind_of, Error, ErrorKind};

@@ -5,7 +5,6 @@ mod export;
 mod lab;
 mod monitor;
 mod output;
-mod remote;
 mod serve;
 mod web;
 

@@ -231,7 +231,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             .filter(|p| sbod_remote::is_uri(p) && !open.contains(p))
             .collect()
     };
-    let watcher = tokio::spawn(crate::remote::watch(
+    let watcher = tokio::spawn(sbod_mgmt::rejoin::watch(
         array.clone(),
         missing,
         stop_rx.clone(),
