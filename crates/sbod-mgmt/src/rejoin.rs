@@ -35,7 +35,7 @@ pub async fn watch(
         }
         tick += 1;
         let mut changed = false;
-        if !missing.is_empty() && tick.is_multiple_of(RETRY_MISSING) {
+        if !missing.is_empty() && tick % RETRY_MISSING == 0 {
             let mut still = Vec::new();
             for uri in missing {
                 match rejoin(&array, &uri).await {
