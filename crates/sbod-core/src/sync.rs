@@ -136,7 +136,7 @@ impl Array {
         let _g = self.mgmt.lock().await;
         let st = self.state.load_full();
         if let Some(why) = &st.failed {
-            return Err(Error::Failed(why.clone()));
+            return Err(Error::Failed(why.clone().into()));
         }
         let lost = self.commit((*st).clone()).await;
         drop(_g);
@@ -162,7 +162,7 @@ impl Array {
         // members are flushed by the log's checkpoints, not for each FLUSH.
         if self.sync.mode() == SyncMode::Disabled || self.sync.log.journaling() {
             if let Some(why) = &self.state.load().failed {
-                return Err(Error::Failed(why.clone()));
+                return Err(Error::Failed(why.clone().into()));
             }
             self.sync.skipped_flushes.fetch_add(1, Relaxed);
             return Ok(());
@@ -200,7 +200,7 @@ pub(crate) fn spawn_flusher(a: &Arc<Array>) -> tokio::task::JoinHandle<()> {
         let mut due = tokio::time::Instant::now() + a.sync.interval();
         loop {
             // Made before `closing` is read, so a close's kick is not missed.
-            let kicked = a.wake.notified();
+            let kicked = a.bg.wake.notified();
             if a.closing.load(std::sync::atomic::Ordering::Acquire) {
                 return;
             }

@@ -690,7 +690,10 @@ fn a_chain_crosses_the_end_of_the_ring() {
         for t in 0..40 {
             log.append(&rec(t)).await.unwrap().applied();
         }
-        assert_eq!(log.checkpoint().await.unwrap(), 40);
+        // A checkpoint may already run in the background (the ring went past half full):
+        // whichever reclaims them, none of the 40 is left live.
+        log.checkpoint().await.unwrap();
+        assert_eq!(log.info().live_records, 0);
         // 20 more, not applied: 11 fit before the end, the rest go to the start.
         let mut held = Vec::new();
         for t in 40..60 {

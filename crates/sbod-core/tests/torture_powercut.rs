@@ -15,6 +15,7 @@
 mod torture_util;
 
 use sbod_core::dev::fault::{CutReport, PowerCutDev, PowerSupply, Rng};
+use sbod_core::error::Step;
 use sbod_core::{AlignedBuf, Array, AssembleOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -541,7 +542,9 @@ fn crash_and_lose_a_member(layout_name: &str) {
                 .unwrap_or_else(|| panic!("{what}: started without m{lost} silently"));
             assert!(
                 matches!(e, sbod_core::Error::MissingMembers(_))
-                    && e.to_string().contains("--degraded"),
+                    && e.advice()
+                        .iter()
+                        .any(|s| matches!(s, Step::Degraded { .. })),
                 "{what}: {e}"
             );
             let degraded = AssembleOptions {
@@ -554,7 +557,7 @@ fn crash_and_lose_a_member(layout_name: &str) {
                     assert!(
                         matches!(e, sbod_core::Error::Refused(_))
                             && msg.contains("not shut down cleanly")
-                            && msg.contains("--force"),
+                            && e.advice().iter().any(|s| matches!(s, Step::Force { .. })),
                         "{what}: refused without saying why: {msg}"
                     );
                     refused += 1;

@@ -4,7 +4,7 @@
 //! this process ([`Local`]): the same requests, executed by the same code either way.
 
 use crate::control;
-use crate::error::{err, ErrorKind};
+use crate::error::{err, err_advised, ErrorKind};
 use crate::local::Local;
 use crate::{members, registry};
 use anyhow::{anyhow, bail, Context, Result};
@@ -1002,9 +1002,10 @@ fn check_member_size(opt: &str, size: u64, chunk: u64) -> Result<()> {
 /// An engine error for people: members named by their registered paths.
 pub fn explain(e: sbod_core::Error, reg: Option<&registry::Registry>) -> anyhow::Error {
     match e {
-        sbod_core::Error::MissingMembers(m) => err(
+        sbod_core::Error::MissingMembers(m) => err_advised(
             ErrorKind::Refused,
             m.describe(|u| reg.and_then(|r| r.failed_path(&u.to_string()))),
+            m.advice(),
         ),
         e => anyhow!(e),
     }

@@ -89,6 +89,9 @@ pub struct Response {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ErrorKind>,
+    /// What can be done about the error, for the client to word.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advice: Vec<crate::Step>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,
 }
@@ -99,15 +102,26 @@ impl Response {
             ok: true,
             error: None,
             kind: None,
+            advice: Vec::new(),
             result: Some(v),
         }
     }
 
     pub fn err(kind: ErrorKind, e: impl std::fmt::Display) -> Response {
+        Response::advised(kind, e, Vec::new())
+    }
+
+    /// An error with the steps the client may word for the person.
+    pub fn advised(
+        kind: ErrorKind,
+        e: impl std::fmt::Display,
+        advice: Vec<crate::Step>,
+    ) -> Response {
         Response {
             ok: false,
             error: Some(e.to_string()),
             kind: Some(kind),
+            advice,
             result: None,
         }
     }

@@ -42,6 +42,7 @@ macro_rules! word_enum {
     };
 }
 
+pub mod advice;
 pub mod control;
 pub mod event;
 pub mod level;
@@ -49,6 +50,7 @@ pub mod size;
 pub mod status;
 pub mod sync;
 
+pub use advice::Step;
 pub use event::{Event, EventKind};
 pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};

@@ -354,7 +354,16 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
     }
     let mut out = Vec::new();
     let mut failed = 0;
+    // Members held by another program (an array served by another sbod, with its own
+    // state directory, on the same devices): that array runs elsewhere; pass it over.
+    let busy = |e: &anyhow::Error| {
+        e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::ResourceBusy)
+        })
+    };
     for f in found {
+        let mut skipped = f.served;
         let r = if f.served {
             Err("already served".to_string())
         } else {
@@ -365,7 +374,15 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
                 members: f.members.clone(),
             })
             .await
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| {
+                let text = sbod_mgmt::words::message(&e, sbod_mgmt::words::Style::Cli);
+                if busy(&e) {
+                    skipped = true;
+                    format!("in use by another program (served elsewhere?): {text}")
+                } else {
+                    text
+                }
+            })
         };
         let name = f.registered.clone().unwrap_or(f.name.clone());
         match &r {
@@ -383,7 +400,7 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
                     }
                 }
             }
-            Err(e) if f.served => {
+            Err(e) if skipped => {
                 if !args.json {
                     println!("{name}: {e}");
                 }
@@ -400,6 +417,7 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
             "uuid": f.uuid,
             "members": f.members,
             "assembled": r.is_ok(),
+            "skipped": skipped,
             "state": r.as_ref().ok().map(|(st, _, _)| st.state),
             "error": r.as_ref().err(),
         }));

@@ -232,7 +232,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             .filter(|p| sbod_remote::is_uri(p) && !open.contains(p))
             .collect()
     };
-    let watcher = tokio::spawn(crate::remote::watch(
+    let watcher = tokio::spawn(sbod_mgmt::rejoin::watch(
         array.clone(),
         missing,
         stop_rx.clone(),
@@ -277,4 +277,28 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     r?;
     closed?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each engine error reaches the NBD client as the errno its cause deserves: a codec
+    /// failure is the engine's fault (EIO), never the request's (EINVAL).
+    #[test]
+    fn engine_errors_map_to_errnos() {
+        use sbod_core::Error;
+        let cases = [
+            (Error::Codec("bad shard length".into()), NbdError::Io),
+            (Error::Invalid("out of range".into()), NbdError::Inval),
+            (Error::NoSpace("full".into()), NbdError::NoSpc),
+            (Error::ReadOnly("rescue".into()), NbdError::Perm),
+            (Error::Failed("gone".into()), NbdError::Io),
+            (Error::ShutDown, NbdError::ShutDown),
+        ];
+        for (e, want) in cases {
+            let what = e.to_string();
+            assert_eq!(nbd_err(e), want, "{what}");
+        }
+    }
 }

@@ -7,7 +7,7 @@ use super::{format, read_super, scan, Log, LogDevice, LogError, LogHost, Record}
 use crate::array::{check_blank, Array, AssembleOptions, MemberSpec, State};
 use crate::buf::AlignedBuf;
 use crate::dev::{self, BoxFut, IoClass};
-use crate::error::{Error, Result};
+use crate::error::{Error, Msg, Result, Step};
 use crate::superblock::{LogConfig, LogDevEntry, OutReason, OutRecord, Superblock};
 use arc_swap::ArcSwapOption;
 use parking_lot::Mutex;
@@ -26,11 +26,14 @@ pub const JOURNALING: bool = false;
 
 /// What the write-hole refusal adds: a log would have avoided it (once the engine
 /// journals through it).
-pub(crate) fn write_hole_hint(sb: &Superblock) -> &'static str {
+pub(crate) fn write_hole_hint(sb: &Superblock) -> (&'static str, Option<Step>) {
     match (JOURNALING, sb.log.devices.iter().any(|e| e.active)) {
-        (true, false) => ". A log device (`sbod add NAME --log DEV`, an SSD) journals every write and avoids this: with one, such an array starts with --degraded alone",
-        (true, true) => ". The log that journals its writes was not usable at this start",
-        (false, _) => "",
+        (true, false) => ("", Some(Step::AddLog)),
+        (true, true) => (
+            "; the log that journals its writes was not usable at this start",
+            None,
+        ),
+        (false, _) => ("", None),
     }
 }
 
@@ -133,7 +136,7 @@ fn log_err(e: LogError) -> Error {
             context: "log".into(),
             source: io::Error::other(m),
         },
-        e => Error::Invalid(e.to_string()),
+        e => Error::Invalid(e.to_string().into()),
     }
 }
 
@@ -206,10 +209,14 @@ impl Array {
             Ok(s) => s,
             Err(why) => {
                 if !sb.clean && cfg.journal && !opts.force {
-                    return Err(Error::Refused(format!(
-                        "'{}' was not shut down cleanly and its log cannot be read ({why}): the log may hold acknowledged writes the members do not have. Give its log device(s) to assemble; or, to start without them and lose those writes, assemble with --force",
-                        self.name
-                    )));
+                    return Err(Error::Refused(
+                        Msg::new(format!(
+                            "'{}' was not shut down cleanly and its log cannot be read ({why}): the log may hold acknowledged writes the members do not have",
+                            self.name
+                        ))
+                        .or(Step::say("give its log device(s) to assemble"))
+                        .or(Step::force("start without them and lose those writes")),
+                    ));
                 }
                 let all: Vec<Uuid> = active.iter().map(|e| e.uuid).collect();
                 self.mark_log_out(&all, OutReason::Missing);
@@ -230,7 +237,7 @@ impl Array {
             let rec = scan
                 .read(&trusted, i)
                 .await
-                .map_err(|e| Error::Invalid(format!("replaying the log: {e}")))?;
+                .map_err(|e| Error::Invalid(format!("replaying the log: {e}").into()))?;
             self.replay_record(&rec, st).await?;
         }
         self.sync.log.replayed.store(n as u64, Ordering::Relaxed);
@@ -280,11 +287,14 @@ impl Array {
         for (e, data) in rec.writes() {
             let slot = e.slot as usize;
             let Some(s) = st.slots.get(slot) else {
-                return Err(Error::Invalid(format!(
+                return Err(Error::Invalid(
+                    format!(
                     "the log names slot {slot}, and '{}' has {} slots: it is not this array's log",
                     self.name,
                     st.slots.len()
-                )));
+                )
+                    .into(),
+                ));
             };
             let buf = match data {
                 Some(d) => AlignedBuf::from_slice(d),
@@ -293,10 +303,9 @@ impl Array {
             .into_shared();
             for m in s.write_targets() {
                 if e.offset + e.len as u64 > m.size {
-                    return Err(Error::Invalid(format!(
-                        "the log writes past the end of {}'s data",
-                        m.path
-                    )));
+                    return Err(Error::Invalid(
+                        format!("the log writes past the end of {}'s data", m.path).into(),
+                    ));
                 }
                 dev::write_at(
                     &m.dev,
@@ -325,10 +334,13 @@ impl Array {
             .iter()
             .any(|m| m.path == spec.path)
         {
-            return Err(Error::Invalid(format!(
-                "{} is a member of '{}', not a log device",
-                spec.path, self.name
-            )));
+            return Err(Error::Invalid(
+                format!(
+                    "{} is a member of '{}', not a log device",
+                    spec.path, self.name
+                )
+                .into(),
+            ));
         }
         let cfg = self.sync.log.config();
         let found = self.sync.log.found.lock().clone();
@@ -336,10 +348,9 @@ impl Array {
             .iter()
             .any(|d| d.path == spec.path && cfg.devices.iter().any(|e| e.uuid == d.uuid))
         {
-            return Err(Error::Invalid(format!(
-                "{} is already a log device of '{}'",
-                spec.path, self.name
-            )));
+            return Err(Error::Invalid(
+                format!("{} is already a log device of '{}'", spec.path, self.name).into(),
+            ));
         }
         let active: Vec<String> = cfg
             .devices
@@ -354,24 +365,30 @@ impl Array {
             })
             .collect();
         if active.len() >= crate::superblock::MAX_LOG_DEVICES {
-            return Err(Error::Refused(format!(
-                "'{}' already has a mirrored log ({}): remove one of its devices first",
-                self.name,
-                active.join(", ")
-            )));
+            return Err(Error::Refused(
+                format!(
+                    "'{}' already has a mirrored log ({}): remove one of its devices first",
+                    self.name,
+                    active.join(", ")
+                )
+                .into(),
+            ));
         }
         if let Ok(sb) = read_super(&spec.dev).await {
             if !force {
-                return Err(Error::Refused(format!(
-                    "{} is a log device of {} ({}); use --force to overwrite it",
-                    spec.path,
-                    if sb.array_uuid == self.uuid {
-                        format!("'{}' removed earlier", self.name)
-                    } else {
-                        "another array".to_string()
-                    },
-                    sb.array_uuid
-                )));
+                return Err(Error::Refused(
+                    Msg::new(format!(
+                        "{} is a log device of {} ({})",
+                        spec.path,
+                        if sb.array_uuid == self.uuid {
+                            format!("'{}' removed earlier", self.name)
+                        } else {
+                            "another array".to_string()
+                        },
+                        sb.array_uuid
+                    ))
+                    .or(Step::force("overwrite it")),
+                ));
             }
         } else {
             check_blank(&spec.dev, force).await?;
@@ -387,7 +404,7 @@ impl Array {
                 spec.path,
                 self.name,
                 crate::layout::human(format::RING_START + need)
-            )));
+            ).into()));
         }
         let dev = LogDevice {
             dev: spec.dev,
@@ -404,7 +421,7 @@ impl Array {
                     .await
                     .map_err(log_err)?;
                 if let Some((_, e)) = failed.first() {
-                    return Err(Error::Invalid(format!("{}: {e}", dev.path)));
+                    return Err(Error::Invalid(format!("{}: {e}", dev.path).into()));
                 }
                 self.sync.log.log.store(Some(log));
             }
@@ -471,7 +488,7 @@ impl Array {
         self.check_writable()?;
         let _c = self.sync.log.change.lock().await;
         let uuid = self.log_uuid_of(who).ok_or_else(|| {
-            Error::Invalid(format!("{who} is not a log device of '{}'", self.name))
+            Error::Invalid(format!("{who} is not a log device of '{}'", self.name).into())
         })?;
         let cfg = self.sync.log.config();
         let entry = cfg
