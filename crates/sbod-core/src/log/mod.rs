@@ -558,7 +558,7 @@ impl Log {
                 .iter()
                 .map(|(d, e)| format!("{}: {e}", d.path))
                 .collect();
-            return Err(LogError::Failed(why.join("; ").into()));
+            return Err(LogError::Failed(why.join("; ")));
         }
         let log = Arc::new_cyclic(|me| Log {
             me: me.clone(),
@@ -654,7 +654,7 @@ impl Log {
             {
                 let mut r = self.ring.lock();
                 if let Some(e) = &r.failed {
-                    return Err(LogError::Failed(e.clone().into()));
+                    return Err(LogError::Failed(e.clone()));
                 }
                 if r.closed {
                     return Err(LogError::Closed);
@@ -695,7 +695,7 @@ impl Log {
         self.changed.notify_waiters();
         if !ok {
             return Err(LogError::Failed(
-                self.ring.lock().failed.clone().unwrap_or_default().into(),
+                self.ring.lock().failed.clone().unwrap_or_default(),
             ));
         }
         self.records.fetch_add(1, Relaxed);
@@ -706,7 +706,7 @@ impl Log {
             {
                 let r = self.ring.lock();
                 if let Some(e) = &r.failed {
-                    return Err(LogError::Failed(e.clone().into()));
+                    return Err(LogError::Failed(e.clone()));
                 }
                 if r.durable_upto > seq {
                     break;
@@ -817,7 +817,7 @@ impl Log {
         let (n, tail_seq, tail_off, generation) = {
             let mut r = self.ring.lock();
             if let Some(e) = &r.failed {
-                return Err(LogError::Failed(e.clone().into()));
+                return Err(LogError::Failed(e.clone()));
             }
             let n = r.live.iter().take_while(|l| l.state == St::Applied).count();
             if n == 0 {
@@ -911,7 +911,7 @@ impl Log {
             let (sb, n) = {
                 let mut r = self.ring.lock();
                 if let Some(e) = &r.failed {
-                    return Err(LogError::Failed(e.clone().into()));
+                    return Err(LogError::Failed(e.clone()));
                 }
                 r.generation += 1;
                 let (seq, off) = match r.live.front() {
