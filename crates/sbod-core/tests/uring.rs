@@ -397,6 +397,60 @@ fn contiguous_requests_merge_and_keep_their_outcomes() {
     quiet(&rx);
 }
 
+/// Under a plug (`dev::plug`) an idle io_uring member's thread is not woken per request:
+/// the requests wait together until the plug is released, then go as merged I/Os, each
+/// with its own outcome. Nested plugs release at the outermost.
+#[test]
+fn a_plug_gathers_requests_for_one_wake_up() {
+    if sbod_core::dev::uring::available().is_err() {
+        eprintln!("io_uring not usable here: nothing to test");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let blocks = 64usize;
+    let path = make_file(dir.path(), "m", (blocks * BLOCK) as u64);
+    let opened = file::open(&path, &file::OpenOptions::default()).unwrap();
+    let d = Arc::new(UringDev::new("m".into(), opened).unwrap());
+    let dev: Arc<dyn BlockDev> = d.clone();
+    let (tx, rx) = mpsc::channel();
+    // Let the ring thread go to sleep.
+    std::thread::sleep(Duration::from_millis(50));
+    let before = d.merged();
+    {
+        let _outer = dev::plug::hold();
+        let _inner = dev::plug::hold();
+        for i in 0..blocks {
+            let buf = buf_with(&pattern(BLOCK, i as u8));
+            let kind = IoKind::Write { buf, fua: false };
+            dev.submit(req((i * BLOCK) as u64, kind), tracked(i, &tx));
+        }
+        // Nothing woke the sleeping ring thread: nothing is done while the plug is held.
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(rx.try_recv().is_err(), "a request completed under the plug");
+    }
+    for r in collect(&rx, blocks) {
+        r.unwrap();
+    }
+    let merged = d.merged() - before;
+    assert!(
+        merged >= (blocks / 2) as u64,
+        "only {merged} of {blocks} plugged neighbours merged"
+    );
+    let buf = buf_with(&vec![0u8; blocks * BLOCK]);
+    dev.submit(req(0, IoKind::Read { buf: buf.clone() }), tracked(0, &tx));
+    collect(&rx, 1).pop().unwrap().unwrap();
+    // SAFETY: the read completed; nothing else uses the buffer.
+    let got = unsafe { buf.as_slice() };
+    for i in 0..blocks {
+        assert!(
+            got[i * BLOCK..(i + 1) * BLOCK] == pattern(BLOCK, i as u8)[..],
+            "block {i}"
+        );
+    }
+    dev.close();
+    quiet(&rx);
+}
+
 /// A member file truncated while open: every queue reports the size it has now (and the
 /// size it was opened with), and stops answering once closed.
 #[test]

@@ -66,6 +66,16 @@ struct Shared {
     merged: AtomicU64,
 }
 
+impl super::plug::Unplug for Shared {
+    fn unplug(&self) {
+        // As in submit: the ring thread either saw the requests or announced its sleep.
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
+            self.wake();
+        }
+    }
+}
+
 impl Shared {
     fn wake(&self) {
         let one: u64 = 1;
@@ -90,6 +100,8 @@ pub struct UringDev {
     probe: file::SizeProbe,
     tx: Sender<Pending>,
     shared: Arc<Shared>,
+    /// `shared`, as the plug keeps it (see `dev::plug`).
+    unplug: Arc<dyn super::plug::Unplug>,
     thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
     thread_id: ThreadId,
 }
@@ -268,6 +280,7 @@ impl UringDev {
             direct,
             probe: file::SizeProbe::new(file, opened.block_device),
             tx,
+            unplug: shared.clone(),
             shared,
             thread_id: handle.thread().id(),
             thread: parking_lot::Mutex::new(Some(handle)),
@@ -292,6 +305,11 @@ impl BlockDev for UringDev {
         }
         // On a disconnected channel the returned request is dropped, which completes it.
         if self.tx.send(Pending::new(req, done)).is_err() {
+            return;
+        }
+        // Under a plug the wake-up waits for the plug's release, so the ring thread finds
+        // this request's neighbours waiting with it.
+        if super::plug::defer(&self.unplug) {
             return;
         }
         // Pairs with the fence in Worker::run: either the ring thread sees this request
