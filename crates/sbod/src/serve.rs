@@ -103,14 +103,20 @@ impl Backend for ArrayExport {
 
     async fn read(&self, offset: u64, len: u32) -> Result<AlignedBuf, NbdError> {
         let t0 = Instant::now();
-        let r = self.array.read(offset, len as usize).await.map_err(nbd_err);
+        // Plugged: the member I/Os of all the request's stripes reach each member's queue
+        // together and go as one I/O per member where they are neighbours.
+        let r = sbod_core::dev::plugged(self.array.read(offset, len as usize))
+            .await
+            .map_err(nbd_err);
         self.count(Op::Read, len as u64, t0, r)
     }
 
     async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<(), NbdError> {
         let t0 = Instant::now();
         let len = data.len() as u64;
-        let r = self.array.write(offset, data, fua).await.map_err(nbd_err);
+        let r = sbod_core::dev::plugged(self.array.write(offset, data, fua))
+            .await
+            .map_err(nbd_err);
         self.count(Op::Write, len, t0, r)
     }
 
