@@ -3,19 +3,24 @@
 # plugin serving a file of the same size on the same tmpfs, driven by the same fio jobs
 # (fio's nbd engine over a Unix socket) in one run. Prints IOPS, MB/s and sbod/nbdkit.
 #
-#   scripts/bench-nbd.sh [--runtime SECONDS] [--size SIZE] [--repeat N]
+#   scripts/bench-nbd.sh [--runtime SECONDS] [--size SIZE] [--repeat N] [--jobs LIST]
 #
-# Defaults: 10 s per job, 1G export, 1 repetition. Not part of the test suite.
+# Defaults: 10 s per job, 1G export, 1 repetition, every job. --jobs takes a comma-separated
+# list of job names (seqwrite-1M, randread-4K-qd32, randwrite-4K-qd32, seqread-1M,
+# randread-4K-qd1, randwrite-4K-qd1). The two targets alternate within every repetition;
+# "lat" is fio's mean completion latency (lat_ns). Not part of the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNTIME=10
 SIZE=1G
 REPEAT=1
+ONLY=
 while [ $# -gt 0 ]; do
   case "$1" in
     --runtime) RUNTIME=$2; shift 2 ;;
     --size) SIZE=$2; shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
+    --jobs) ONLY=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -50,12 +55,17 @@ JOBS=(
   "randread-4K-qd32:--rw=randread --bs=4k --iodepth=32"
   "randwrite-4K-qd32:--rw=randwrite --bs=4k --iodepth=32"
   "seqread-1M:--rw=read --bs=1M --iodepth=8"
+  "randread-4K-qd1:--rw=randread --bs=4k --iodepth=1"
+  "randwrite-4K-qd1:--rw=randwrite --bs=4k --iodepth=1"
 )
 RESULTS=$WORK/results.jsonl
 for rep in $(seq "$REPEAT"); do
   for job in "${JOBS[@]}"; do
     name=${job%%:*}; opts=${job#*:}
-    for target in sbod nbdkit; do
+    if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]]; then continue; fi
+    # Alternate which target goes first, so neither always runs on a warmer machine.
+    order="sbod nbdkit"; [ $((rep % 2)) = 0 ] && order="nbdkit sbod"
+    for target in $order; do
       # shellcheck disable=SC2086
       fio --name="$name" --ioengine=nbd --uri="nbd+unix:///?socket=$WORK/$target.sock" $opts \
         --time_based --runtime="$RUNTIME" --ramp_time=1 --size="$EXPORT_BYTES" \
@@ -80,12 +90,14 @@ by = collections.defaultdict(list)
 for r in rows:
     by[(r["job"], r["target"])].append(r)
 jobs = list(dict.fromkeys(r["job"] for r in rows))
-print(f"| job | sbod IOPS | nbdkit IOPS | sbod MB/s | nbdkit MB/s | sbod/nbdkit |")
-print(f"|---|---:|---:|---:|---:|---:|")
+print(f"| job | sbod IOPS | nbdkit IOPS | sbod MB/s | nbdkit MB/s | sbod lat us | nbdkit lat us | sbod/nbdkit |")
+print(f"|---|---:|---:|---:|---:|---:|---:|---:|")
 for j in jobs:
     s = statistics.mean(r["iops"] for r in by[(j, "sbod")])
     n = statistics.mean(r["iops"] for r in by[(j, "nbdkit")])
     sm = statistics.mean(r["mbps"] for r in by[(j, "sbod")])
     nm = statistics.mean(r["mbps"] for r in by[(j, "nbdkit")])
-    print(f"| {j} | {s:,.0f} | {n:,.0f} | {sm:,.1f} | {nm:,.1f} | {s/n:.2f} |")
+    sl = statistics.mean(r["lat_us"] for r in by[(j, "sbod")])
+    nl = statistics.mean(r["lat_us"] for r in by[(j, "nbdkit")])
+    print(f"| {j} | {s:,.0f} | {n:,.0f} | {sm:,.1f} | {nm:,.1f} | {sl:,.1f} | {nl:,.1f} | {s/n:.2f} |")
 PY

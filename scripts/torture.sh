@@ -7,7 +7,10 @@
 #   - SIGKILL of `sbod serve` under libnbd clients (sbod-torture), per layout;
 #   - hostile input: the superblock parser and assembly, the NBD handshake and requests;
 #   - the trust model: random lives of an array (restarts, crashes, members hidden and
-#     brought back, old copies put back, fails past redundancy, rescues) against a model.
+#     brought back, old copies put back, fails past redundancy, rescues) against a model;
+#   - sync modes under power cuts, each against what it promises;
+#   - the log device: power cuts (dropped and torn log writes) with a member lost, replay
+#     closing the write hole (and the same workload without a log, to show the hole).
 #
 #   scripts/torture.sh [--scale N | --long] [--out DIR] [--levels raid5,raid6,...]
 #
@@ -54,6 +57,8 @@ suite() { # ITERS, then cargo test arguments
 }
 suite $((10 * scale)) -p sbod-core --test torture_powercut
 suite $((2 * scale)) -p sbod-core --test torture_faults
+suite $((6 * scale)) -p sbod-core --test sync_modes
+suite $((12 * scale)) -p sbod-core --test log
 suite 1 -p sbod-core --test torture_fuzz
 export SBOD_LIFECYCLE_CASES=$((400 * scale))
 suite 1 -p sbod-core --test lifecycle
@@ -127,6 +132,18 @@ table("Power cut and a member lost at once",
       ["layout", "crashes", "served correctly", "refused (clear error)", "wrong data"],
       by_test("powercut_and_member_lost"),
       lambda r: [r["layout"], r["crashes"], r["served_correctly"], r["refused"], 0])
+table("Sync modes under power cuts",
+      ["layout", "mode", "power cuts", "writes acked (FUA)", "flushes", "blocks verified",
+       "promise broken", "blocks lost that standard keeps"],
+      by_test("sync_modes"),
+      lambda r: [r["layout"], r["mode"], r["crashes"], f"{r['writes_acked']} ({r['fua_acked']})",
+                 r["flushes_acked"], f"{r['blocks_verified']:,}", r["broken_promises"],
+                 r["blocks_lost_that_standard_keeps"]])
+table("The write hole: power cut and a member lost, with and without a log",
+      ["log", "crashes", "writes acked", "records replayed", "wrong blocks"],
+      by_test("log_write_hole"),
+      lambda r: ["yes" if r["log"] else "no (control)", r["crashes"], r["writes_acked"],
+                 r["records_replayed"], r["wrong_blocks"]])
 table("SIGKILL of `sbod serve` under libnbd clients",
       ["layout", "kills (writing / starting / scrubbing)", "writes acked (FUA)", "flushes",
        "restarts verified (unclean)", "blocks verified", "resynced / member space",

@@ -12,7 +12,9 @@ fn rate(bytes: usize, secs: f64) -> String {
 
 fn main() {
     let big = 256 << 20;
-    let src: Vec<u8> = (0..big).map(|i| (i * 2_654_435_761usize >> 7) as u8).collect();
+    let src: Vec<u8> = (0..big)
+        .map(|i| ((i * 2_654_435_761usize) >> 7) as u8)
+        .collect();
     let mut dst = vec![0u8; big];
     let block = sbod_core::integrity::BLOCK as usize;
     let rounds = 8;
@@ -47,7 +49,10 @@ fn main() {
     let hw = std::arch::is_aarch64_feature_detected!("crc");
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let hw = false;
-    println!("crc32c instructions: {}", if hw { "yes" } else { "no (software)" });
+    println!(
+        "crc32c instructions: {}",
+        if hw { "yes" } else { "no (software)" }
+    );
     println!("crc32c per 4 KiB block, cache-resident (64 KiB): {hot_rate}");
     println!("crc32c per 4 KiB block, streaming 256 MiB:       {stream_rate}");
     println!("memory copy, streaming 256 MiB:                  {copy_rate}");

@@ -181,6 +181,99 @@ pub fn flush(dev: &Arc<dyn BlockDev>) -> impl Future<Output = io::Result<()>> + 
     )
 }
 
+/// Plugging, as the block layer's `blk_plug`: while a plug is held on a thread, member
+/// queues that would wake their thread for a new request (io_uring members) note it
+/// instead, and the plug wakes each of them once when it is released. A client request
+/// submits the chunks of all its stripes in one poll; with the plug held over that poll,
+/// every member's thread wakes once, finds the request's chunks for it waiting together,
+/// and merges the neighbours into one I/O (instead of waking, and taking one chunk, per
+/// submission). See [`plugged`].
+pub mod plug {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    /// Something to wake once the plug is released.
+    pub trait Unplug: Send + Sync {
+        fn unplug(&self);
+    }
+
+    struct State {
+        depth: usize,
+        held: Vec<Arc<dyn Unplug>>,
+    }
+
+    thread_local! {
+        static PLUG: RefCell<State> = const { RefCell::new(State { depth: 0, held: Vec::new() }) };
+    }
+
+    /// Defer `u`'s wake-up to the release of this thread's plug. False (nothing noted) when
+    /// no plug is held: the caller wakes at once.
+    pub fn defer(u: &Arc<dyn Unplug>) -> bool {
+        PLUG.with(|p| {
+            let Ok(mut p) = p.try_borrow_mut() else {
+                return false;
+            };
+            if p.depth == 0 {
+                return false;
+            }
+            if !p.held.iter().any(|h| Arc::ptr_eq(h, u)) {
+                p.held.push(u.clone());
+            }
+            true
+        })
+    }
+
+    /// Plugging is on unless `SBOD_PLUG=0` (for A/B benchmarks). Read once.
+    fn enabled() -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| std::env::var("SBOD_PLUG").map_or(true, |v| v != "0"))
+    }
+
+    /// A plug held on this thread until dropped (nests; the outermost release wakes).
+    pub struct Guard(bool);
+
+    pub fn hold() -> Guard {
+        if !enabled() {
+            return Guard(false);
+        }
+        PLUG.with(|p| p.borrow_mut().depth += 1);
+        Guard(true)
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if !self.0 {
+                return;
+            }
+            let held = PLUG.with(|p| {
+                let mut p = p.borrow_mut();
+                p.depth -= 1;
+                if p.depth == 0 {
+                    std::mem::take(&mut p.held)
+                } else {
+                    Vec::new()
+                }
+            });
+            for u in held {
+                u.unplug();
+            }
+        }
+    }
+}
+
+/// Run `f` with a plug held over each of its polls (see [`plug`]): the member I/Os one
+/// poll submits reach their queues' threads together, when the poll returns. Never wait
+/// synchronously for a member request inside `f`: its queue's thread would not be woken
+/// until the poll ends.
+pub async fn plugged<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    std::future::poll_fn(|cx| {
+        let _plug = plug::hold();
+        f.as_mut().poll(cx)
+    })
+    .await
+}
+
 pub mod fault;
 pub mod file;
 pub mod mem;

@@ -1,19 +1,82 @@
 use std::io;
 use uuid::Uuid;
 
-/// Engine errors. Messages are written for the person at the terminal: say what happened
-/// and what to do next.
+pub use sbod_types::Step;
+
+/// What happened, in words for the person at the terminal, and what they can do about it
+/// as typed [`Step`]s that each client words in its own terms (the CLI's options, the HTTP
+/// API's fields): the engine never spells a command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Msg {
+    pub text: String,
+    pub advice: Vec<Step>,
+}
+
+impl Msg {
+    pub fn new(text: impl Into<String>) -> Msg {
+        Msg {
+            text: text.into(),
+            advice: Vec::new(),
+        }
+    }
+
+    /// Add a step the person can take.
+    pub fn or(mut self, step: Step) -> Msg {
+        self.advice.push(step);
+        self
+    }
+}
+
+impl From<String> for Msg {
+    fn from(text: String) -> Msg {
+        Msg::new(text)
+    }
+}
+
+impl From<&str> for Msg {
+    fn from(text: &str) -> Msg {
+        Msg::new(text)
+    }
+}
+
+impl std::ops::Deref for Msg {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl std::fmt::Display for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Engine errors, by kind. Messages say what happened; what to do about it is in the
+/// typed advice ([`Error::advice`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// More members lost than the layout survives: data is not available.
     #[error("array has failed: {0}")]
-    Failed(String),
+    Failed(Msg),
     /// A request or argument the engine cannot honour.
     #[error("{0}")]
-    Invalid(String),
-    /// Refused to protect data (foreign member, signature, in use); `--force` may override.
+    Invalid(Msg),
+    /// A setting of the layout out of range: `setting` names it as the engine does
+    /// (`chunk`, `groups`, `spares`, `copies`, `bitmap_region`), `value` as given.
+    #[error("{setting} {value}: {why}")]
+    BadSetting {
+        setting: &'static str,
+        value: String,
+        why: String,
+    },
+    /// Refused to protect data (foreign member, signature, in use); `force` may override.
     #[error("{0}")]
-    Refused(String),
+    Refused(Msg),
+    /// The parity codec refused buffers the engine sized: a fault of the engine, never of
+    /// the request (clients get EIO).
+    #[error("parity computation failed: {0}")]
+    Codec(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -23,25 +86,25 @@ pub enum Error {
     /// A member's file system is out of space (ENOSPC, EDQUOT): the write did not complete,
     /// and no member was failed for it. Writes succeed again once space is freed.
     #[error("{0}")]
-    NoSpace(String),
+    NoSpace(Msg),
     #[error("array is shutting down")]
     ShutDown,
     #[error("{0}")]
-    Busy(String),
+    Busy(Msg),
     /// Members the array had in service when it stopped were not given. Start without
     /// them only with `AssembleOptions::degraded` (or `force`).
     #[error("{0}")]
     MissingMembers(MissingMembers),
     /// Two sets of members each went on without the other; `force` takes the newest side.
     #[error("{0}")]
-    SplitBrain(String),
+    SplitBrain(Msg),
     /// A management command (fail) would leave a group with fewer members than it needs,
     /// so the array would stop serving; `force` does it anyway.
     #[error("{0}")]
-    WouldFail(String),
+    WouldFail(Msg),
     /// The array was started read-only (a rescue): nothing is written.
     #[error("{0}")]
-    ReadOnly(String),
+    ReadOnly(Msg),
 }
 
 /// Slots whose member was in service when the array stopped and is not here now.
@@ -78,13 +141,9 @@ impl MissingMembers {
                 format!("{name} (slot {})", s.slot)
             })
             .collect();
-        let (verb, it, they, comes) = if who.len() == 1 {
-            ("is", "it", "it is", "it comes")
-        } else {
-            ("are", "them", "they are", "they come")
-        };
+        let verb = if who.len() == 1 { "is" } else { "are" };
         let mut msg = format!(
-            "'{}' had {} in service when it stopped and {verb} missing now: connect {it} and run the command again, or start without {it} with --degraded ({they} resynced from the write-intent bitmap when {comes} back)",
+            "'{}' had {} in service when it stopped and {verb} missing now",
             self.array,
             who.join(", "),
         );
@@ -92,6 +151,21 @@ impl MissingMembers {
             msg.push_str(&format!("; {p} was given but not used: {why}"));
         }
         msg
+    }
+
+    /// What can be done: bring them back, or start without them.
+    pub fn advice(&self) -> Vec<Step> {
+        let (it, they, comes) = if self.slots.len() == 1 {
+            ("it", "it is", "it comes")
+        } else {
+            ("them", "they are", "they come")
+        };
+        vec![
+            Step::say(format!("connect {it} and run the command again")),
+            Step::degraded(format!(
+                "start without {it} ({they} resynced from the write-intent bitmap when {comes} back)"
+            )),
+        ]
     }
 }
 
@@ -102,6 +176,24 @@ impl std::fmt::Display for MissingMembers {
 }
 
 impl Error {
+    /// What the person can do about this error.
+    pub fn advice(&self) -> Vec<Step> {
+        match self {
+            Error::Failed(m)
+            | Error::Invalid(m)
+            | Error::Refused(m)
+            | Error::NoSpace(m)
+            | Error::Busy(m)
+            | Error::SplitBrain(m)
+            | Error::WouldFail(m)
+            | Error::ReadOnly(m) => m.advice.clone(),
+            Error::MissingMembers(m) => m.advice(),
+            Error::BadSetting { .. } | Error::Codec(_) | Error::Io { .. } | Error::ShutDown => {
+                Vec::new()
+            }
+        }
+    }
+
     pub fn io(context: impl Into<String>, source: io::Error) -> Error {
         Error::Io {
             context: context.into(),

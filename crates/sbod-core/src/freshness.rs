@@ -321,6 +321,8 @@ mod tests {
             session: m.session,
             history: m.history.clone(),
             bitmap_since: m.bitmap_since,
+            sync: Default::default(),
+            log: Default::default(),
             extensions: Vec::new(),
         }
     }

@@ -20,18 +20,17 @@
 //!   one as an alternate until it completes, so a concurrent read sees either. A read whose
 //!   tags changed while it ran is read again before it counts as a mismatch.
 //!
-//! The engine reaches this module through a few hooks (see the module's `impl Array`):
-//! `mread` verifies, `mwrite` and member zeroing set tags, `flush` writes tags back,
-//! `note_read_error` counts mismatches, a reconstruction is vouched for against the tags
-//! of the member it replaces, the crash resync retags what it makes consistent.
+//! This module is the format and the per-member cache; the data path's member I/O layer
+//! uses it (`datapath::tags`): `mread` verifies, `mwrite` and `mzero` set tags, `flush`
+//! writes them back, `note_read_error` counts mismatches, a reconstruction is vouched for
+//! against the tags of the member it replaces, the crash resync retags what it makes
+//! consistent.
 //!
 //! Hand-written (the CRC itself is the `crc32c` crate, with SSE4.2/ARMv8 instructions):
 //! the tag store is the product's own on-member format and its crash contract.
 
-use crate::array::{Array, Member};
-use crate::buf::{AlignedBuf, SharedBuf};
+use crate::buf::AlignedBuf;
 use crate::dev::{self, BlockDev, IoClass};
-use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::superblock::{Extension, EXT_INCOMPAT};
 use parking_lot::Mutex;
@@ -58,7 +57,7 @@ pub const EXT_TAG: u16 = 0x0015;
 pub const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
 const SHARDS: usize = 16;
 /// Reads of a block whose tags changed meanwhile, before a mismatch counts.
-const REREADS: usize = 4;
+pub(crate) const REREADS: usize = 4;
 
 static ZERO_CRC: LazyLock<u32> = LazyLock::new(|| crc32c::crc32c(&[0u8; BLOCK as usize]));
 
@@ -88,7 +87,7 @@ fn nonzero(t: u32) -> u32 {
 
 /// Does a block whose tag is `t` (and the tag of zeros at its address, `zt`) match the
 /// stored tag `cur`?
-fn matches(cur: u32, t: u32, zt: u32, zeroed: bool) -> bool {
+pub(crate) fn matches(cur: u32, t: u32, zt: u32, zeroed: bool) -> bool {
     match cur {
         UNWRITTEN => !zeroed || t == zt,
         UNKNOWN => true,
@@ -217,7 +216,7 @@ pub fn mismatch_of(e: &io::Error) -> Option<&Mismatch> {
     e.get_ref().and_then(|x| x.downcast_ref::<Mismatch>())
 }
 
-fn mismatch(blocks: Vec<u64>) -> io::Error {
+pub(crate) fn mismatch(blocks: Vec<u64>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, Mismatch { blocks })
 }
 
@@ -428,7 +427,7 @@ impl MemberTags {
     }
 
     /// Is any tag block covering member data `[from, to)` changed and not written back?
-    fn dirty_in(&self, from: u64, to: u64) -> bool {
+    pub(crate) fn dirty_in(&self, from: u64, to: u64) -> bool {
         (from / SPAN..to.div_ceil(SPAN)).any(|i| {
             self.shard(i)
                 .lock()
@@ -636,6 +635,54 @@ impl MemberTags {
     }
 }
 
+/// The tag blocks covering a read, and their generations when it was issued: a block that
+/// fails while its tags moved (a write landed meanwhile) is read again.
+pub(crate) struct ReadCheck {
+    off: u64,
+    blocks: Vec<Arc<TagBlock>>,
+    gens: Vec<u64>,
+}
+
+impl MemberTags {
+    /// The tags a read of member data `[off, off+len)` is checked against.
+    pub(crate) async fn read_check(
+        &self,
+        dev: &Arc<dyn BlockDev>,
+        layout: &TagLayout,
+        off: u64,
+        len: u64,
+    ) -> io::Result<ReadCheck> {
+        let blocks = self.blocks(dev, layout, off, len).await?;
+        Ok(ReadCheck {
+            off,
+            gens: vec![0; blocks.len()],
+            blocks,
+        })
+    }
+}
+
+impl ReadCheck {
+    /// Before the read is issued: note the tags' generations.
+    pub(crate) fn start(&mut self) {
+        for (g, b) in self.gens.iter_mut().zip(&self.blocks) {
+            *g = b.gen.load(Ordering::Acquire);
+        }
+    }
+
+    /// The member data offsets of the blocks of `data` (as read) that fail their tags.
+    pub(crate) fn bad(&self, zeroed: bool, data: &[u8]) -> Vec<u64> {
+        MemberTags::mismatches(&self.blocks, zeroed, self.off, data)
+    }
+
+    /// Did any tag change since [`ReadCheck::start`]?
+    pub(crate) fn moved(&self) -> bool {
+        self.blocks
+            .iter()
+            .zip(&self.gens)
+            .any(|(b, g)| b.gen.load(Ordering::Acquire) != *g)
+    }
+}
+
 /// The tags a write sets, one per 4 KiB block of its range: computed from its data, or
 /// those of zero blocks.
 pub enum NewTags<'a> {
@@ -646,503 +693,8 @@ pub enum NewTags<'a> {
 /// A write's tags, set before it is issued; [`MemberTags::settle`] settles them.
 #[must_use]
 pub struct TagWrite {
-    off: u64,
-    len: u64,
-}
-
-impl Array {
-    /// The tag region, if this array carries tags.
-    pub fn tag_layout(&self) -> Option<TagLayout> {
-        self.integrity
-    }
-
-    pub fn integrity(&self) -> Kind {
-        match self.integrity {
-            Some(_) => Kind::Crc32c,
-            None => Kind::None,
-        }
-    }
-
-    /// The tags of member data `[off, off+len)` of `m` as the cache (or the member) has them.
-    pub async fn member_tags(&self, m: &Arc<Member>, off: u64, len: u64) -> io::Result<Vec<u32>> {
-        match &self.integrity {
-            Some(layout) => m.tags.get(&m.dev, layout, off, len).await,
-            None => Ok(Vec::new()),
-        }
-    }
-
-    /// Read member data and verify every block against its tag (the `mread` hook). A
-    /// block that fails is read again while its tags keep changing (a write to it landed
-    /// meanwhile); one that still fails is a [`Mismatch`].
-    pub(crate) async fn read_verified(
-        &self,
-        m: &Arc<Member>,
-        off: u64,
-        buf: SharedBuf,
-        class: IoClass,
-    ) -> io::Result<()> {
-        let Some(layout) = self.integrity else {
-            return self.mread_raw(m, off, buf, class).await;
-        };
-        let blocks = m
-            .tags
-            .blocks(&m.dev, &layout, off, buf.len() as u64)
-            .await?;
-        let mut tries = 0;
-        loop {
-            let gens: Vec<u64> = blocks
-                .iter()
-                .map(|b| b.gen.load(Ordering::Acquire))
-                .collect();
-            self.mread_raw(m, off, buf.clone(), class).await?;
-            // SAFETY: the read completed; the caller reads the buffer only after us.
-            let data = unsafe { buf.as_slice() };
-            let mut bad = MemberTags::mismatches(&blocks, layout.zeroed, off, data);
-            if let (true, Some(bm)) = (self.read_only.load(Ordering::Acquire), &self.bitmap) {
-                // Looked at or rescued after a crash: nothing resyncs the regions written
-                // at the time, whose checksums may lag their data; those are not held
-                // against it (the rest are).
-                bad.retain(|&b| !bm.is_dirty(bm.region_of(b)));
-            }
-            if bad.is_empty() {
-                return Ok(());
-            }
-            let moved = blocks
-                .iter()
-                .zip(&gens)
-                .any(|(b, g)| b.gen.load(Ordering::Acquire) != *g);
-            tries += 1;
-            if !moved || tries >= REREADS {
-                return Err(mismatch(bad));
-            }
-        }
-    }
-
-    /// Before a write (or zeroing) of member data `[off, off+len)` of `m`: its new tags
-    /// (see [`MemberTags::set`]).
-    pub(crate) async fn tags_begin_write(
-        &self,
-        m: &Arc<Member>,
-        off: u64,
-        new: NewTags<'_>,
-    ) -> io::Result<Option<TagWrite>> {
-        match &self.integrity {
-            Some(layout) => m.tags.set(&m.dev, layout, off, new).await.map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// The write is done (see [`MemberTags::settle`]). One that failed on a member still
-    /// in service (its file system full) is read back, and each block keeps the tag of
-    /// what it holds (see [`MemberTags::resolve`]).
-    pub(crate) async fn tags_end_write(&self, m: &Arc<Member>, w: Option<TagWrite>, ok: bool) {
-        let Some(w) = w else {
-            return;
-        };
-        let (off, len) = (w.off, w.len);
-        m.tags.settle(w, ok);
-        if ok || !self.in_service(m) {
-            return;
-        }
-        let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
-        if self
-            .mread_raw(m, off, buf.clone(), IoClass::Foreground)
-            .await
-            .is_ok()
-        {
-            // SAFETY: the read completed.
-            let zeroed = self.integrity.is_some_and(|l| l.zeroed);
-            m.tags.resolve(off, unsafe { buf.as_slice() }, zeroed);
-        }
-    }
-
-    /// Set the tags of member data `[off, off+len)` from what it holds (`data`), with no
-    /// write: a resync after a crash, which makes a dirty region consistent and its tags
-    /// agree with it.
-    pub(crate) async fn retag(&self, m: &Arc<Member>, off: u64, data: &[u8]) -> io::Result<()> {
-        if let Some(w) = self.tags_begin_write(m, off, NewTags::Data(data)).await? {
-            self.tags_end_write(m, Some(w), true).await;
-        }
-        Ok(())
-    }
-
-    /// The crash resync's hook: retag each member's chunk at `off` from what it holds
-    /// (`bufs`) with the rows about to be rewritten (`rewrite`: member position, row
-    /// offset, data) as they will be.
-    pub(crate) async fn retag_resynced(
-        &self,
-        members: &[Arc<Member>],
-        off: u64,
-        bufs: &[SharedBuf],
-        rewrite: &[(usize, u64, SharedBuf)],
-    ) {
-        for (i, (m, b)) in members.iter().zip(bufs).enumerate() {
-            // SAFETY: the reads completed; the resync holds the stripe lock.
-            let mut data = unsafe { b.as_slice() }.to_vec();
-            for (_, row, fix) in rewrite.iter().filter(|(j, _, _)| *j == i) {
-                let fix = unsafe { fix.as_slice() };
-                data[*row as usize..*row as usize + fix.len()].copy_from_slice(fix);
-            }
-            if let Err(e) = self.retag(m, off, &data).await {
-                self.note_read_error(m, &e).await;
-            }
-        }
-    }
-
-    /// For each member, which 4 KiB rows of `bufs` (its chunk at `off`, read as it is)
-    /// match their checksums (none where its checksums cannot be read, or there are none).
-    pub(crate) async fn rows_vouched(
-        &self,
-        members: &[Arc<Member>],
-        off: u64,
-        bufs: &[SharedBuf],
-    ) -> Vec<Vec<bool>> {
-        let Some(layout) = self.integrity else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (m, b) in members.iter().zip(bufs) {
-            // SAFETY: the reads completed; the scrub holds the stripe lock.
-            let data = unsafe { b.as_slice() };
-            let rows = data.len() / BLOCK as usize;
-            let v = match m.tags.check(&m.dev, &layout, off, data).await {
-                Ok(bad) => (0..rows)
-                    .map(|r| !bad.contains(&(off + r as u64 * BLOCK)))
-                    .collect(),
-                Err(_) => vec![false; rows],
-            };
-            out.push(v);
-        }
-        out
-    }
-
-    /// Retag member data `[off, off+len)` of each of `members` from what it holds (a
-    /// resync that cannot make a stripe consistent, a member missing). A member that
-    /// cannot be read is left to its read error.
-    pub(crate) async fn retag_chunks(
-        &self,
-        members: impl Iterator<Item = &Arc<Member>>,
-        off: u64,
-        len: u64,
-    ) {
-        if self.integrity.is_none() {
-            return;
-        }
-        for m in members {
-            let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
-            let r = match self
-                .mread_raw(m, off, buf.clone(), IoClass::Background)
-                .await
-            {
-                // SAFETY: the read completed.
-                Ok(()) => self.retag(m, off, unsafe { buf.as_slice() }).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = r {
-                self.note_read_error(m, &e).await;
-            }
-        }
-    }
-
-    /// Write every changed tag block of every member in service (the `flush` hook: the
-    /// flush that follows makes them durable with the data). A member that cannot take
-    /// its tags is failed as for a bitmap write.
-    pub(crate) async fn tags_write_back(&self) -> Result<()> {
-        let Some(layout) = self.integrity else {
-            return Ok(());
-        };
-        let st = self.state.load_full();
-        let members = st.live_members();
-        let futs = members
-            .iter()
-            .map(|m| async move { (m.clone(), m.tags.write_back(&m.dev, &layout).await) });
-        let mut full = Vec::new();
-        for (m, r) in futures::future::join_all(futs).await {
-            if let Err(e) = r {
-                if self.write_failed(&m, &e, crate::reason::TAG_WRITE).await
-                    == crate::io::WriteFault::NoSpace
-                {
-                    full.push(m);
-                }
-            }
-        }
-        if let Some(why) = &self.state.load().failed {
-            return Err(Error::Failed(why.clone()));
-        }
-        if !full.is_empty() {
-            return Err(self.nospace_error(&full));
-        }
-        Ok(())
-    }
-
-    /// Has any member in service tags of bitmap region `r` not yet written back? (The
-    /// sweeper keeps such a region dirty: its bit is cleared only once its tags are
-    /// durable.)
-    pub(crate) fn tags_dirty_in_region(&self, r: u64) -> bool {
-        let (Some(_), Some(bm)) = (self.integrity, self.bitmap.as_ref()) else {
-            return false;
-        };
-        let (from, to) = (r * bm.region, (r + 1) * bm.region);
-        self.state
-            .load()
-            .live_members()
-            .iter()
-            .any(|m| m.tags.dirty_in(from, to))
-    }
-
-    /// A member returned data that failed its tags (the `note_read_error` hook). Counted as
-    /// checksum errors, one per block; past `max_checksum_errors` the member is failed,
-    /// where its group can do without it (without redundancy its reads answer EIO and it
-    /// stays: failing it would fail the array and all the good data with it).
-    pub(crate) async fn note_checksum_error(&self, m: &Arc<Member>, x: &Mismatch) {
-        let n = x.blocks.len() as u64;
-        let total = m.stats.checksum_errors.fetch_add(n, Ordering::Relaxed) + n;
-        tracing::warn!(member = %m.path, blocks = n, total, "{x}");
-        if let Some(s) = self.shrunk(m) {
-            self.fail_member(m, s.why()).await;
-            return;
-        }
-        let max = self.settings.lock().max_checksum_errors;
-        if total > max && self.geometry.redundancy() > 0 {
-            self.fail_member(m, crate::reason::checksums(total)).await;
-        }
-    }
-
-    /// Vouch for data rebuilt from redundancy to replace member data `[off, off+len)` of
-    /// `m` that could not be read or failed its tags (`as_read`: what `m` returned). Each
-    /// block must match `m`'s tag (or have none); if it does not, but equals what `m`
-    /// returned, the tag was the damaged part (the block is rewritten with a new tag).
-    /// Otherwise the reconstruction is not known to be the data (parity from before a
-    /// lost write, say): an error, never a guess.
-    pub(crate) async fn tags_vouch(
-        &self,
-        m: &Arc<Member>,
-        off: u64,
-        rebuilt: &[u8],
-        as_read: &[u8],
-    ) -> Result<()> {
-        let Some(layout) = self.integrity else {
-            return Ok(());
-        };
-        let Ok(tags) = self.member_tags(m, off, rebuilt.len() as u64).await else {
-            return Ok(()); // its tags cannot be read: nothing to hold the rebuild against
-        };
-        for (n, (t, blk)) in tags.iter().zip(rebuilt.chunks(BLOCK as usize)).enumerate() {
-            let b = off / BLOCK + n as u64;
-            let at = n * BLOCK as usize;
-            if matches(*t, tag(b, blk), zero_tag(b), layout.zeroed)
-                || as_read.get(at..at + blk.len()) == Some(blk)
-            {
-                continue;
-            }
-            return Err(Error::io(
-                format!("reading {}", m.path),
-                io::Error::other(format!(
-                    "member offset {}: the data rebuilt from redundancy does not match its checksum either; not returned",
-                    b * BLOCK
-                )),
-            ));
-        }
-        Ok(())
-    }
-
-    /// After a crash, retag bitmap regions of an array without redundancy (raid0,
-    /// concat): the data there is what it is (a write in flight may or may not have
-    /// landed, and none was flushed); its tags are made to agree.
-    pub(crate) async fn retag_regions(&self, regions: &[u64]) -> Result<(u64, u64)> {
-        let Some(bm) = self.bitmap.as_ref() else {
-            return Ok((0, 0));
-        };
-        let st = self.state.load_full();
-        let step = 1u64 << 20;
-        let mut bytes = 0;
-        for &r in regions {
-            for m in st.live_members() {
-                let (from, to) = (r * bm.region, ((r + 1) * bm.region).min(m.size));
-                let mut off = from;
-                while off < to {
-                    let n = step.min(to - off);
-                    let buf = AlignedBuf::for_overwrite(n as usize).into_shared();
-                    if let Err(e) = self
-                        .mread_raw(&m, off, buf.clone(), IoClass::Background)
-                        .await
-                    {
-                        self.note_read_error(&m, &e).await;
-                        return Err(Error::io(format!("reading {}", m.path), e));
-                    }
-                    // SAFETY: the read completed.
-                    self.retag(&m, off, unsafe { buf.as_slice() })
-                        .await
-                        .map_err(|e| Error::io(format!("reading the tags of {}", m.path), e))?;
-                    bytes += n;
-                    off += n;
-                }
-            }
-        }
-        self.flush().await?;
-        tracing::info!(array = %self.name, regions = regions.len(), bytes, "checksums of dirty regions recomputed after an unclean shutdown");
-        Ok((bytes, regions.len() as u64))
-    }
-
-    /// Scrub an array without redundancy: read every block against its tag. Nothing can
-    /// be repaired (there is no other copy); blocks that fail are counted, and reads of
-    /// them answer EIO.
-    pub(crate) async fn verify_pass(&self, h: &crate::process::ProcessHandle) -> Result<()> {
-        let st = self.state.load_full();
-        let step = self.geometry.chunk as u64 * 16;
-        let mut done = 0;
-        for m in st.live_members() {
-            let mut off = 0;
-            while off < m.size {
-                if h.cancelled() || self.closing.load(Ordering::Acquire) {
-                    return Err(Error::Busy("scrub stopped before it finished".into()));
-                }
-                let n = step.min(m.size - off);
-                let buf = AlignedBuf::for_overwrite(n as usize).into_shared();
-                // Block by block where a read fails, so each bad block is named.
-                if self
-                    .mread(&m, off, buf.clone(), IoClass::Background)
-                    .await
-                    .is_err()
-                {
-                    for b in (off..off + n).step_by(BLOCK as usize) {
-                        let one = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
-                        if let Err(e) = self.mread(&m, b, one, IoClass::Background).await {
-                            self.note_read_error(&m, &e).await;
-                            h.mismatches.fetch_add(1, Ordering::Relaxed);
-                            let mut regions = h.regions.lock();
-                            regions.push(sbod_types::MismatchRegion {
-                                group: 0,
-                                member_offset: b,
-                                volume_offset: self.volume_offset_of(&m, b).unwrap_or(u64::MAX),
-                                blocks: 1,
-                            });
-                        }
-                    }
-                }
-                off += n;
-                done += n;
-                h.done.store(done, Ordering::Relaxed);
-            }
-        }
-        Ok(())
-    }
-
-    /// The volume offset of member data offset `off` of `m`, for arrays without
-    /// redundancy (raid0, concat).
-    fn volume_offset_of(&self, m: &Arc<Member>, off: u64) -> Option<u64> {
-        let st = self.state.load();
-        let slot = st
-            .slots
-            .iter()
-            .position(|s| s.member.as_ref().is_some_and(|x| Arc::ptr_eq(x, m)))?;
-        if self.geometry.level == crate::layout::Level::Concat {
-            return Some(self.concat_starts[slot] + off);
-        }
-        let chunk = self.geometry.chunk as u64;
-        let w = self.geometry.width as u64;
-        let t = off / chunk;
-        Some((t * w + slot as u64) * chunk + off % chunk)
-    }
-
-    /// The scrub's hook (`check_stripe`): rebuild the rows of stripe `t` that failed their
-    /// checksums (`bad`: member position, row offsets in the chunk), row by row from the
-    /// other members' rows, into `bufs`: a chunk with one bad block keeps its other rows,
-    /// so bad blocks on several members are healed as long as no row has more than the
-    /// group survives. Returns the rows to rewrite (member position, row offset, data).
-    pub(crate) fn heal_rows(
-        &self,
-        t: u64,
-        bufs: &[SharedBuf],
-        unreadable: &[usize],
-        bad: &[(usize, Vec<u64>)],
-    ) -> Result<Vec<(usize, u64, SharedBuf)>> {
-        let mut rows: Vec<u64> = bad.iter().flat_map(|(_, r)| r.iter().copied()).collect();
-        rows.sort_unstable();
-        rows.dedup();
-        let w = self.geometry.width as usize;
-        let mut out = Vec::new();
-        for r in rows {
-            let lost: Vec<usize> = (0..w)
-                .filter(|i| {
-                    unreadable.contains(i) || bad.iter().any(|(p, rs)| p == i && rs.contains(&r))
-                })
-                .collect();
-            if lost.len() > self.geometry.redundancy() {
-                return Err(Error::Failed(format!(
-                    "stripe {t}, row at {r}: {} of {w} members unreadable or failing their checksums",
-                    lost.len()
-                )));
-            }
-            let healed: Vec<usize> = lost
-                .iter()
-                .copied()
-                .filter(|i| !unreadable.contains(i))
-                .collect();
-            match self.geometry.scheme() {
-                crate::layout::Scheme::Mirror { .. } => {
-                    let good = (0..w).find(|i| !lost.contains(i)).expect("a good copy");
-                    let src = row_of(&bufs[good], r).to_vec();
-                    for &i in &healed {
-                        row_of(&bufs[i], r).copy_from_slice(&src);
-                    }
-                }
-                _ => {
-                    let codec = self.codec.as_ref().expect("parity codec");
-                    let n = w;
-                    let pos = |s: usize| self.geometry.member_of_shard(t, s);
-                    let mut work: Vec<Vec<u8>> =
-                        (0..n).map(|s| row_of(&bufs[pos(s)], r).to_vec()).collect();
-                    let present: Vec<bool> = (0..n).map(|s| !lost.contains(&pos(s))).collect();
-                    let mut refs: Vec<&mut [u8]> =
-                        work.iter_mut().map(|v| v.as_mut_slice()).collect();
-                    codec
-                        .reconstruct(&mut refs, &present)
-                        .map_err(|e| Error::Failed(e.to_string()))?;
-                    for s in 0..n {
-                        if healed.contains(&pos(s)) {
-                            row_of(&bufs[pos(s)], r).copy_from_slice(&work[s]);
-                        }
-                    }
-                }
-            }
-            for &i in &healed {
-                let fix = AlignedBuf::from_slice(row_of(&bufs[i], r)).into_shared();
-                out.push((i, r, fix));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Enter the bitmap regions of member data `[off, off+len)` for a write to an array
-    /// without redundancy, whose bitmap (present only with checksums) covers its tags
-    /// across a crash. Redundant layouts enter their region themselves.
-    pub(crate) async fn enter_regions(
-        &self,
-        off: u64,
-        len: u64,
-    ) -> Result<Vec<crate::io::RegionGuard<'_>>> {
-        let Some(bm) = self.bitmap.as_ref() else {
-            return Ok(Vec::new());
-        };
-        if self.geometry.redundancy() > 0 || len == 0 {
-            return Ok(Vec::new());
-        }
-        let mut v = Vec::new();
-        for r in bm.region_of(off)..=bm.region_of(off + len - 1) {
-            v.push(self.enter_region(r * bm.region).await?);
-        }
-        Ok(v)
-    }
-}
-
-/// Row `r` (a 4 KiB block at offset `r`) of a chunk buffer.
-#[allow(clippy::mut_from_ref)]
-fn row_of(b: &SharedBuf, r: u64) -> &mut [u8] {
-    // SAFETY: the reads completed; the scrub holds the stripe lock and is the buffers'
-    // only user, one row at a time.
-    let all = unsafe { b.as_mut_slice() };
-    &mut all[r as usize..(r + BLOCK) as usize]
+    pub(crate) off: u64,
+    pub(crate) len: u64,
 }
 
 #[cfg(test)]

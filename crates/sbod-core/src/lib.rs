@@ -1,11 +1,23 @@
 //! sbod's array engine.
 //!
-//! One core ([`Array`]) owns the members, their state and the background processes
-//! (rebuild, scrub, resync); the layout module maps logical addresses to members; the codec
-//! crate does the parity math. Every member has its own queue ([`dev::BlockDev`]); the I/O
-//! path takes no global lock: state is a snapshot swapped atomically on (rare) changes,
-//! stripes are ordered by sharded locks, and the write-intent bitmap's fast path is one
-//! atomic per region.
+//! Layers, each using only the ones above it in this list:
+//!
+//! - [`layout`] (the geometry) and [`placement`] (the one map from volume offsets to
+//!   members and back); [`superblock`], [`freshness`] (which copy is trusted), [`bitmap`],
+//!   [`locks`], [`dev`] (every member its own queue: the SBOD rule), [`buf`];
+//! - [`member`]: the members and the membership snapshot every layer reads;
+//! - [`datapath`]: what client I/O and background processes share, the member I/O layer
+//!   and the write-intent bitmap on the members;
+//! - [`family`]: one module per RAID family (plain, mirror, parity) behind one interface,
+//!   with stripe planning apart from its execution;
+//! - [`array`]: the core that owns members, state and background processes: creation,
+//!   assembly, membership changes, persistence, client entry points, processes;
+//! - [`sync`] (what FLUSH and FUA do) and [`log`] (the log devices: a journal of stripe
+//!   writes, replayed at assembly).
+//!
+//! The I/O path takes no global lock: state is a snapshot swapped atomically on (rare)
+//! changes, stripes are ordered by sharded locks, and the write-intent bitmap's fast path
+//! is one atomic per region. The codec crate does the parity math.
 
 // Index loops over parallel per-shard arrays read better than zipped iterators here.
 #![allow(clippy::needless_range_loop)]
@@ -13,18 +25,26 @@
 pub mod array;
 pub mod bitmap;
 pub mod buf;
+pub mod datapath;
 pub mod dev;
 pub mod error;
+pub(crate) mod family;
 pub mod freshness;
 pub mod integrity;
-mod io;
 pub mod layout;
 pub mod locks;
-mod membership;
-pub mod process;
+pub mod log;
+pub mod member;
+pub mod placement;
 pub mod reason;
 pub mod signature;
 pub mod superblock;
+pub mod sync;
+
+/// The background processes' handles and statuses.
+pub mod process {
+    pub use crate::array::process::{MismatchRegion, ProcessHandle, ProcessKind, ProcessStatus};
+}
 
 pub use array::{AddOutcome, Array, AssembleOptions, CreateSpec, MemberSpec, ReAdd};
 pub use buf::AlignedBuf;

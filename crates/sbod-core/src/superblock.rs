@@ -14,8 +14,14 @@
 //! records, so later features add fields without a new version: an unknown record marked
 //! incompatible makes the superblock refused (a newer sbod wrote it), an unknown compatible
 //! one is kept and written back unchanged. Version 1 superblocks are still read.
+//!
+//! Records this sbod knows: the sync mode ([`TAG_SYNC`], compatible: an older sbod keeps
+//! it and honours every FLUSH, which is safe) and the log devices ([`TAG_LOG`],
+//! incompatible: an older sbod would start the array without replaying the log, and lose
+//! writes the log acknowledged).
 
 use crate::layout::{Geometry, Level};
+use sbod_types::SyncMode;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -26,6 +32,12 @@ pub const VERSION: u32 = 2;
 pub const MAX_HISTORY: usize = 16;
 /// Extension record flag: a reader that does not know the tag must refuse the superblock.
 pub const EXT_INCOMPAT: u16 = 1;
+/// Extension record: the sync mode, one byte (written only when not `standard`).
+pub const TAG_SYNC: u16 = 1;
+/// Extension record: the log devices (written only when the array has some).
+pub const TAG_LOG: u16 = 2;
+/// Most log devices an array records (a log, and its mirror).
+pub const MAX_LOG_DEVICES: usize = 2;
 /// Bytes reserved for each superblock copy.
 pub const COPY_SIZE: usize = 32 * 1024;
 /// Where the write-intent bitmap starts.
@@ -185,6 +197,35 @@ pub struct Extension {
     pub data: Vec<u8>,
 }
 
+/// A log device as the array records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LogDevEntry {
+    pub uuid: Uuid,
+    /// In service: written with every record, trusted at replay. Otherwise it failed (or
+    /// was missing) at `out`'s event and holds nothing the array relies on.
+    pub active: bool,
+    pub out: Option<OutRecord>,
+}
+
+/// The array's log as its superblocks record it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LogConfig {
+    /// Every write of the session goes through the log (the engine journals): after a
+    /// crash, replaying it leaves every stripe consistent. False: the log is attached but
+    /// writes take the in-pool path.
+    pub journal: bool,
+    /// Empty: no log.
+    pub devices: Vec<LogDevEntry>,
+}
+
+fn sync_code(m: SyncMode) -> u8 {
+    match m {
+        SyncMode::Standard => 0,
+        SyncMode::Always => 1,
+        SyncMode::Disabled => 2,
+    }
+}
+
 /// A member as the array records it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MemberEntry {
@@ -236,6 +277,10 @@ pub struct Superblock {
     /// Every write since this event has its region's bit set in the bitmap of the members
     /// in sync: a member that left at or after it can be recovered from the bitmap alone.
     pub bitmap_since: u64,
+    /// What FLUSH and FUA do (record [`TAG_SYNC`]).
+    pub sync: SyncMode,
+    /// The log devices (record [`TAG_LOG`]).
+    pub log: LogConfig,
     /// Extension records this sbod does not know (compatible ones), kept as read.
     pub extensions: Vec<Extension>,
 }
@@ -461,6 +506,35 @@ impl Superblock {
             w.u64(h.start_event);
             w.u64(h.started);
         }
+        let mut record = |tag: u16, flags: u16, data: &[u8]| {
+            w.u16(tag);
+            w.u16(flags);
+            w.u32(data.len() as u32);
+            w.0.extend_from_slice(data);
+        };
+        if self.sync != SyncMode::Standard {
+            record(TAG_SYNC, 0, &[sync_code(self.sync)]);
+        }
+        if !self.log.devices.is_empty() {
+            let mut d = W(Vec::new());
+            d.u8(self.log.journal as u8);
+            d.u8(self.log.devices.len() as u8);
+            for l in &self.log.devices {
+                d.uuid(&l.uuid);
+                d.u8(l.active as u8);
+                match l.out {
+                    Some(o) => {
+                        d.u8(o.reason.code().max(1));
+                        d.u64(o.event);
+                    }
+                    None => {
+                        d.u8(0);
+                        d.u64(0);
+                    }
+                }
+            }
+            record(TAG_LOG, EXT_INCOMPAT, &d.0);
+        }
         for e in &self.extensions {
             w.u16(e.tag);
             w.u16(e.flags);
@@ -575,7 +649,7 @@ impl Superblock {
         for _ in 0..nspares {
             spares.push(r.member()?);
         }
-        let (session, bitmap_since, history, extensions) = if v2 {
+        let (session, bitmap_since, history, extensions, known) = if v2 {
             let session = r.uuid()?;
             let bitmap_since = r.u64()?;
             let n = r.u8()? as usize;
@@ -600,21 +674,30 @@ impl Superblock {
                 ));
             }
             let mut extensions = Vec::new();
+            let mut known = Known::default();
             while r.pos < len {
                 let tag = r.u16()?;
                 let flags = r.u16()?;
                 let n = r.u32()? as usize;
-                let data = r.take(n)?.to_vec();
-                // Known records are kept here too (written back as read); an unknown one
-                // marked incompatible is a newer sbod's.
+                let data = r.take(n)?;
+                if known.read(tag, data)? {
+                    continue;
+                }
+                // The checksum record is kept with the extensions (written back as read,
+                // see `integrity::TagLayout`); any other unknown record marked
+                // incompatible is a newer sbod's.
                 if flags & EXT_INCOMPAT != 0 && !crate::integrity::TagLayout::known(tag) {
                     return Err(SbError::Incompatible(tag));
                 }
-                extensions.push(Extension { tag, flags, data });
+                extensions.push(Extension {
+                    tag,
+                    flags,
+                    data: data.to_vec(),
+                });
             }
-            (session, bitmap_since, history, extensions)
+            (session, bitmap_since, history, extensions, known)
         } else {
-            (Uuid::nil(), event, Vec::new(), Vec::new())
+            (Uuid::nil(), event, Vec::new(), Vec::new(), Known::default())
         };
         if geometry.data_offset < BITMAP_OFFSET + bitmap_bytes as u64
             || !geometry.data_offset.is_multiple_of(4096)
@@ -665,6 +748,8 @@ impl Superblock {
             session,
             history,
             bitmap_since,
+            sync: known.sync.unwrap_or_default(),
+            log: known.log.unwrap_or_default(),
             extensions,
         })
     }
@@ -705,6 +790,78 @@ impl Superblock {
             return Role::Spare;
         }
         Role::None
+    }
+}
+
+/// The extension records this sbod knows, as decoded (each at most once).
+#[derive(Default)]
+struct Known {
+    sync: Option<SyncMode>,
+    log: Option<LogConfig>,
+}
+
+impl Known {
+    /// Decode a record if its tag is known (true), else leave it (false).
+    fn read(&mut self, tag: u16, data: &[u8]) -> Result<bool, SbError> {
+        let twice = || SbError::Malformed(format!("extension record {tag} appears twice"));
+        match tag {
+            TAG_SYNC => {
+                let mode = match data {
+                    [0] => SyncMode::Standard,
+                    [1] => SyncMode::Always,
+                    [2] => SyncMode::Disabled,
+                    _ => return Err(SbError::Malformed("unknown sync mode".into())),
+                };
+                if self.sync.replace(mode).is_some() {
+                    return Err(twice());
+                }
+            }
+            TAG_LOG => {
+                let mut r = R { b: data, pos: 0 };
+                let journal = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(SbError::Malformed("unknown log flags".into())),
+                };
+                let n = r.u8()? as usize;
+                if n == 0 || n > MAX_LOG_DEVICES {
+                    return Err(SbError::Malformed(format!("{n} log devices")));
+                }
+                let mut devs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let uuid = r.uuid()?;
+                    let active = match r.u8()? {
+                        0 => false,
+                        1 => true,
+                        _ => return Err(SbError::Malformed("bad log device state".into())),
+                    };
+                    let code = r.u8()?;
+                    let event = r.u64()?;
+                    devs.push(LogDevEntry {
+                        uuid,
+                        active,
+                        out: (code != 0).then(|| OutRecord {
+                            reason: OutReason::from_code(code),
+                            event,
+                        }),
+                    });
+                }
+                if r.pos != data.len() {
+                    return Err(SbError::Malformed(
+                        "trailing bytes in the log record".into(),
+                    ));
+                }
+                let cfg = LogConfig {
+                    journal,
+                    devices: devs,
+                };
+                if self.log.replace(cfg).is_some() {
+                    return Err(twice());
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 }
 
@@ -788,6 +945,8 @@ mod tests {
                 },
             ],
             bitmap_since: 5,
+            sync: SyncMode::Standard,
+            log: LogConfig::default(),
             extensions: Vec::new(),
         }
     }
@@ -857,6 +1016,109 @@ mod tests {
         let crc = crc32c::crc32c(&b[..len]);
         b[16..20].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(Superblock::decode(&b), Err(SbError::Malformed(_))));
+    }
+
+    /// The records this sbod knows: typed, round-tripped, and flagged so that an older sbod
+    /// keeps the sync mode (compatible) but refuses an array with a log (incompatible).
+    #[test]
+    fn sync_and_log_records() {
+        let plain = sample();
+        // Standard and no log: no record, the bytes an older sbod writes.
+        let b = plain.encode();
+        let mut sb = plain.clone();
+        sb.sync = SyncMode::Disabled;
+        sb.log.journal = true;
+        sb.log.devices = vec![
+            LogDevEntry {
+                uuid: Uuid::new_v4(),
+                active: true,
+                out: None,
+            },
+            LogDevEntry {
+                uuid: Uuid::new_v4(),
+                active: false,
+                out: Some(OutRecord {
+                    reason: OutReason::WriteError,
+                    event: 6,
+                }),
+            },
+        ];
+        sb.extensions.push(Extension {
+            tag: 0x7001,
+            flags: 0,
+            data: b"later".to_vec(),
+        });
+        let enc = sb.encode();
+        assert!(enc.len() > b.len());
+        let d = Superblock::decode(&enc).unwrap();
+        assert_eq!(d, sb);
+        assert_eq!(d.encode(), enc);
+        // What an older sbod sees: the records with their flags.
+        let records = |b: &[u8]| -> Vec<(u16, u16)> {
+            let mut sb = Superblock::decode(b).unwrap();
+            // Parse the tail by hand: known records are typed, so strip them from a copy
+            // and look at the raw area instead.
+            sb.extensions.clear();
+            let base = Superblock {
+                sync: SyncMode::Standard,
+                log: LogConfig::default(),
+                ..sb
+            }
+            .encode()
+            .len();
+            let mut out = Vec::new();
+            let mut pos = base;
+            let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+            while pos < len {
+                let tag = u16::from_le_bytes(b[pos..pos + 2].try_into().unwrap());
+                let flags = u16::from_le_bytes(b[pos + 2..pos + 4].try_into().unwrap());
+                let n = u32::from_le_bytes(b[pos + 4..pos + 8].try_into().unwrap()) as usize;
+                out.push((tag, flags));
+                pos += 8 + n;
+            }
+            out
+        };
+        assert_eq!(
+            records(&enc),
+            vec![(TAG_SYNC, 0), (TAG_LOG, EXT_INCOMPAT), (0x7001, 0)]
+        );
+        for mode in SyncMode::ALL {
+            let x = Superblock {
+                sync: *mode,
+                ..plain.clone()
+            };
+            assert_eq!(Superblock::decode(&x.encode()).unwrap().sync, *mode);
+        }
+    }
+
+    #[test]
+    fn bad_known_records_are_malformed() {
+        for (tag, data) in [
+            (TAG_SYNC, vec![9u8]),
+            (TAG_SYNC, vec![]),
+            (TAG_LOG, vec![0u8, 0]),
+            (TAG_LOG, vec![0u8, 3]),
+            (TAG_LOG, vec![2u8, 1]),
+            (TAG_LOG, vec![0u8, 1, 2]),
+        ] {
+            let b = with_extension(tag, 0, &data);
+            assert!(
+                matches!(Superblock::decode(&b), Err(SbError::Malformed(_))),
+                "tag {tag} {data:?}"
+            );
+        }
+        // Twice the same record.
+        let mut sb = sample();
+        sb.sync = SyncMode::Always;
+        sb.extensions.push(Extension {
+            tag: TAG_SYNC,
+            flags: 0,
+            data: vec![2],
+        });
+        assert!(matches!(
+            Superblock::decode(&sb.encode()),
+            Err(SbError::Malformed(_))
+        ));
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod torture_util;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use sbod_core::dev::{BlockDev, MemDev};
+use sbod_core::error::Step;
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Error, MemberSpec};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -128,7 +129,6 @@ struct Life {
     width: usize,
     red: usize,
     region: u64,
-    chunk: u64,
     /// Members kept away from the next start.
     hidden: BTreeSet<usize>,
     /// Slots the array records as out (failed, or missing at its start).
@@ -196,10 +196,11 @@ impl Life {
     }
 
     fn regions_of(&self, first: u64, n: u64) -> Vec<u64> {
-        let g = &self.a().geometry;
-        g.pieces(first * BLOCK as u64, n * BLOCK as u64)
+        self.a()
+            .placement()
+            .map(first * BLOCK as u64, n * BLOCK as u64)
             .iter()
-            .map(|p| (p.stripe * self.chunk + p.chunk_off) / self.region)
+            .map(|p| p.moff / self.region)
             .collect()
     }
 
@@ -364,7 +365,12 @@ impl Life {
                 .await
             }
             Err(Error::Failed(msg)) if self.dead => {
-                prop_assert!(msg.contains("--force"), "{}: {}", what, msg);
+                prop_assert!(
+                    msg.advice.iter().any(|s| matches!(s, Step::Force { .. })),
+                    "{}: {}",
+                    what,
+                    msg
+                );
                 // Rescue: read-only from the freshest members.
                 let a = self
                     .assemble(AssembleOptions {
@@ -691,7 +697,7 @@ impl Life {
                 let r = self.a().fail(&name, force).await;
                 if past && !force {
                     prop_assert!(
-                        matches!(r, Err(Error::WouldFail(ref m)) if m.contains("--force")),
+                        matches!(r, Err(Error::WouldFail(ref m)) if m.advice.iter().any(|s| matches!(s, Step::Force { .. }))),
                         "{}: failing {} past the redundancy: {:?}",
                         what,
                         name,
@@ -785,7 +791,6 @@ fn run_life(
             width,
             red,
             region,
-            chunk: chunk as u64,
             hidden: BTreeSet::new(),
             out: BTreeSet::new(),
             recovering: BTreeSet::new(),

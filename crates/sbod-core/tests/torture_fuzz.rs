@@ -217,6 +217,8 @@ fn superblock() -> impl Strategy<Value = Superblock> {
                 session,
                 history,
                 bitmap_since,
+                sync: Default::default(),
+                log: Default::default(),
                 extensions,
             },
         )

@@ -15,6 +15,7 @@
 mod torture_util;
 
 use sbod_core::dev::fault::{CutReport, PowerCutDev, PowerSupply, Rng};
+use sbod_core::error::Step;
 use sbod_core::{AlignedBuf, Array, AssembleOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -192,15 +193,7 @@ async fn verify_all(a: &Array, sh: &Shared, what: &str) {
 }
 
 async fn scrub_clean(a: &Arc<Array>, sh: &Shared, what: &str) {
-    let h = a.start_scrub(false).expect("start a scrub check");
-    h.wait().await;
-    let s = h.status();
-    assert!(s.error.is_none(), "{what}: scrub stopped: {:?}", s.error);
-    assert_eq!(
-        s.mismatches, 0,
-        "{what}: parity/mirrors inconsistent after the resync: {:?}",
-        s.regions
-    );
+    scrub_check(a, &format!("{what}, after the resync")).await;
     sh.fig.lock().unwrap().scrubs += 1;
 }
 
@@ -214,17 +207,7 @@ fn torture(layout_name: &str) {
     rt(2).block_on(async {
         // Create on zeroed members, then close cleanly.
         let supply = PowerSupply::new();
-        let devs: Vec<Arc<PowerCutDev>> = (0..l.members)
-            .map(|i| {
-                PowerCutDev::new(
-                    format!("m{i}"),
-                    vec![0u8; MEMBER_SIZE as usize],
-                    &supply,
-                    Duration::ZERO,
-                    i as u64,
-                )
-            })
-            .collect();
+        let devs = power_members(blank(l.members), &supply, Duration::ZERO, |i| i as u64);
         let a = Array::create(spec(&l), specs(&devs)).await.expect("create");
         let blocks = a.size() / BLOCK as u64;
         let member_size = a.geometry.member_size;
@@ -492,17 +475,12 @@ fn crash_and_lose_a_member(layout_name: &str) {
         for trial in 0..iters(4) {
             let what = format!("{what0}, trial {trial}");
             let supply = PowerSupply::new();
-            let devs: Vec<Arc<PowerCutDev>> = (0..l.members)
-                .map(|i| {
-                    PowerCutDev::new(
-                        format!("m{i}"),
-                        vec![0u8; MEMBER_SIZE as usize],
-                        &supply,
-                        Duration::from_micros(150),
-                        rng.next(),
-                    )
-                })
-                .collect();
+            let devs = power_members(
+                blank(l.members),
+                &supply,
+                Duration::from_micros(150),
+                |_| rng.next(),
+            );
             let a = Array::create(spec(&l), specs(&devs)).await.expect("create");
             let blocks = a.size() / BLOCK as u64;
             let sh = Arc::new(Shared {
@@ -564,7 +542,9 @@ fn crash_and_lose_a_member(layout_name: &str) {
                 .unwrap_or_else(|| panic!("{what}: started without m{lost} silently"));
             assert!(
                 matches!(e, sbod_core::Error::MissingMembers(_))
-                    && e.to_string().contains("--degraded"),
+                    && e.advice()
+                        .iter()
+                        .any(|s| matches!(s, Step::Degraded { .. })),
                 "{what}: {e}"
             );
             let degraded = AssembleOptions {
@@ -577,7 +557,7 @@ fn crash_and_lose_a_member(layout_name: &str) {
                     assert!(
                         matches!(e, sbod_core::Error::Refused(_))
                             && msg.contains("not shut down cleanly")
-                            && msg.contains("--force"),
+                            && e.advice().iter().any(|s| matches!(s, Step::Force { .. })),
                         "{what}: refused without saying why: {msg}"
                     );
                     refused += 1;

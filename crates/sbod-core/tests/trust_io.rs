@@ -5,6 +5,8 @@
 
 use sbod_core::dev::fault::{FaultDev, SpacePool};
 use sbod_core::dev::{self, file, BlockDev, MemDev};
+use sbod_core::error::Step;
+use sbod_core::placement::StripeAddr;
 use sbod_core::{AlignedBuf, Array, CreateSpec, Error, Level, MemberSpec};
 use std::sync::Arc;
 use std::time::Duration;
@@ -393,7 +395,7 @@ fn out_of_space_fails_the_write_not_the_members() {
                 match a.write(off as u64, AlignedBuf::from_slice(&p), false).await {
                     Ok(()) => model[off..off + step].copy_from_slice(&p),
                     Err(Error::NoSpace(msg)) => {
-                        assert!(msg.contains("--preallocate"), "{msg}");
+                        assert!(msg.advice.contains(&Step::Preallocate), "{msg}");
                         refused.push((off, model[off..off + step].to_vec(), p));
                     }
                     Err(e) => panic!("{level}: {e}"),
@@ -464,7 +466,14 @@ fn a_degraded_write_that_runs_out_of_space_keeps_the_missing_data() {
             for st in 0..g.stripes() {
                 for i in 0..g.k() {
                     let off = st * sd + i as u64 * chunk;
-                    if g.data_member(st, i) == 0 {
+                    if a.placement().slot(
+                        StripeAddr {
+                            group: 0,
+                            stripe: st,
+                        },
+                        i,
+                    ) == 0
+                    {
                         let p = pattern(chunk as usize, off);
                         a.write(off, AlignedBuf::from_slice(&p), false)
                             .await
@@ -766,7 +775,13 @@ fn an_inconsistent_stripe_of_a_degraded_group_fails_reads_until_overwritten() {
         let p = pattern(8192, 2);
         // Rewrites of allocated blocks need no space: punch one member's chunk first so
         // its rewrite does.
-        let victim = g.data_member(0, 0);
+        let victim = a.placement().slot(
+            StripeAddr {
+                group: 0,
+                stripe: 0,
+            },
+            0,
+        );
         let dv: Arc<dyn BlockDev> = t.devs[victim].clone();
         sbod_core::dev::io(
             &dv,
@@ -794,7 +809,13 @@ fn an_inconsistent_stripe_of_a_degraded_group_fails_reads_until_overwritten() {
         );
         assert_eq!(a.status().inconsistent_stripes, 1);
         // The other data member goes: its chunk would be rebuilt from mismatched parity.
-        let other = g.data_member(0, 1);
+        let other = a.placement().slot(
+            StripeAddr {
+                group: 0,
+                stripe: 0,
+            },
+            1,
+        );
         a.fail(&format!("t{other}"), false).await.unwrap();
         let r = a.read(CHUNK as u64, 4096).await;
         assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");

@@ -314,6 +314,143 @@ fn short_file_reads_fail_past_the_end() {
     }
 }
 
+/// Requests queued together that are contiguous on the member are merged into one
+/// vectored I/O (`UringDev::merged` counts them); each keeps its own buffer and outcome,
+/// also when the merged I/O runs past the member's end (then each is issued again alone:
+/// the ones inside succeed, the others fail).
+#[test]
+fn contiguous_requests_merge_and_keep_their_outcomes() {
+    if sbod_core::dev::uring::available().is_err() {
+        eprintln!("io_uring not usable here: nothing to test");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let blocks = 256usize;
+    let path = make_file(dir.path(), "m", (blocks * BLOCK) as u64);
+    let opened = file::open(&path, &file::OpenOptions::default()).unwrap();
+    let d = Arc::new(UringDev::new("m".into(), opened).unwrap());
+    let dev: Arc<dyn BlockDev> = d.clone();
+    let (tx, rx) = mpsc::channel();
+    let mut rng = StdRng::seed_from_u64(7);
+    // Bursts until some merged (the ring thread takes what waits when it wakes: on an
+    // idle machine a burst of 64 requests always leaves some waiting together).
+    for round in 0..200 {
+        // Contiguous writes of 1-4 blocks in ascending or descending order, FUA or not.
+        let mut runs = Vec::new();
+        let mut at = 0usize;
+        while at < blocks {
+            let n = rng.random_range(1..=4).min(blocks - at);
+            runs.push((at, n, rng.random::<u8>()));
+            at += n;
+        }
+        if round % 2 == 1 {
+            runs.reverse();
+        }
+        let fua = round % 3 == 0;
+        for (id, &(at, n, seed)) in runs.iter().enumerate() {
+            let buf = buf_with(&pattern(n * BLOCK, seed));
+            let kind = IoKind::Write { buf, fua };
+            dev.submit(req((at * BLOCK) as u64, kind), tracked(id, &tx));
+        }
+        for r in collect(&rx, runs.len()) {
+            r.unwrap();
+        }
+        // Read back in other pieces, reaching past the end.
+        let mut reads = Vec::new();
+        let mut at = 0usize;
+        while at < blocks + 8 {
+            let n = rng.random_range(1..=8);
+            reads.push((at, n, buf_with(&vec![0u8; n * BLOCK])));
+            at += n;
+        }
+        for (id, (at, _, buf)) in reads.iter().enumerate() {
+            let kind = IoKind::Read { buf: buf.clone() };
+            dev.submit(req((*at * BLOCK) as u64, kind), tracked(id, &tx));
+        }
+        let mut want = vec![0u8; blocks * BLOCK];
+        for &(at, n, seed) in &runs {
+            want[at * BLOCK..(at + n) * BLOCK].copy_from_slice(&pattern(n * BLOCK, seed));
+        }
+        for (r, (at, n, buf)) in collect(&rx, reads.len()).into_iter().zip(&reads) {
+            if at + n <= blocks {
+                r.unwrap();
+                // SAFETY: the read completed; nothing else uses the buffer.
+                let got = unsafe { buf.as_slice() };
+                assert!(
+                    got == &want[at * BLOCK..(at + n) * BLOCK],
+                    "round {round}: read of {n} blocks at {at} differs"
+                );
+            } else {
+                assert!(
+                    r.is_err(),
+                    "round {round}: read of {n} blocks at {at} past the end"
+                );
+            }
+        }
+        if d.merged() > 0 && round >= 3 {
+            break;
+        }
+    }
+    assert!(d.merged() > 0, "no request was ever merged");
+    eprintln!("{} requests merged", d.merged());
+    dev.close();
+    quiet(&rx);
+}
+
+/// Under a plug (`dev::plug`) an idle io_uring member's thread is not woken per request:
+/// the requests wait together until the plug is released, then go as merged I/Os, each
+/// with its own outcome. Nested plugs release at the outermost.
+#[test]
+fn a_plug_gathers_requests_for_one_wake_up() {
+    if sbod_core::dev::uring::available().is_err() {
+        eprintln!("io_uring not usable here: nothing to test");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let blocks = 64usize;
+    let path = make_file(dir.path(), "m", (blocks * BLOCK) as u64);
+    let opened = file::open(&path, &file::OpenOptions::default()).unwrap();
+    let d = Arc::new(UringDev::new("m".into(), opened).unwrap());
+    let dev: Arc<dyn BlockDev> = d.clone();
+    let (tx, rx) = mpsc::channel();
+    // Let the ring thread go to sleep.
+    std::thread::sleep(Duration::from_millis(50));
+    let before = d.merged();
+    {
+        let _outer = dev::plug::hold();
+        let _inner = dev::plug::hold();
+        for i in 0..blocks {
+            let buf = buf_with(&pattern(BLOCK, i as u8));
+            let kind = IoKind::Write { buf, fua: false };
+            dev.submit(req((i * BLOCK) as u64, kind), tracked(i, &tx));
+        }
+        // Nothing woke the sleeping ring thread: nothing is done while the plug is held.
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(rx.try_recv().is_err(), "a request completed under the plug");
+    }
+    for r in collect(&rx, blocks) {
+        r.unwrap();
+    }
+    let merged = d.merged() - before;
+    assert!(
+        merged >= (blocks / 2) as u64,
+        "only {merged} of {blocks} plugged neighbours merged"
+    );
+    let buf = buf_with(&vec![0u8; blocks * BLOCK]);
+    dev.submit(req(0, IoKind::Read { buf: buf.clone() }), tracked(0, &tx));
+    collect(&rx, 1).pop().unwrap().unwrap();
+    // SAFETY: the read completed; nothing else uses the buffer.
+    let got = unsafe { buf.as_slice() };
+    for i in 0..blocks {
+        assert!(
+            got[i * BLOCK..(i + 1) * BLOCK] == pattern(BLOCK, i as u8)[..],
+            "block {i}"
+        );
+    }
+    dev.close();
+    quiet(&rx);
+}
+
 /// A member file truncated while open: every queue reports the size it has now (and the
 /// size it was opened with), and stops answering once closed.
 #[test]

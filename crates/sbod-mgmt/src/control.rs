@@ -3,7 +3,7 @@
 //! (sbod-types' control messages). The client side is [`call`]; the server side hands each
 //! request to [`Local`], the same code that manages an array opened in this process.
 
-use crate::error::{err, kind_of, ErrorKind};
+use crate::error::{advice_of, err_advised, kind_of, ErrorKind};
 use crate::local::Local;
 use crate::registry;
 use anyhow::{anyhow, bail, Context, Result};
@@ -42,9 +42,10 @@ pub async fn call(name: &str, req: &Request) -> Result<Option<serde_json::Value>
     })?;
     let resp: Response = serde_json::from_str(&resp).context("malformed answer from the server")?;
     if !resp.ok {
-        return Err(err(
+        return Err(err_advised(
             resp.kind.unwrap_or(ErrorKind::Invalid),
             resp.error.unwrap_or_else(|| "unknown error".into()),
+            resp.advice,
         ));
     }
     Ok(Some(resp.result.unwrap_or(serde_json::Value::Null)))
@@ -111,7 +112,7 @@ async fn handle(local: Arc<Local>, stream: UnixStream) -> Result<()> {
             match serde_json::from_slice::<Request>(&line) {
                 Ok(req) => match local.call(req).await {
                     Ok(v) => Response::ok(v),
-                    Err(e) => Response::err(kind_of(&e), format!("{e:#}")),
+                    Err(e) => Response::advised(kind_of(&e), format!("{e:#}"), advice_of(&e)),
                 },
                 Err(e) => Response::err(ErrorKind::Invalid, format!("bad request: {e}")),
             }

@@ -4,13 +4,16 @@
 //! and anything else is taken as bad input unless an I/O error is in the chain.
 
 pub use sbod_types::control::ErrorKind;
+use sbod_types::Step;
 use std::fmt;
 
-/// A management error of a known kind.
+/// A management error of a known kind, with what can be done about it (worded by each
+/// client, see [`crate::words`]).
 #[derive(Debug)]
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
+    pub advice: Vec<Step>,
 }
 
 impl fmt::Display for Error {
@@ -23,10 +26,35 @@ impl std::error::Error for Error {}
 
 /// An error of `kind` saying `msg`.
 pub fn err(kind: ErrorKind, msg: impl Into<String>) -> anyhow::Error {
+    err_advised(kind, msg, Vec::new())
+}
+
+/// An error of `kind` saying `msg`, with steps the person can take.
+pub fn err_advised(kind: ErrorKind, msg: impl Into<String>, advice: Vec<Step>) -> anyhow::Error {
     anyhow::Error::new(Error {
         kind,
         message: msg.into(),
+        advice,
     })
+}
+
+/// What can be done about an error: the steps of the first error in the chain that has
+/// any.
+pub fn advice_of(e: &anyhow::Error) -> Vec<Step> {
+    for cause in e.chain() {
+        if let Some(m) = cause.downcast_ref::<Error>() {
+            if !m.advice.is_empty() {
+                return m.advice.clone();
+            }
+        }
+        if let Some(c) = cause.downcast_ref::<sbod_core::Error>() {
+            let a = c.advice();
+            if !a.is_empty() {
+                return a;
+            }
+        }
+    }
+    Vec::new()
 }
 
 /// The kind of an error: its typed cause if it has one.
@@ -37,7 +65,9 @@ pub fn kind_of(e: &anyhow::Error) -> ErrorKind {
         }
         if let Some(c) = cause.downcast_ref::<sbod_core::Error>() {
             return match c {
-                sbod_core::Error::Invalid(_) => ErrorKind::Invalid,
+                sbod_core::Error::Invalid(_) | sbod_core::Error::BadSetting { .. } => {
+                    ErrorKind::Invalid
+                }
                 sbod_core::Error::Refused(_)
                 | sbod_core::Error::MissingMembers(_)
                 | sbod_core::Error::SplitBrain(_)
@@ -47,7 +77,7 @@ pub fn kind_of(e: &anyhow::Error) -> ErrorKind {
                 sbod_core::Error::Failed(_)
                 | sbod_core::Error::Busy(_)
                 | sbod_core::Error::ShutDown => ErrorKind::Conflict,
-                sbod_core::Error::Io { .. } => ErrorKind::Io,
+                sbod_core::Error::Io { .. } | sbod_core::Error::Codec(_) => ErrorKind::Io,
             };
         }
         if cause.downcast_ref::<std::io::Error>().is_some() {

@@ -13,8 +13,10 @@ pub mod members;
 pub mod metrics;
 pub mod monitor;
 pub mod registry;
+pub mod rejoin;
+pub mod words;
 
-pub use error::{err, kind_of, Error, ErrorKind};
+pub use error::{advice_of, err, err_advised, kind_of, Error, ErrorKind};
 pub use local::Local;
 pub use manager::{Logged, Manager, Offline, Reporter, Via};
 pub use metrics::IoStats;

@@ -7,7 +7,7 @@ use crate::metrics::IoStats;
 use crate::{members, registry};
 use anyhow::Result;
 use sbod_core::Array;
-use sbod_types::control::Request;
+use sbod_types::control::{Request, SetReply};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -48,6 +48,12 @@ impl Local {
                 r?;
                 Value::Null
             }
+            Request::Remove { member } if a.is_log_device(&member) => {
+                let r = a.remove_log(&member).await;
+                self.save()?;
+                r?;
+                Value::Null
+            }
             Request::Remove { member } => {
                 let r = a.remove(&member).await;
                 self.save()?;
@@ -69,6 +75,13 @@ impl Local {
                 self.save()?;
                 serde_json::to_value(outcome)?
             }
+            Request::AddLog { device, force } => {
+                let spec = members::open(&device, "")?;
+                let r = a.add_log(spec, force).await;
+                self.save()?;
+                r?;
+                Value::Null
+            }
             Request::Replace { old, new, force } => {
                 let spec = members::open(&new, "")?;
                 a.replace(&old, spec, force).await?;
@@ -79,7 +92,11 @@ impl Local {
             Request::Set {
                 rebuild_min_rate,
                 rebuild_max_rate,
+                sync,
             } => {
+                if let Some(m) = sync {
+                    a.set_sync(m).await?;
+                }
                 let mut s = a.settings.lock();
                 if let Some(v) = rebuild_min_rate {
                     s.rebuild_min_rate = v;
@@ -87,7 +104,10 @@ impl Local {
                 if let Some(v) = rebuild_max_rate {
                     s.rebuild_max_rate = v;
                 }
-                serde_json::to_value(&*s)?
+                serde_json::to_value(SetReply {
+                    settings: s.clone(),
+                    sync: a.sync_mode(),
+                })?
             }
             Request::Stop => match &self.on_stop {
                 Some(n) => {

@@ -4,7 +4,7 @@
 //! this process ([`Local`]): the same requests, executed by the same code either way.
 
 use crate::control;
-use crate::error::{err, ErrorKind};
+use crate::error::{err, err_advised, ErrorKind};
 use crate::local::Local;
 use crate::{members, registry};
 use anyhow::{anyhow, bail, Context, Result};
@@ -13,10 +13,11 @@ use sbod_core::superblock::Superblock;
 use sbod_core::{AddOutcome, Array, AssembleOptions, CreateSpec};
 use sbod_types::control::{
     AddArgs, AssembleArgs, CreateArgs, IoMetrics, MemberArgs, ReplaceArgs, Request, ScrubArgs,
-    SetArgs,
+    SetArgs, SetReply,
 };
 use sbod_types::{
-    human, ArrayStatus, AssemblyReport, MemberState, ProcessKind, ProcessStatus, Settings, Status,
+    human, ArrayStatus, AssemblyReport, LogDevState, MemberState, ProcessKind, ProcessStatus,
+    Status, SyncMode,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -353,10 +354,16 @@ impl Manager {
         created: &mut Vec<String>,
     ) -> Result<(Via, Vec<(String, Added)>)> {
         let paths = self.prepare_new(&a.members, a.size.map(|s| s.0), a.preallocate, created)?;
-        let req = |p: &String| Request::Add {
-            member: p.clone(),
-            domain: a.domain.clone(),
-            force: a.force,
+        let req = |p: &String| match a.log {
+            true => Request::AddLog {
+                device: p.clone(),
+                force: a.force,
+            },
+            false => Request::Add {
+                member: p.clone(),
+                domain: a.domain.clone(),
+                force: a.force,
+            },
         };
         let mut out = Vec::new();
         if served {
@@ -366,9 +373,12 @@ impl Manager {
                     .await?
                     .ok_or_else(|| anyhow!("the server for '{name}' went away"))?;
                 keep(created, p);
-                let o = serde_json::from_value::<AddOutcome>(v)
-                    .map(Added::Outcome)
-                    .unwrap_or(Added::Done);
+                let o = match a.log {
+                    true => Added::Log,
+                    false => serde_json::from_value::<AddOutcome>(v)
+                        .map(Added::Outcome)
+                        .unwrap_or(Added::Done),
+                };
                 out.push((p.clone(), o));
             }
             return Ok((Via::Served, out));
@@ -383,9 +393,12 @@ impl Manager {
                 }
                 let v = l.call(req(p)).await?;
                 keep(created, p);
-                let o = serde_json::from_value::<AddOutcome>(v)
-                    .map(Added::Outcome)
-                    .unwrap_or(Added::Done);
+                let o = match a.log {
+                    true => Added::Log,
+                    false => serde_json::from_value::<AddOutcome>(v)
+                        .map(Added::Outcome)
+                        .unwrap_or(Added::Done),
+                };
                 out.push((p.clone(), o));
             }
             self.rebuild_here(l).await
@@ -504,24 +517,35 @@ impl Manager {
         .await
     }
 
-    /// Change a served array's settings.
-    pub async fn set(&self, name: &str, a: &SetArgs) -> Result<Settings> {
+    /// Change an array's settings: the rebuild rates of a served array, and the sync mode
+    /// (recorded on the members, so also of an array nothing serves).
+    pub async fn set(&self, name: &str, a: &SetArgs) -> Result<SetReply> {
         let req = Request::Set {
             rebuild_min_rate: a.rebuild_min_rate.map(|s| s.0),
             rebuild_max_rate: a.rebuild_max_rate.map(|s| s.0),
+            sync: a.sync,
         };
-        match self.remote(name, &req).await? {
-            Some(v) => Ok(serde_json::from_value(v)?),
-            None => {
-                registry::load(name)?;
-                Err(err(
-                    ErrorKind::Conflict,
-                    format!(
-                        "{name} is not running: settings apply to a served array (sbod serve {name})"
-                    ),
-                ))
-            }
+        if let Some(v) = self.remote(name, &req).await? {
+            return Ok(serde_json::from_value(v)?);
         }
+        registry::load(name)?;
+        if a.rebuild_min_rate.is_some() || a.rebuild_max_rate.is_some() {
+            return Err(err(
+                ErrorKind::Conflict,
+                format!(
+                    "{name} is not running: rebuild rates apply to a served array (sbod serve {name}); --sync is recorded on the members and works either way"
+                ),
+            ));
+        }
+        if a.sync.is_none() {
+            return Err(err(
+                ErrorKind::Invalid,
+                "nothing to set: give --sync, --rebuild-min-rate or --rebuild-max-rate",
+            ));
+        }
+        let l = self.open_for_change(name).await?;
+        self.with_offline(l, async |l| Ok(serde_json::from_value(l.call(req).await?)?))
+            .await
     }
 
     /// Stop a served array cleanly and wait until it has stopped. False if it was not
@@ -574,6 +598,7 @@ impl Manager {
         }
         // Every value is checked before a file is created or a member touched.
         spec_of(a, false).check(a.members.len())?;
+        let logs = check_logs(&a.log, &a.members)?;
         let size_each = a.size_each.map(|s| s.0);
         if let Some(sz) = size_each {
             check_member_size("--size-each", sz, a.chunk.0)?;
@@ -606,6 +631,19 @@ impl Manager {
                 specs.push(members::open(&abs, &dom)?);
             }
             let array = Array::create(spec_of(a, fresh), specs).await?;
+            let r = async {
+                for l in &logs {
+                    array.add_log(members::open(l, "")?, a.force).await?;
+                }
+                array.set_sync(a.sync).await?;
+                Ok::<_, anyhow::Error>(())
+            }
+            .await;
+            if let Err(e) = r {
+                // Nothing is registered: the members are removed with the files created.
+                array.close().await.ok();
+                return Err(e);
+            }
             registry::save_array(&array, None)?;
             let status = array.status();
             array.close().await?;
@@ -731,6 +769,8 @@ impl Manager {
         }
         let mut seen = std::collections::HashSet::new();
         let mut groups: Vec<Found> = Vec::new();
+        // Log devices go with the members of their array (assembly tells them apart).
+        let mut logs: Vec<(String, String)> = Vec::new();
         for p in paths {
             let Ok(abs) = members::canonical(&p) else {
                 continue;
@@ -742,7 +782,15 @@ impl Manager {
                 continue;
             };
             let sb = read_superblock(&spec.dev).await;
+            let log = match &sb {
+                Err(_) => sbod_core::log::read_super(&spec.dev).await.ok(),
+                Ok(_) => None,
+            };
             spec.dev.close();
+            if let Some(l) = log {
+                logs.push((l.array_uuid.to_string(), abs));
+                continue;
+            }
             let Ok(sb) = sb else {
                 continue;
             };
@@ -756,6 +804,11 @@ impl Manager {
                     served: false,
                     members: vec![abs],
                 }),
+            }
+        }
+        for (uuid, path) in logs {
+            if let Some(g) = groups.iter_mut().find(|g| g.uuid == uuid) {
+                g.members.push(path);
             }
         }
         for g in &mut groups {
@@ -857,6 +910,46 @@ pub enum Added {
     Back,
     /// Done (an older server that does not say what).
     Done,
+    /// A log device (the first makes the log, a second mirrors it).
+    Log,
+}
+
+/// The log devices of `create`: one or two, existing, none of them a member; their
+/// canonical paths.
+fn check_logs(logs: &[String], members: &[String]) -> Result<Vec<String>> {
+    if logs.len() > 2 {
+        return Err(err(
+            ErrorKind::Invalid,
+            format!(
+                "--log given {} times: a log is one device, or two for a mirrored log",
+                logs.len()
+            ),
+        ));
+    }
+    // Members may not exist yet (--size-each): compare absolute names.
+    let name = |p: &str| {
+        std::path::absolute(p)
+            .map(|x| x.display().to_string())
+            .unwrap_or_else(|_| p.to_string())
+    };
+    let mut out: Vec<String> = Vec::new();
+    for l in logs {
+        let member = members.iter().any(|m| name(m) == name(l));
+        if member || logs.iter().filter(|x| name(x) == name(l)).count() > 1 {
+            return Err(err(
+                ErrorKind::Invalid,
+                format!("{l} is given twice (as a member or a log device)"),
+            ));
+        }
+        if !sbod_remote::is_uri(l) && !std::path::Path::new(l).exists() {
+            return Err(err(
+                ErrorKind::Invalid,
+                format!("log device {l} does not exist (create it first: a partition, a namespace, or a file)"),
+            ));
+        }
+        out.push(members::canonical(l)?);
+    }
+    Ok(out)
 }
 
 /// A file `prepare_new` created has become a member: it stays whatever happens next.
@@ -910,9 +1003,10 @@ fn check_member_size(opt: &str, size: u64, chunk: u64) -> Result<()> {
 /// An engine error for people: members named by their registered paths.
 pub fn explain(e: sbod_core::Error, reg: Option<&registry::Registry>) -> anyhow::Error {
     match e {
-        sbod_core::Error::MissingMembers(m) => err(
+        sbod_core::Error::MissingMembers(m) => err_advised(
             ErrorKind::Refused,
             m.describe(|u| reg.and_then(|r| r.failed_path(&u.to_string()))),
+            m.advice(),
         ),
         e => anyhow!(e),
     }
@@ -924,6 +1018,29 @@ pub fn report_lines(a: &Array, reg: Option<&registry::Registry>) -> Vec<String> 
     let rep = a.report();
     let st = a.state();
     let mut out = Vec::new();
+    if a.sync_mode() == SyncMode::Disabled {
+        out.push(format!("WARNING: sync=disabled: {}", a.sync_promise()));
+    }
+    if let Some(l) = a.log_status() {
+        if l.replayed_records > 0 {
+            out.push(format!(
+                "replayed {} record(s) from the log into the members",
+                l.replayed_records
+            ));
+        }
+        for d in l.devices.iter().filter(|d| d.state != LogDevState::Active) {
+            out.push(format!(
+                "log device {} is {}{}",
+                d.path.as_deref().unwrap_or(&d.uuid),
+                d.state,
+                if l.devices.iter().any(|x| x.state == LogDevState::Active) {
+                    ": the log runs on the other device alone"
+                } else {
+                    ": writes take the in-pool path (`sbod add NAME --log DEV` gives it a log again)"
+                }
+            ));
+        }
+    }
     for &i in &rep.missing {
         let who = st.slots[i]
             .entry

@@ -41,6 +41,9 @@ pub struct Registry {
     /// The member uuid of each path in `members`, to name a member that goes missing.
     #[serde(default)]
     pub uuids: std::collections::BTreeMap<String, String>,
+    /// Log devices (opened with the members at assembly, which tells them apart).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -75,9 +78,14 @@ impl Registry {
             })
     }
 
-    /// Members to look for at assembly: those in service, and missing ones.
+    /// Devices to look for at assembly: members in service, missing ones, log devices.
     pub fn to_open(&self) -> Vec<String> {
         let mut v = self.members.clone();
+        for l in &self.logs {
+            if !v.contains(l) {
+                v.push(l.clone());
+            }
+        }
         for f in self.failed.iter().filter(|f| f.missing) {
             if !v.contains(&f.path) {
                 v.push(f.path.clone());
@@ -190,6 +198,17 @@ pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
         .iter()
         .filter_map(|s| s.entry.as_ref().map(|e| e.uuid.to_string()))
         .collect();
+    // Log devices: those open now; while the array records one that is not (missing),
+    // the ones registered before are kept, to look for them again.
+    let mut logs = array.log_paths();
+    let recorded_logs = array.log_status().map(|l| l.devices.len()).unwrap_or(0);
+    if logs.len() < recorded_logs {
+        for p in prev.as_ref().map(|r| r.logs.clone()).unwrap_or_default() {
+            if !logs.contains(&p) {
+                logs.push(p);
+            }
+        }
+    }
     let mut prev_failed = prev.map(|r| r.failed).unwrap_or_default();
     prev_failed.retain(|f| {
         !members.contains(&f.path)
@@ -203,6 +222,7 @@ pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
         members,
         failed,
         uuids,
+        logs,
     })
 }
 

@@ -41,12 +41,22 @@ pub enum Request {
         #[serde(default)]
         repair: bool,
     },
-    /// Change settings (None keeps a value). Reply: the [`crate::Settings`] now in force.
+    /// Add a log device (an absolute path the server can open): the first makes the log,
+    /// a second mirrors it. Reply: null.
+    AddLog {
+        device: String,
+        #[serde(default, skip_serializing_if = "is_false")]
+        force: bool,
+    },
+    /// Change settings (None keeps a value). Reply: the [`SetReply`] now in force.
     Set {
         #[serde(default)]
         rebuild_min_rate: Option<u64>,
         #[serde(default)]
         rebuild_max_rate: Option<u64>,
+        /// Persisted on the members.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sync: Option<crate::SyncMode>,
     },
     /// Stop serving (cleanly). Reply: null.
     Stop,
@@ -79,6 +89,9 @@ pub struct Response {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ErrorKind>,
+    /// What can be done about the error, for the client to word.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advice: Vec<crate::Step>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,
 }
@@ -89,15 +102,26 @@ impl Response {
             ok: true,
             error: None,
             kind: None,
+            advice: Vec::new(),
             result: Some(v),
         }
     }
 
     pub fn err(kind: ErrorKind, e: impl std::fmt::Display) -> Response {
+        Response::advised(kind, e, Vec::new())
+    }
+
+    /// An error with the steps the client may word for the person.
+    pub fn advised(
+        kind: ErrorKind,
+        e: impl std::fmt::Display,
+        advice: Vec<crate::Step>,
+    ) -> Response {
         Response {
             ok: false,
             error: Some(e.to_string()),
             kind: Some(kind),
+            advice,
             result: None,
         }
     }
@@ -192,6 +216,9 @@ pub struct AddArgs {
     /// Give member files all their space now (posix_fallocate).
     #[serde(default)]
     pub preallocate: bool,
+    /// The devices are log devices (`sbod add NAME --log DEV`), not members.
+    #[serde(default)]
+    pub log: bool,
     #[serde(default)]
     pub force: bool,
 }
@@ -219,7 +246,8 @@ pub struct ScrubArgs {
     pub repair: bool,
 }
 
-/// `POST .../set`: `sbod set NAME [--rebuild-min-rate R] [--rebuild-max-rate R]`.
+/// `POST .../set`: `sbod set NAME [--rebuild-min-rate R] [--rebuild-max-rate R] [--sync
+/// MODE]`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetArgs {
@@ -227,6 +255,18 @@ pub struct SetArgs {
     pub rebuild_min_rate: Option<Size>,
     #[serde(default)]
     pub rebuild_max_rate: Option<Size>,
+    /// The sync mode (persisted on the members: also for an array nothing serves).
+    #[serde(default)]
+    pub sync: Option<crate::SyncMode>,
+}
+
+/// What `set` leaves in force: the served array's tunables (the defaults a start gives,
+/// for an array nothing serves) and its sync mode.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SetReply {
+    #[serde(flatten)]
+    pub settings: crate::Settings,
+    pub sync: crate::SyncMode,
 }
 
 /// `sbod create NAME --level L MEMBER...`.
@@ -262,6 +302,12 @@ pub struct CreateArgs {
     /// Checksums on every block: `crc32c` (the default) or `none`.
     #[serde(default = "default_integrity")]
     pub integrity: crate::Integrity,
+    /// What FLUSH and FUA do (default: standard).
+    #[serde(default)]
+    pub sync: crate::SyncMode,
+    /// Log devices (one, or two for a mirrored log).
+    #[serde(default)]
+    pub log: Vec<String>,
     #[serde(default)]
     pub force: bool,
     pub members: Vec<String>,
@@ -337,6 +383,13 @@ mod tests {
         let e = serde_json::from_str::<SetArgs>(r#"{"rebuild_min_rate":"lots"}"#).unwrap_err();
         assert!(e.to_string().contains("not a size"), "{e}");
         assert!(serde_json::from_str::<SetArgs>(r#"{"rebuild_min":"1G"}"#).is_err());
+        let s: SetArgs = serde_json::from_str(r#"{"sync":"disabled"}"#).unwrap();
+        assert_eq!(s.sync, Some(crate::SyncMode::Disabled));
+        let e = serde_json::from_str::<SetArgs>(r#"{"sync":"sometimes"}"#).unwrap_err();
+        assert!(e.to_string().contains("standard"), "{e}");
+        // Older clients' requests still read, and keep the mode.
+        let r: Request = serde_json::from_str(r#"{"cmd":"set","rebuild_min_rate":5}"#).unwrap();
+        assert!(matches!(r, Request::Set { sync: None, .. }));
         assert!(serde_json::from_str::<MemberArgs>(r#"{}"#).is_err());
     }
 }

@@ -42,12 +42,15 @@ macro_rules! word_enum {
     };
 }
 
+pub mod advice;
 pub mod control;
 pub mod event;
 pub mod level;
 pub mod size;
 pub mod status;
+pub mod sync;
 
+pub use advice::Step;
 pub use event::{Event, EventKind};
 pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};
@@ -55,6 +58,7 @@ pub use status::{
     ArrayState, ArrayStatus, AssemblyReport, Integrity, MemberState, MemberStatus, MismatchRegion,
     ProcessKind, ProcessStatus, RecoveryStatus, RescueReport, Settings, StaleMember, Status,
 };
+pub use sync::{LogDevState, LogDevStatus, LogState, LogStatus, SyncMode, SyncStatus};
 
 /// A value that did not parse, with a message that says what would have been accepted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

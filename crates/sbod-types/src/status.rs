@@ -110,6 +110,12 @@ pub struct Status {
     /// with the bytes each needed.
     #[serde(default)]
     pub recoveries: Vec<RecoveryStatus>,
+    /// What FLUSH and FUA do (`sbod set --sync`), and what they did.
+    #[serde(default)]
+    pub sync: crate::SyncStatus,
+    /// The log devices, if the array has any.
+    #[serde(default)]
+    pub log: Option<crate::LogStatus>,
 }
 
 /// A recovery of one member (rebuild, bitmap resync, replacement).

@@ -42,7 +42,11 @@ impl From<anyhow::Error> for ApiError {
             ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
             ErrorKind::Io => (StatusCode::INTERNAL_SERVER_ERROR, "io"),
         };
-        ApiError(code, format!("{e:#}"), kind)
+        ApiError(
+            code,
+            sbod_mgmt::words::message(&e, sbod_mgmt::words::Style::Api),
+            kind,
+        )
     }
 }
 

@@ -13,6 +13,7 @@ use sbod_mgmt::manager::Added;
 use sbod_mgmt::{registry, Manager, Offline, Reporter, Via};
 use sbod_types::control as req;
 use sbod_types::control::Size;
+use sbod_types::SyncMode;
 use std::sync::Arc;
 
 /// Sizes on the command line follow the one rule of `sbod_types::size`.
@@ -57,6 +58,13 @@ pub struct CreateArgs {
     /// read; wrong data is rebuilt from redundancy or answered with EIO) or none.
     #[arg(long, default_value = "crc32c")]
     pub integrity: sbod_types::Integrity,
+    /// What FLUSH and FUA do: standard (as the NBD spec says), always (every write is
+    /// FUA) or disabled (acknowledged at once; a power cut loses the last seconds).
+    #[arg(long, default_value = "standard")]
+    pub sync: SyncMode,
+    /// A log device (an SSD, NVMe): give it twice for a mirrored log.
+    #[arg(long = "log", value_name = "DEV")]
+    pub log: Vec<String>,
     /// Overwrite members that hold data or belong to another array; allow layouts that
     /// put too many members of a group in one failure domain.
     #[arg(long)]
@@ -140,6 +148,9 @@ pub struct AddArgs {
     /// Give the member files all their space now (fallocate).
     #[arg(long)]
     pub preallocate: bool,
+    /// The devices are log devices: the first makes the array's log, a second mirrors it.
+    #[arg(long)]
+    pub log: bool,
     #[arg(long)]
     pub force: bool,
 }
@@ -188,6 +199,10 @@ pub struct SetArgs {
     /// Background rate ceiling, bytes/s (e.g. 500M; 0 = unlimited).
     #[arg(long, value_parser = rate_arg)]
     pub rebuild_max_rate: Option<u64>,
+    /// What FLUSH and FUA do: standard, always or disabled (recorded on the members; works
+    /// whether or not the array is served).
+    #[arg(long)]
+    pub sync: Option<SyncMode>,
 }
 
 /// The CLI's reporter: notes on stderr, progress as a bar.
@@ -239,6 +254,8 @@ pub async fn create(args: CreateArgs) -> Result<()> {
         bitmap_region: args.bitmap_region.map(Size),
         assume_clean: args.assume_clean,
         integrity: args.integrity,
+        sync: args.sync,
+        log: args.log,
         force: args.force,
         members: args.members,
     };
@@ -255,6 +272,16 @@ pub async fn create(args: CreateArgs) -> Result<()> {
         );
         if status.resync_offset.is_some() {
             println!("initial parity sync runs in the background while the array is served (sbod serve {})", args.name);
+        }
+        if let Some(l) = &status.log {
+            println!("{}", output::log_line(l));
+        }
+        if status.sync.mode != SyncMode::Standard {
+            println!(
+                "sync={}: {}",
+                status.sync.mode,
+                output::sync_promise(&status.sync)
+            );
         }
         println!("serve it with: sbod serve {}", args.name);
     }
@@ -332,7 +359,16 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
     }
     let mut out = Vec::new();
     let mut failed = 0;
+    // Members held by another program (an array served by another sbod, with its own
+    // state directory, on the same devices): that array runs elsewhere; pass it over.
+    let busy = |e: &anyhow::Error| {
+        e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::ResourceBusy)
+        })
+    };
     for f in found {
+        let mut skipped = f.served;
         let r = if f.served {
             Err("already served".to_string())
         } else {
@@ -343,7 +379,15 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
                 members: f.members.clone(),
             })
             .await
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| {
+                let text = sbod_mgmt::words::message(&e, sbod_mgmt::words::Style::Cli);
+                if busy(&e) {
+                    skipped = true;
+                    format!("in use by another program (served elsewhere?): {text}")
+                } else {
+                    text
+                }
+            })
         };
         let name = f.registered.clone().unwrap_or(f.name.clone());
         match &r {
@@ -361,7 +405,7 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
                     }
                 }
             }
-            Err(e) if f.served => {
+            Err(e) if skipped => {
                 if !args.json {
                     println!("{name}: {e}");
                 }
@@ -378,6 +422,7 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
             "uuid": f.uuid,
             "members": f.members,
             "assembled": r.is_ok(),
+            "skipped": skipped,
             "state": r.as_ref().ok().map(|(st, _, _)| st.state),
             "error": r.as_ref().err(),
         }));
@@ -499,6 +544,7 @@ pub async fn add(args: AddArgs) -> Result<()> {
         domain: args.domain,
         size: args.size.map(Size),
         preallocate: args.preallocate,
+        log: args.log,
         force: args.force,
     };
     let m = manager();
@@ -521,6 +567,7 @@ fn added_line(name: &str, p: &str, o: &Added) -> String {
     match o {
         Added::Back => format!("{name}: {p} is back in the array"),
         Added::Done => format!("{name}: added {p}"),
+        Added::Log => format!("{name}: added {p} as a log device"),
         Added::Outcome(AddOutcome::Spare) => format!("{name}: added {p} as a hot spare"),
         Added::Outcome(AddOutcome::Rebuilding { slot }) => {
             format!("{name}: added {p}; it takes slot {slot} and is rebuilt in full")
@@ -613,8 +660,15 @@ pub async fn set(args: SetArgs) -> Result<()> {
     let a = req::SetArgs {
         rebuild_min_rate: args.rebuild_min_rate.map(Size),
         rebuild_max_rate: args.rebuild_max_rate.map(Size),
+        sync: args.sync,
     };
     let s = manager().set(&args.name, &a).await?;
+    if s.sync == SyncMode::Disabled && args.sync.is_some() {
+        eprintln!(
+            "{}: WARNING: sync=disabled: FLUSH and FUA are acknowledged at once; a power cut loses the last seconds of writes",
+            args.name
+        );
+    }
     println!("{}", serde_json::to_string_pretty(&s)?);
     Ok(())
 }

@@ -5,7 +5,6 @@ mod export;
 mod lab;
 mod monitor;
 mod output;
-mod remote;
 mod serve;
 mod web;
 
@@ -122,7 +121,10 @@ fn main() {
         }
     });
     if let Err(e) = r {
-        eprintln!("sbod: {e:#}");
+        eprintln!(
+            "sbod: {}",
+            sbod_mgmt::words::message(&e, sbod_mgmt::words::Style::Cli)
+        );
         std::process::exit(1);
     }
 }

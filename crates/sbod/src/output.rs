@@ -5,6 +5,7 @@ use sbod_core::array::{RecoveryStatus, Status};
 use sbod_core::layout::{human, Level};
 use sbod_core::process::ProcessStatus;
 use sbod_core::superblock::Superblock;
+use sbod_types::{LogStatus, SyncStatus};
 
 pub fn layout_desc(s: &Status) -> String {
     let desc = level_desc(s);
@@ -117,6 +118,64 @@ pub fn print_status(s: &Status, running: bool) {
     if let Some(r) = s.resync_offset {
         println!("  initial sync at {}", human(r));
     }
+    println!("  sync: {}: {}", s.sync.mode, sync_promise(&s.sync));
+    if let Some(l) = &s.log {
+        println!("  {}", log_line(l));
+        for d in &l.devices {
+            println!(
+                "    {} {}{}{}",
+                d.path
+                    .as_deref()
+                    .map(short)
+                    .unwrap_or_else(|| format!("({})", d.uuid)),
+                d.state,
+                d.reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default(),
+                if d.write_errors > 0 {
+                    format!(", {} write errors", d.write_errors)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+}
+
+/// What a power cut costs in an array's sync mode.
+pub fn sync_promise(s: &SyncStatus) -> String {
+    s.mode.promise(s.interval_secs)
+}
+
+/// "log: optimal, mirrored, 12 MiB of 1 GiB in use, 340 records, ...".
+pub fn log_line(l: &LogStatus) -> String {
+    let mut out = format!(
+        "log: {}, {}",
+        l.state,
+        if l.devices.len() > 1 {
+            "mirrored"
+        } else {
+            "one device"
+        }
+    );
+    if l.capacity > 0 {
+        out += &format!(
+            ", {} of {} in use, {} records ({}) since the start, {} checkpoints",
+            human(l.used),
+            human(l.capacity),
+            l.records,
+            human(l.bytes),
+            l.checkpoints
+        );
+    }
+    if l.replayed_records > 0 {
+        out += &format!(", {} records replayed at the start", l.replayed_records);
+    }
+    if !l.journaling {
+        out += "; attached, not yet journaling writes (they take the in-pool path)";
+    }
+    out
 }
 
 /// One member's recovery: "d2.img (slot 2): resynced 12 MiB of 12 MiB from the write-intent
@@ -224,6 +283,14 @@ pub fn print_superblock(path: &str, sb: &Superblock) {
     }
     for m in &sb.spares {
         println!("  spare      {}", m.uuid);
+    }
+    println!("  sync       {}", sb.sync);
+    for l in &sb.log.devices {
+        println!(
+            "  log        {} {}",
+            l.uuid,
+            if l.active { "active" } else { "out" }
+        );
     }
 }
 

@@ -103,20 +103,27 @@ impl Backend for ArrayExport {
 
     async fn read(&self, offset: u64, len: u32) -> Result<AlignedBuf, NbdError> {
         let t0 = Instant::now();
-        let r = self.array.read(offset, len as usize).await.map_err(nbd_err);
+        // Plugged: the member I/Os of all the request's stripes reach each member's queue
+        // together and go as one I/O per member where they are neighbours.
+        let r = sbod_core::dev::plugged(self.array.read(offset, len as usize))
+            .await
+            .map_err(nbd_err);
         self.count(Op::Read, len as u64, t0, r)
     }
 
     async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<(), NbdError> {
         let t0 = Instant::now();
         let len = data.len() as u64;
-        let r = self.array.write(offset, data, fua).await.map_err(nbd_err);
+        let r = sbod_core::dev::plugged(self.array.write(offset, data, fua))
+            .await
+            .map_err(nbd_err);
         self.count(Op::Write, len, t0, r)
     }
 
     async fn flush(&self) -> Result<(), NbdError> {
         let t0 = Instant::now();
-        let r = self.array.flush().await.map_err(nbd_err);
+        // As the sync mode says (`disabled`: acknowledged at once).
+        let r = self.array.client_flush().await.map_err(nbd_err);
         self.count(Op::Flush, 0, t0, r)
     }
 
@@ -125,7 +132,7 @@ impl Backend for ArrayExport {
         let r = async {
             self.array.trim(offset, len as u64).await.map_err(nbd_err)?;
             if fua {
-                self.array.flush().await.map_err(nbd_err)?;
+                self.array.client_flush().await.map_err(nbd_err)?;
             }
             Ok(())
         }
@@ -231,7 +238,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             .filter(|p| sbod_remote::is_uri(p) && !open.contains(p))
             .collect()
     };
-    let watcher = tokio::spawn(crate::remote::watch(
+    let watcher = tokio::spawn(sbod_mgmt::rejoin::watch(
         array.clone(),
         missing,
         stop_rx.clone(),
@@ -276,4 +283,28 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     r?;
     closed?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each engine error reaches the NBD client as the errno its cause deserves: a codec
+    /// failure is the engine's fault (EIO), never the request's (EINVAL).
+    #[test]
+    fn engine_errors_map_to_errnos() {
+        use sbod_core::Error;
+        let cases = [
+            (Error::Codec("bad shard length".into()), NbdError::Io),
+            (Error::Invalid("out of range".into()), NbdError::Inval),
+            (Error::NoSpace("full".into()), NbdError::NoSpc),
+            (Error::ReadOnly("rescue".into()), NbdError::Perm),
+            (Error::Failed("gone".into()), NbdError::Io),
+            (Error::ShutDown, NbdError::ShutDown),
+        ];
+        for (e, want) in cases {
+            let what = e.to_string();
+            assert_eq!(nbd_err(e), want, "{what}");
+        }
+    }
 }

@@ -498,7 +498,13 @@ fn serve_refuses_what_it_should() {
         .cmd(&["remove", "vol0", "disks/d0.img"])
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&o.stderr).contains("fail it first"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("fail it first (sbod fail vol0 ")
+            && err.contains("d0.img)")
+            && err.contains("disks/d0.img NEW)"),
+        "{err}"
+    );
     run(Command::new("nbdinfo").arg(env.uri()));
     // SIGTERM stops it cleanly too.
     let c = env.server.take().unwrap();

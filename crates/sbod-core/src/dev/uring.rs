@@ -8,7 +8,10 @@
 //!
 //! The ring thread owns every in-flight request (with its buffer) in a slot table until the
 //! kernel posts its completion; short reads/writes and EINTR/EAGAIN are resubmitted for the
-//! remainder. In-flight operations never exceed the completion queue's size, so the CQ
+//! remainder. Requests that wait together in the queue and are contiguous on the member
+//! (the chunks of consecutive stripes a sequential transfer puts on one member) are merged
+//! into one vectored read or write of up to [`MERGE_BYTES`]; a merged I/O that fails is
+//! issued again request by request, so each request gets its own outcome. In-flight operations never exceed the completion queue's size, so the CQ
 //! cannot overflow, and requests beyond the queue depth wait in the channel (backpressure).
 //! Zeroing (fallocate / BLKZEROOUT / written zeros, see `file::execute`) may block for long
 //! on some file systems and needs its fallback chain, so it runs on a helper thread started
@@ -27,7 +30,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
 
@@ -38,6 +41,19 @@ pub const QUEUE_DEPTH: u32 = 256;
 const MAX_CHUNK: usize = 1 << 30;
 /// `user_data` of the eventfd read (slot indices are below QUEUE_DEPTH).
 const WAKE: u64 = u64::MAX;
+/// The most bytes one merged read or write carries.
+pub const MERGE_BYTES: usize = 2 << 20;
+/// The most requests merged into one I/O (iovecs of one readv/writev).
+const MERGE_REQS: usize = 64;
+/// How far back among the requests waiting for submission a new one looks for a neighbour.
+const MERGE_LOOKBACK: usize = 8;
+
+/// Merge neighbouring requests (on unless `SBOD_URING_MERGE=0`, which exists for A/B
+/// benchmarks: scripts/bench-members.sh, docs/PERFORMANCE.md). Read once.
+fn merging() -> bool {
+    static M: OnceLock<bool> = OnceLock::new();
+    *M.get_or_init(|| std::env::var("SBOD_URING_MERGE").map_or(true, |v| v != "0"))
+}
 
 /// State shared between submitters, `close()` and the ring thread.
 struct Shared {
@@ -46,6 +62,18 @@ struct Shared {
     closed: AtomicBool,
     /// Nonblocking eventfd the ring thread keeps a read armed on.
     wake: OwnedFd,
+    /// Requests that rode along in another's I/O (see [`UringDev::merged`]).
+    merged: AtomicU64,
+}
+
+impl super::plug::Unplug for Shared {
+    fn unplug(&self) {
+        // As in submit: the ring thread either saw the requests or announced its sleep.
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
+            self.wake();
+        }
+    }
 }
 
 impl Shared {
@@ -72,6 +100,8 @@ pub struct UringDev {
     probe: file::SizeProbe,
     tx: Sender<Pending>,
     shared: Arc<Shared>,
+    /// `shared`, as the plug keeps it (see `dev::plug`).
+    unplug: Arc<dyn super::plug::Unplug>,
     thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
     thread_id: ThreadId,
 }
@@ -199,6 +229,7 @@ impl UringDev {
             sleeping: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             wake,
+            merged: AtomicU64::new(0),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let size = opened.size;
@@ -217,6 +248,10 @@ impl UringDev {
             slots: (0..QUEUE_DEPTH).map(|_| None).collect(),
             free: (0..QUEUE_DEPTH).rev().collect(),
             ready: VecDeque::new(),
+            retry: VecDeque::new(),
+            merge: merging(),
+            ops: 0,
+            merged: 0,
             in_kernel: 0,
             zero: None,
             cqes: Vec::with_capacity(2 * QUEUE_DEPTH as usize),
@@ -245,6 +280,7 @@ impl UringDev {
             direct,
             probe: file::SizeProbe::new(file, opened.block_device),
             tx,
+            unplug: shared.clone(),
             shared,
             thread_id: handle.thread().id(),
             thread: parking_lot::Mutex::new(Some(handle)),
@@ -255,6 +291,11 @@ impl UringDev {
     pub fn direct(&self) -> bool {
         self.direct
     }
+
+    /// Requests so far that were carried by another request's I/O (merged neighbours).
+    pub fn merged(&self) -> u64 {
+        self.shared.merged.load(Ordering::Relaxed)
+    }
 }
 
 impl BlockDev for UringDev {
@@ -264,6 +305,11 @@ impl BlockDev for UringDev {
         }
         // On a disconnected channel the returned request is dropped, which completes it.
         if self.tx.send(Pending::new(req, done)).is_err() {
+            return;
+        }
+        // Under a plug the wake-up waits for the plug's release, so the ring thread finds
+        // this request's neighbours waiting with it.
+        if super::plug::defer(&self.unplug) {
             return;
         }
         // Pairs with the fence in Worker::run: either the ring thread sees this request
@@ -313,11 +359,92 @@ impl Drop for UringDev {
     }
 }
 
-/// One request in the kernel (or ready to go back): the request owns its buffer.
+/// One I/O in the kernel (or ready to go back): its requests own their buffers.
 struct Op {
     p: Pending,
+    /// Requests merged behind `p`: contiguous on the member, in order, the same kind.
+    more: Vec<Pending>,
+    /// Bytes of the read/write (all its requests).
+    len: usize,
     /// Bytes of a read/write already done.
     progress: usize,
+    /// The iovecs of a merged I/O's remainder, while the kernel holds them.
+    iov: Iovecs,
+    /// Issued alone: a merged I/O that failed, now retried request by request.
+    alone: bool,
+}
+
+/// iovecs point into the requests' buffers, which the op owns; the ring thread alone
+/// touches them.
+#[derive(Default)]
+struct Iovecs(Vec<libc::iovec>);
+// SAFETY: the pointers are into buffers owned by the same op (SharedBuf is Send); the
+// iovecs are only read by the kernel while the op sits in its slot.
+unsafe impl Send for Iovecs {}
+
+fn buf_of(p: &Pending) -> Option<&crate::buf::SharedBuf> {
+    match &p.req().kind {
+        IoKind::Read { buf } | IoKind::Write { buf, .. } => Some(buf),
+        _ => None,
+    }
+}
+
+impl Op {
+    fn new(p: Pending, alone: bool) -> Op {
+        let len = buf_of(&p).map_or(0, |b| b.len());
+        Op {
+            p,
+            more: Vec::new(),
+            len,
+            progress: 0,
+            iov: Iovecs::default(),
+            alone,
+        }
+    }
+
+    /// Can `q` join this op, before (`Some(true)`) or after (`Some(false)`) its requests?
+    fn joins(&self, q: &Pending) -> Option<bool> {
+        if self.alone || self.progress > 0 || self.more.len() + 2 > MERGE_REQS {
+            return None;
+        }
+        let (a, b) = (self.p.req(), q.req());
+        let same = match (&a.kind, &b.kind) {
+            (IoKind::Read { .. }, IoKind::Read { .. }) => true,
+            (IoKind::Write { fua: x, .. }, IoKind::Write { fua: y, .. }) => x == y,
+            _ => false,
+        };
+        let n = buf_of(q)?.len();
+        if !same || self.len + n > MERGE_BYTES {
+            return None;
+        }
+        if a.offset + self.len as u64 == b.offset {
+            Some(false)
+        } else if b.offset + n as u64 == a.offset {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
+    fn join(&mut self, q: Pending, front: bool) {
+        self.len += buf_of(&q).map_or(0, |b| b.len());
+        if front {
+            let old = std::mem::replace(&mut self.p, q);
+            self.more.insert(0, old);
+        } else {
+            self.more.push(q);
+        }
+    }
+
+    fn finish(mut self, r: io::Result<()>) {
+        for mut q in self.more.drain(..) {
+            q.finish(match &r {
+                Ok(()) => Ok(()),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            });
+        }
+        self.p.finish(r);
+    }
 }
 
 /// The thread that zeroes ranges with blocking syscalls. It hands each finished request back
@@ -346,6 +473,12 @@ struct Worker {
     free: Vec<u32>,
     /// Slots waiting for (re)submission, in order.
     ready: VecDeque<u32>,
+    /// Requests of a merged I/O that failed, to issue again one by one (before new ones).
+    retry: VecDeque<Pending>,
+    merge: bool,
+    /// I/Os issued, and requests that rode along in another's I/O (for the debug log).
+    ops: u64,
+    merged: u64,
     /// Slots whose SQE is in the rings (submitted or queued in the SQ).
     in_kernel: usize,
     zero: Option<ZeroHelper>,
@@ -377,7 +510,9 @@ impl Worker {
                 self.shared.wake();
             }
             let cq_empty = self.ring.completion().is_empty();
-            let can_take = !closing && !self.free.is_empty() && !self.rx.is_empty();
+            let can_take = !closing
+                && !self.free.is_empty()
+                && (!self.rx.is_empty() || !self.retry.is_empty());
             let zeroed = self.zero.as_ref().is_some_and(|z| !z.done.is_empty());
             if !cq_empty || !self.ready.is_empty() || can_take || zeroed {
                 self.enter(0);
@@ -402,6 +537,7 @@ impl Worker {
             drop(z.tx);
             let _ = z.thread.join();
         }
+        tracing::debug!(member = %self.name, ios = self.ops, merged = self.merged, "ring thread done");
         // Release the registered file now: a ring torn down by its last close drops it
         // later, from a kernel worker, and the member's lock would outlive close().
         let _ = self.ring.submitter().unregister_files();
@@ -426,17 +562,23 @@ impl Worker {
     /// Take new requests while slots are free. Returns false once the device is dropped.
     fn accept(&mut self) -> bool {
         while !self.free.is_empty() {
+            let Some(p) = self.retry.pop_front() else {
+                break;
+            };
+            self.start(p, true);
+        }
+        while !self.free.is_empty() {
             let p = match self.rx.try_recv() {
                 Ok(p) => p,
                 Err(TryRecvError::Empty) => return true,
                 Err(TryRecvError::Disconnected) => return false,
             };
-            self.start(p);
+            self.start(p, false);
         }
         true
     }
 
-    fn start(&mut self, mut p: Pending) {
+    fn start(&mut self, mut p: Pending, alone: bool) {
         let empty = match &p.req().kind {
             IoKind::Read { buf } | IoKind::Write { buf, .. } => buf.is_empty(),
             IoKind::Flush => false,
@@ -445,8 +587,20 @@ impl Worker {
         if empty {
             return p.finish(Ok(()));
         }
+        if !alone && self.merge {
+            // A neighbour on the member among the I/Os not yet submitted: ride along.
+            for &slot in self.ready.iter().rev().take(MERGE_LOOKBACK) {
+                let op = self.slots[slot as usize].as_mut().expect("op in slot");
+                if let Some(front) = op.joins(&p) {
+                    op.join(p, front);
+                    self.merged += 1;
+                    self.shared.merged.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
         let slot = self.free.pop().expect("a free slot");
-        self.slots[slot as usize] = Some(Op { p, progress: 0 });
+        self.slots[slot as usize] = Some(Op::new(p, alone));
         self.ready.push_back(slot);
     }
 
@@ -507,9 +661,10 @@ impl Worker {
         while let Ok(p) = self.rx.try_recv() {
             drop(p);
         }
+        self.retry.clear();
         while let Some(slot) = self.ready.pop_front() {
-            if let Some(mut op) = self.slots[slot as usize].take() {
-                op.p.finish(Err(closed_err()));
+            if let Some(op) = self.slots[slot as usize].take() {
+                op.finish(Err(closed_err()));
             }
             self.free.push(slot);
         }
@@ -538,13 +693,51 @@ impl Worker {
             }
             self.ready.pop_front();
             self.in_kernel += 1;
+            self.ops += 1;
         }
     }
 
-    fn sqe(&self, slot: u32) -> squeue::Entry {
-        let op = self.slots[slot as usize].as_ref().expect("op in slot");
-        let req = op.p.req();
+    fn sqe(&mut self, slot: u32) -> squeue::Entry {
+        let op = self.slots[slot as usize].as_mut().expect("op in slot");
         let fd = types::Fixed(0);
+        if !op.more.is_empty() {
+            // A merged I/O: one iovec per request, less what is already done.
+            let Op {
+                p,
+                more,
+                progress,
+                iov,
+                ..
+            } = op;
+            iov.0.clear();
+            let mut skip = *progress;
+            for q in std::iter::once(&*p).chain(more.iter()) {
+                let b = buf_of(q).expect("merged requests carry buffers");
+                if skip >= b.len() {
+                    skip -= b.len();
+                    continue;
+                }
+                iov.0.push(libc::iovec {
+                    // SAFETY (pointer arithmetic): skip < b.len().
+                    iov_base: unsafe { b.as_mut_ptr().add(skip) } as *mut libc::c_void,
+                    iov_len: b.len() - skip,
+                });
+                skip = 0;
+            }
+            let req = p.req();
+            let off = req.offset + *progress as u64;
+            let (ptr, n) = (iov.0.as_ptr(), iov.0.len() as u32);
+            let e = match &req.kind {
+                IoKind::Read { .. } => opcode::Readv::new(fd, ptr, n).offset(off).build(),
+                IoKind::Write { fua, .. } => opcode::Writev::new(fd, ptr, n)
+                    .offset(off)
+                    .rw_flags(if *fua { libc::RWF_DSYNC } else { 0 })
+                    .build(),
+                _ => unreachable!("only reads and writes merge"),
+            };
+            return e.user_data(slot as u64);
+        }
+        let req = op.p.req();
         let e = match &req.kind {
             IoKind::Read { buf } => {
                 let len = (buf.len() - op.progress).min(MAX_CHUNK);
@@ -597,13 +790,25 @@ impl Worker {
         let op = self.slots[slot as usize]
             .as_mut()
             .expect("completion for a live op");
+        if !op.more.is_empty()
+            && (res == 0 || (res < 0 && res != -libc::EINTR && res != -libc::EAGAIN))
+        {
+            // A merged I/O failed (or met the member's end): issue its requests one by
+            // one, so that each gets its own outcome.
+            let op = self.slots[slot as usize].take().expect("live op");
+            self.free.push(slot);
+            self.retry.push_back(op.p);
+            self.retry.extend(op.more);
+            return;
+        }
+        let len = op.len;
         let outcome: Option<io::Result<()>> = if res == -libc::EINTR || res == -libc::EAGAIN {
             None
         } else if res < 0 {
             Some(Err(io::Error::from_raw_os_error(-res)))
         } else {
             match &op.p.req().kind {
-                IoKind::Read { buf } | IoKind::Write { buf, .. } => {
+                IoKind::Read { .. } | IoKind::Write { .. } => {
                     let write = matches!(op.p.req().kind, IoKind::Write { .. });
                     if res == 0 {
                         Some(Err(if write {
@@ -616,7 +821,7 @@ impl Worker {
                         }))
                     } else {
                         op.progress += res as usize;
-                        (op.progress >= buf.len()).then_some(Ok(()))
+                        (op.progress >= len).then_some(Ok(()))
                     }
                 }
                 _ => Some(Ok(())),
@@ -626,9 +831,9 @@ impl Worker {
             // Short transfer or a transient error: send the remainder again.
             None => self.ready.push_back(slot),
             Some(r) => {
-                let mut op = self.slots[slot as usize].take().expect("live op");
+                let op = self.slots[slot as usize].take().expect("live op");
                 self.free.push(slot);
-                op.p.finish(r);
+                op.finish(r);
             }
         }
     }

@@ -2,9 +2,11 @@
 //! a power cut is judged against, iteration counts and the figures each test reports.
 #![allow(dead_code)]
 
+use sbod_core::dev::fault::{PowerCutDev, PowerSupply};
 use sbod_core::dev::BlockDev;
-use sbod_core::{CreateSpec, Level, MemberSpec};
+use sbod_core::{Array, CreateSpec, Level, MemberSpec};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub const BLOCK: usize = 4096;
 
@@ -282,6 +284,39 @@ pub fn specs<D: BlockDev + 'static>(devs: &[Arc<D>]) -> Vec<MemberSpec> {
             domain: String::new(),
         })
         .collect()
+}
+
+/// Members `m0..` on one power supply with the given media (zeros for new disks, or the
+/// images a cut left); member `i` gets seed `seed(i)`.
+pub fn power_members(
+    images: impl IntoIterator<Item = Vec<u8>>,
+    supply: &Arc<PowerSupply>,
+    jitter: Duration,
+    mut seed: impl FnMut(usize) -> u64,
+) -> Vec<Arc<PowerCutDev>> {
+    images
+        .into_iter()
+        .enumerate()
+        .map(|(i, img)| PowerCutDev::new(format!("m{i}"), img, supply, jitter, seed(i)))
+        .collect()
+}
+
+/// `n` new (zeroed) members of `MEMBER_SIZE`.
+pub fn blank(n: usize) -> Vec<Vec<u8>> {
+    vec![vec![0u8; MEMBER_SIZE as usize]; n]
+}
+
+/// A scrub check that must find parity and mirrors consistent.
+pub async fn scrub_check(a: &Arc<Array>, what: &str) {
+    let h = a.start_scrub(false).expect("start a scrub check");
+    h.wait().await;
+    let s = h.status();
+    assert!(s.error.is_none(), "{what}: scrub stopped: {:?}", s.error);
+    assert_eq!(
+        s.mismatches, 0,
+        "{what}: parity/mirrors inconsistent: {:?}",
+        s.regions
+    );
 }
 
 pub fn rt(threads: usize) -> tokio::runtime::Runtime {

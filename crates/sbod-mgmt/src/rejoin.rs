@@ -1,11 +1,12 @@
 //! Remote members of a served array: fail a member whose host stays unreachable (also when
-//! no I/O touches it), and bring it back when its host answers again.
+//! no I/O touches it), and bring it back when its host answers again. Run by `sbod serve`
+//! beside the array; what happens is said in the log (warnings reach the terminal).
 
+use crate::{members, registry};
 use anyhow::Result;
 use sbod_core::array::Member;
 use sbod_core::superblock::SlotState;
 use sbod_core::Array;
-use sbod_mgmt::{members, registry};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,20 +35,17 @@ pub async fn watch(
         }
         tick += 1;
         let mut changed = false;
-        if !missing.is_empty() && tick.is_multiple_of(RETRY_MISSING) {
+        if !missing.is_empty() && tick % RETRY_MISSING == 0 {
             let mut still = Vec::new();
             for uri in missing {
                 match rejoin(&array, &uri).await {
                     Ok(true) => {
-                        eprintln!("sbod: {}: {uri} answers; rejoined the array", array.name);
+                        tracing::warn!(array = %array.name, member = %uri, "answers; rejoined the array");
                         changed = true;
                     }
                     Ok(false) => still.push(uri),
                     Err(e) => {
-                        eprintln!(
-                            "sbod: {}: {uri} answers but cannot rejoin: {e:#}",
-                            array.name
-                        );
+                        tracing::warn!(array = %array.name, member = %uri, "answers but cannot rejoin: {e:#}");
                     }
                 }
             }
@@ -79,12 +77,11 @@ pub async fn watch(
                     away.remove(&m.uuid);
                     match re_add(&array, m).await {
                         Ok(()) => {
-                            eprintln!("sbod: {}: {} answers again; re-added", array.name, m.path)
+                            tracing::warn!(array = %array.name, member = %m.path, "answers again; re-added")
                         }
-                        Err(e) => eprintln!(
-                            "sbod: {}: {} answers again but could not be re-added: {e:#}",
-                            array.name, m.path
-                        ),
+                        Err(e) => {
+                            tracing::warn!(array = %array.name, member = %m.path, "answers again but could not be re-added: {e:#}")
+                        }
                     }
                     changed = true;
                 }
@@ -101,7 +98,7 @@ pub async fn watch(
         }
         if changed {
             if let Err(e) = registry::save_array(&array, None) {
-                eprintln!("sbod: {}: recording members: {e:#}", array.name);
+                tracing::warn!(array = %array.name, "recording members: {e:#}");
             }
         }
     }

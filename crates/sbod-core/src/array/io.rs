@@ -1,0 +1,195 @@
+//! The client's requests (NBD's READ, WRITE, WRITE_ZEROES, TRIM, FLUSH): checked, then
+//! handed to the array's RAID family. Byte-granular writes are merged here into whole
+//! blocks under the stripe lock the family takes.
+
+use super::Array;
+use crate::buf::{AlignedBuf, SharedBuf};
+use crate::error::{Error, Result};
+use crate::family::{Patch, BLOCK};
+use crate::member::State;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl Array {
+    /// Check a client request: the array serves, the range is whole blocks inside the
+    /// volume.
+    pub(crate) fn check_io(&self, offset: u64, len: u64) -> Result<Arc<State>> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Error::ShutDown);
+        }
+        if !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) {
+            return Err(Error::Invalid(
+                format!("offset {offset} and length {len} must be multiples of 4096").into(),
+            ));
+        }
+        self.end_of(offset, len)?;
+        let st = self.state.load_full();
+        if let Some(why) = &st.failed {
+            return Err(Error::Failed(why.clone().into()));
+        }
+        Ok(st)
+    }
+
+    /// Where a request of `len` bytes at `offset` ends, if inside the volume.
+    fn end_of(&self, offset: u64, len: u64) -> Result<u64> {
+        offset
+            .checked_add(len)
+            .filter(|&e| e <= self.size)
+            .ok_or_else(|| {
+                Error::Invalid(
+                    format!(
+                        "range {offset}+{len} is beyond the end of the volume ({} bytes)",
+                        self.size
+                    )
+                    .into(),
+                )
+            })
+    }
+
+    /// Read `len` bytes at `offset`.
+    pub async fn read(&self, offset: u64, len: usize) -> Result<AlignedBuf> {
+        self.check_io(offset, len as u64)?;
+        let out = AlignedBuf::for_overwrite(len).into_shared();
+        self.family.read(self, offset, &out).await?;
+        Ok(out.try_unwrap().expect("read views released"))
+    }
+
+    /// Write `data` at `offset`; with `fua`, durable on every member before returning.
+    pub async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
+        let fua = self.sync.fua(fua);
+        self.check_io(offset, data.len() as u64)?;
+        self.check_writable()?;
+        self.write_shared(offset, &data.into_shared(), fua, &[])
+            .await
+    }
+
+    /// Write `data` at any byte `offset` (an NBD client that did not agree to the block
+    /// size; zeroing part of a block). The 4 KiB blocks it covers only in part are read
+    /// and merged inside the same stripe lock every write to them takes, so writes from
+    /// any number of connections, to the same blocks at once, never lose each other's
+    /// bytes. Aligned requests take the plain path.
+    pub async fn write_bytes(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        let fua = self.sync.fua(fua);
+        let len = data.len() as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        let end = self.end_of(offset, len)?;
+        let (start, stop) = (offset / BLOCK * BLOCK, end.div_ceil(BLOCK) * BLOCK);
+        if (start, stop) == (offset, end) {
+            return self.write(offset, AlignedBuf::from_slice(data), fua).await;
+        }
+        self.check_io(start, stop - start)?;
+        let mut buf = AlignedBuf::zeroed((stop - start) as usize);
+        let at = (offset - start) as usize;
+        buf[at..at + data.len()].copy_from_slice(data);
+        // The blocks at either end that keep bytes of their own (one, if both ends lie in
+        // the same block).
+        let mut patches = Vec::new();
+        let head_end = (start + BLOCK).min(end);
+        if offset > start || head_end < start + BLOCK {
+            patches.push(Patch {
+                at: 0,
+                new: at..(head_end - start) as usize,
+            });
+        }
+        if end < stop && stop - BLOCK > start {
+            patches.push(Patch {
+                at: (stop - BLOCK - start) as usize,
+                new: 0..(end - (stop - BLOCK)) as usize,
+            });
+        }
+        let data = buf.into_shared();
+        self.write_shared(start, &data, fua, &patches).await
+    }
+
+    /// Make `len` bytes at any byte `offset` read back as zeros: the blocks covered in
+    /// part are merged as by [`Array::write_bytes`], whole blocks are zeroed as by
+    /// [`Array::write_zeroes`] (with `punch`, deallocated where the members can).
+    pub async fn write_zeroes_bytes(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        punch: bool,
+    ) -> Result<()> {
+        let fua = self.sync.fua(fua);
+        let end = self.end_of(offset, len)?;
+        let (a0, a1) = (offset.div_ceil(BLOCK) * BLOCK, end / BLOCK * BLOCK);
+        if a0 >= a1 {
+            // No whole block inside: at most two partial ones.
+            return self
+                .write_bytes(offset, &vec![0u8; len as usize], fua)
+                .await;
+        }
+        let head = async {
+            match offset < a0 {
+                true => {
+                    self.write_bytes(offset, &vec![0u8; (a0 - offset) as usize], false)
+                        .await
+                }
+                false => Ok(()),
+            }
+        };
+        let tail = async {
+            match a1 < end {
+                true => {
+                    self.write_bytes(a1, &vec![0u8; (end - a1) as usize], false)
+                        .await
+                }
+                false => Ok(()),
+            }
+        };
+        let middle = self.write_zeroes(a0, a1 - a0, false, punch);
+        let (h, m, t) = futures::future::join3(head, middle, tail).await;
+        h.and(m).and(t)?;
+        if fua {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// A write of whole blocks through the family; `patches` are blocks covered in part.
+    pub(crate) async fn write_shared(
+        &self,
+        offset: u64,
+        data: &SharedBuf,
+        fua: bool,
+        patches: &[Patch],
+    ) -> Result<()> {
+        self.family.write(self, offset, data, fua, patches).await
+    }
+
+    /// Make a range read back as zeros (NBD WRITE_ZEROES); `punch` also deallocates.
+    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool, punch: bool) -> Result<()> {
+        let fua = self.sync.fua(fua);
+        self.check_io(offset, len)?;
+        self.check_writable()?;
+        self.family.zero(self, offset, len, punch).await?;
+        if fua {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// NBD TRIM: advisory. Files have their blocks punched out (they read back as zeros on
+    /// every member, so parity stays consistent); block devices are left alone, since
+    /// discard on them does not promise zeros.
+    pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_io(offset, len)?;
+        self.check_writable()?;
+        let st = self.state.load_full();
+        let all_files = st.live_members().iter().all(|m| m.is_file);
+        if !all_files {
+            return Ok(());
+        }
+        // Only whole stripes: partial ones would cost a write for an advisory command.
+        let sd = self.geometry.stripe_data();
+        let first = offset.div_ceil(sd) * sd;
+        let last = (offset + len) / sd * sd;
+        if first < last {
+            self.write_zeroes(first, last - first, false, true).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,222 @@
+//! The array: one core that owns the members, their state and the background processes,
+//! as SPDK's raid bdev does, split by concept:
+//!
+//! - [`create`] and [`assemble`]: an array made new, or put together from its members'
+//!   superblocks (which copy is trusted is judged by [`crate::freshness`]);
+//! - [`membership`]: members failing, added, removed, replaced, re-added, spares taken;
+//! - [`persist`]: the superblock every member carries, and stopping;
+//! - [`io`]: the client's requests, handed to the array's RAID family;
+//! - [`process`]: the background-task owner (rebuild, scrub, resync, the bitmap sweeper);
+//! - [`status`]: what `sbod status` shows.
+//!
+//! The data path's shared state ([`DataPath`]: members, locks, the write-intent bitmap,
+//! member I/O) is below all of these, and the RAID families ([`crate::family`]) work on it
+//! alone; an `Array` derefs to its `DataPath`.
+
+pub mod assemble;
+pub mod create;
+mod io;
+pub mod membership;
+mod persist;
+pub mod process;
+mod status;
+
+pub use assemble::AssembleOptions;
+pub use create::{check_blank, CreateSpec, MAX_CHUNK, MAX_MEMBER_DATA, MIN_CHUNK};
+pub use membership::{AddOutcome, ReAdd};
+pub use sbod_types::{
+    ArrayState, AssemblyReport, MemberState, MemberStatus, RecoveryStatus, RescueReport, Settings,
+    StaleMember, Status,
+};
+
+pub use crate::member::{Member, MemberSpec, MemberStats, SlotRt, State};
+
+use crate::bitmap::Bitmap;
+use crate::buf::AlignedBuf;
+use crate::datapath::{DataPath, Membership};
+use crate::dev::{self, BlockDev, IoClass};
+use crate::error::{Error, Result};
+use crate::family::Personality;
+use crate::layout::Geometry;
+use crate::locks::StripeLocks;
+use crate::placement::Placement;
+use crate::reason::Why;
+use crate::superblock::{self, Extension, SessionRec, Superblock};
+use arc_swap::ArcSwap;
+use membership::RecoveryLog;
+use process::Background;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use uuid::Uuid;
+
+pub struct Array {
+    /// What the data path, the RAID family and the background processes share.
+    dp: DataPath,
+    /// The RAID family that turns requests into member I/O.
+    pub(crate) family: Personality,
+    pub uuid: Uuid,
+    pub created: u64,
+    /// Serialises state changes and superblock writes (never taken by plain I/O).
+    pub(crate) mgmt: tokio::sync::Mutex<()>,
+    pub(crate) event: AtomicU64,
+    pub(crate) closed: AtomicBool,
+    pub(crate) report: parking_lot::Mutex<AssemblyReport>,
+    pub(crate) lineage: Lineage,
+    pub(crate) recoveries: parking_lot::Mutex<Vec<Arc<RecoveryLog>>>,
+    /// Started for a rescue: reads only.
+    pub(crate) rescue: AtomicBool,
+    /// The background processes and tasks.
+    pub(crate) bg: Background,
+    /// What FLUSH and FUA do, and the log devices (see `sync`).
+    pub(crate) sync: crate::sync::SyncState,
+}
+
+impl std::ops::Deref for Array {
+    type Target = DataPath;
+    fn deref(&self) -> &DataPath {
+        &self.dp
+    }
+}
+
+impl Membership for Array {
+    fn fail_member<'a>(
+        &'a self,
+        m: &'a Arc<Member>,
+        why: Why,
+    ) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(Array::fail_member(self, m, why))
+    }
+}
+
+/// Where the array's lineage stands (see `freshness`).
+pub(crate) struct Lineage {
+    /// This start's session and the ones before it.
+    pub session: Uuid,
+    pub history: Vec<SessionRec>,
+    /// Every write since this event has its bit set in the bitmap.
+    pub bitmap_since: AtomicU64,
+    /// Extension records of a newer sbod, written back unchanged.
+    pub extensions: Vec<Extension>,
+}
+
+impl Lineage {
+    /// A new session starting with the superblock write of `event`, after `before`.
+    fn start(before: &[SessionRec], event: u64) -> (Uuid, Vec<SessionRec>) {
+        let id = Uuid::new_v4();
+        let mut history = before.to_vec();
+        history.push(SessionRec {
+            id,
+            start_event: event,
+            started: now_secs(),
+        });
+        let skip = history.len().saturating_sub(superblock::MAX_HISTORY);
+        history.drain(..skip);
+        (id, history)
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Read the metadata area of a device and decode its superblock.
+pub async fn read_superblock(dev: &Arc<dyn BlockDev>) -> Result<Superblock> {
+    let want = 2 * superblock::COPY_SIZE;
+    if dev.size() < want as u64 {
+        return Err(Error::Invalid(
+            format!("{} is too small to be an sbod member", dev.name()).into(),
+        ));
+    }
+    let buf = AlignedBuf::zeroed(want).into_shared();
+    dev::read_at(dev, 0, buf.clone(), IoClass::Foreground)
+        .await
+        .map_err(|e| Error::io(format!("reading the superblock of {}", dev.name()), e))?;
+    let buf = buf.try_unwrap().expect("sole owner");
+    Superblock::decode_area(&buf).map_err(|e| Error::Invalid(format!("{}: {e}", dev.name()).into()))
+}
+
+impl Array {
+    /// The running array for a geometry, membership and lineage (create and assemble
+    /// decide them).
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        name: String,
+        uuid: Uuid,
+        created: u64,
+        geometry: Geometry,
+        state: State,
+        event: u64,
+        region: u64,
+        bitmap_bytes: u32,
+        resync_offset: u64,
+        dirty: &[u64],
+        lineage: Lineage,
+    ) -> Result<Arc<Array>> {
+        let family = Personality::of(&geometry)?;
+        let integrity = crate::integrity::TagLayout::from_extensions(
+            &lineage.extensions,
+            &geometry,
+            superblock::BITMAP_OFFSET + bitmap_bytes as u64,
+        )
+        .map_err(|e| Error::Invalid(e.into()))?;
+        // Without redundancy the bitmap covers only checksums (their lazy write-back).
+        let bitmap = if geometry.redundancy() > 0 || integrity.is_some() {
+            Some(Bitmap::new(region, geometry.member_size, dirty))
+        } else {
+            None
+        };
+        let sizes: Vec<u64> = state
+            .slots
+            .iter()
+            .map(|s| s.entry.as_ref().map(|e| e.size).unwrap_or(0))
+            .collect();
+        let map = Placement::new(&geometry, &sizes);
+        let size = map.volume_size(&geometry);
+        Ok(Arc::new_cyclic(|me: &std::sync::Weak<Array>| Array {
+            dp: DataPath {
+                name,
+                geometry,
+                map,
+                state: ArcSwap::from_pointee(state),
+                locks: StripeLocks::default(),
+                bitmap,
+                bitmap_bytes,
+                resync_offset: AtomicU64::new(resync_offset),
+                size,
+                closing: AtomicBool::new(false),
+                read_only: AtomicBool::new(false),
+                settings: parking_lot::Mutex::new(Settings::default()),
+                owner: me.clone(),
+                integrity,
+                crash_resync: AtomicBool::new(false),
+            },
+            family,
+            uuid,
+            created,
+            mgmt: tokio::sync::Mutex::new(()),
+            event: AtomicU64::new(event),
+            closed: AtomicBool::new(false),
+            report: parking_lot::Mutex::new(AssemblyReport::default()),
+            lineage,
+            recoveries: parking_lot::Mutex::new(Vec::new()),
+            rescue: AtomicBool::new(false),
+            bg: Background::default(),
+            sync: Default::default(),
+        }))
+    }
+
+    /// Wake the background supervisor (and the sweeper) to look at the state again.
+    /// `notify_waiters`, not `notify_one`: both loops wait on `wake`, and `notify_one` could
+    /// hand the wake-up to the sweeper instead of the supervisor (a spare then waited 5 s to
+    /// start). A `Notified` created before this call sees it even if not yet polled.
+    pub(crate) fn kick(&self) {
+        self.bg.wake.notify_waiters();
+    }
+
+    pub fn report(&self) -> AssemblyReport {
+        self.report.lock().clone()
+    }
+}

@@ -1,0 +1,197 @@
+//! The superblock every member carries, written on every state change (event + 1), and
+//! stopping: cleanly (flushed, bitmap cleared, marked clean) or as a power cut would.
+
+use super::create::default_region;
+use super::{Array, Member, State};
+use crate::buf::AlignedBuf;
+use crate::dev::{self, IoClass};
+use crate::error::Result;
+use crate::superblock::{Slot, SlotState, Superblock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use uuid::Uuid;
+
+impl Array {
+    /// The superblock a member gets for the given state.
+    pub(crate) fn superblock(&self, st: &State, event: u64, clean: bool, this: Uuid) -> Superblock {
+        Superblock {
+            array_uuid: self.uuid,
+            name: self.name.clone(),
+            created: self.created,
+            event,
+            this_member: this,
+            geometry: self.geometry.clone(),
+            bitmap_region: self
+                .bitmap
+                .as_ref()
+                .map(|b| b.region)
+                .unwrap_or_else(|| default_region(self.geometry.member_size, self.geometry.chunk)),
+            bitmap_bytes: self.bitmap_bytes,
+            clean,
+            resync_offset: self.resync_offset.load(Ordering::Acquire),
+            slots: st
+                .slots
+                .iter()
+                .map(|s| Slot {
+                    member: s.entry.clone(),
+                    state: s.state,
+                    recovery_offset: s.recovery.load(Ordering::Acquire),
+                    replacement: s
+                        .replacement
+                        .as_ref()
+                        .map(|(m, r)| (m.entry(), r.load(Ordering::Acquire))),
+                    out: match s.state {
+                        SlotState::Active => None,
+                        _ => s.out,
+                    },
+                    bitmap_recovery: s.bitmap_recovery && s.state == SlotState::Rebuilding,
+                })
+                .collect(),
+            spares: st.spares.iter().map(|m| m.entry()).collect(),
+            session: self.lineage.session,
+            history: self.lineage.history.clone(),
+            bitmap_since: self.lineage.bitmap_since.load(Ordering::Acquire),
+            sync: self.sync.mode(),
+            log: self.sync.log_entries(),
+            extensions: self.lineage.extensions.clone(),
+        }
+    }
+
+    /// Write the superblock for `st` to every live member (event + 1). Returns the
+    /// members whose write failed; the caller fails them. Call with `mgmt` held.
+    pub(crate) async fn persist(&self, st: &State, clean: bool) -> Vec<Arc<Member>> {
+        if self.read_only.load(Ordering::Acquire) {
+            // Looking or rescuing: nothing is ever written to a member.
+            return Vec::new();
+        }
+        let event = self.event.fetch_add(1, Ordering::AcqRel) + 1;
+        let members = st.live_members();
+        // One superblock for all: members at the same event say the same thing (assembly
+        // refuses one that does not), though a rebuild may move on meanwhile.
+        let base = self.superblock(st, event, clean, Uuid::nil());
+        let futs = members.iter().map(|m| {
+            let sb = Superblock {
+                this_member: m.uuid,
+                ..base.clone()
+            };
+            let bytes = sb.encode();
+            let mut buf = AlignedBuf::zeroed(bytes.len().div_ceil(4096) * 4096);
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            let off = sb.copy_offset();
+            let m = m.clone();
+            async move {
+                let r =
+                    dev::write_at(&m.dev, off, buf.into_shared(), true, IoClass::Foreground).await;
+                (m, r)
+            }
+        });
+        let mut failed = Vec::new();
+        for (m, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                tracing::error!(member = %m.path, error = %e, "superblock write failed");
+                m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                failed.push(m);
+            }
+        }
+        failed
+    }
+
+    /// Record `new` on the live members, then use it. Call with `mgmt` held. Returns the
+    /// members whose superblock write failed (the caller fails them).
+    pub(crate) async fn commit(&self, new: State) -> Vec<Arc<Member>> {
+        let lost = self.persist(&new, false).await;
+        self.state.store(Arc::new(new));
+        lost
+    }
+
+    /// Drop the array as a power cut would: stop everything and close the members
+    /// without flushing, clearing the bitmap or marking the superblocks clean. The next
+    /// assembly sees an unclean shutdown. For tests and fault drills.
+    pub async fn abandon(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.closing.store(true, Ordering::Release);
+        if let Some(p) = self.bg.process.lock().clone() {
+            p.cancel();
+        }
+        self.kick();
+        let tasks = std::mem::take(&mut *self.bg.tasks.lock());
+        for t in &tasks {
+            t.abort();
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        let st = self.state.load_full();
+        for s in &st.slots {
+            if let Some(m) = &s.member {
+                m.dev.close();
+            }
+            if let Some((m, _)) = &s.replacement {
+                m.dev.close();
+            }
+        }
+        for m in &st.spares {
+            m.dev.close();
+        }
+        self.sync.close_devices();
+    }
+
+    /// Stop background work, flush, mark clean and close the members.
+    pub async fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if self.read_only.load(Ordering::Acquire) {
+            // Looked at or rescued: nothing was written, nothing to record.
+            let st = self.state.load_full();
+            for m in st.live_members() {
+                m.dev.close();
+            }
+            for m in st.slots.iter().filter_map(|s| s.member.as_ref()) {
+                m.dev.close();
+            }
+            self.sync.close_devices();
+            return Ok(());
+        }
+        self.closing.store(true, Ordering::Release);
+        if let Some(p) = self.bg.process.lock().clone() {
+            p.cancel();
+        }
+        self.kick();
+        let tasks = std::mem::take(&mut *self.bg.tasks.lock());
+        for t in tasks {
+            let _ = t.await;
+        }
+        // Stripes a write left inconsistent get a last chance; any left keep their regions
+        // dirty (the array is not marked clean) and are resynced at the next start.
+        let unsynced = self.resync_unsynced().await.unwrap_or(1);
+        self.close_log().await;
+        let flushed = self.flush().await;
+        let _g = self.mgmt.lock().await;
+        let st = self.state.load_full();
+        let clean = flushed.is_ok() && st.failed.is_none() && unsynced == 0;
+        // With every slot in service, everything is durable everywhere: clear the whole
+        // bitmap. Degraded, keep it: its bits are the record of what the members that are
+        // out missed (they come back by it).
+        let whole = st.slots.iter().all(|s| s.state == SlotState::Active);
+        if clean && whole && self.bitmap.is_some() {
+            // Nothing older than this stop can be recovered from the bitmap now.
+            self.lineage
+                .bitmap_since
+                .store(self.event.load(Ordering::Acquire) + 1, Ordering::Release);
+            self.clear_all().await;
+        }
+        let _ = self.persist(&st, clean).await;
+        for m in st.live_members() {
+            m.dev.close();
+        }
+        for s in &st.slots {
+            if let Some(m) = &s.member {
+                m.dev.close();
+            }
+        }
+        flushed
+    }
+}

@@ -1,0 +1,428 @@
+//! Scrub (check, repair) and resync (after a crash, at creation, of stripes a write left
+//! inconsistent): each stripe is read whole from every member and judged by the RAID
+//! family; the loop rewrites what the family says, blames and fails members located as
+//! wrong too often, and reports mismatched regions.
+
+use super::{ProcessHandle, ProcessKind, Throttle, PIPELINE};
+use crate::array::{Array, Member};
+use crate::buf::{AlignedBuf, SharedBuf};
+use crate::datapath::WriteFault;
+use crate::dev::IoClass;
+use crate::error::{Error, Result};
+use crate::family::CheckMode;
+use crate::placement::StripeAddr;
+use crate::reason;
+use crate::superblock::SlotState;
+use sbod_types::MismatchRegion;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What one stripe check found.
+#[derive(Default)]
+struct StripeCheck {
+    mismatched_blocks: u64,
+    repaired_blocks: u64,
+    /// Resync: a member is missing, nothing was done.
+    skipped: bool,
+    /// Members a check took out for returning wrong data.
+    failed: Vec<String>,
+}
+
+impl Array {
+    /// Start a scrub: `repair` fixes what it finds. Refused while another process runs or
+    /// when redundancy is missing.
+    pub fn start_scrub(self: &Arc<Self>, repair: bool) -> Result<Arc<ProcessHandle>> {
+        if self.geometry.redundancy() == 0 && self.integrity.is_some() {
+            // Checksums can still be verified; nothing can be repaired.
+            let h = self.claim(ProcessKind::Check, self.geometry.member_size)?;
+            let (a, h2) = (self.clone(), h.clone());
+            let task = tokio::spawn(async move {
+                let r = a.verify_pass(&h2).await;
+                h2.finish(r.err().map(|e| e.to_string()));
+            });
+            self.bg.tasks.lock().push(task);
+            return Ok(h);
+        }
+        if self.geometry.redundancy() == 0 {
+            return Err(Error::Invalid(
+                format!(
+                    "'{}' is {}: there is no redundancy to check",
+                    self.name, self.geometry.level
+                )
+                .into(),
+            ));
+        }
+        let st = self.state.load_full();
+        if st.slots.iter().any(|s| s.state != SlotState::Active) {
+            return Err(Error::Refused(
+                format!(
+                    "'{}' is degraded: scrub needs every member; replace or rebuild first",
+                    self.name
+                )
+                .into(),
+            ));
+        }
+        let kind = if repair {
+            ProcessKind::Repair
+        } else {
+            ProcessKind::Check
+        };
+        let stripes = self.geometry.stripes();
+        let h = self.claim(kind, stripes * self.geometry.chunk as u64)?;
+        let a = self.clone();
+        let h2 = h.clone();
+        let task = tokio::spawn(async move {
+            let mode = if repair {
+                CheckMode::Repair
+            } else {
+                CheckMode::Check
+            };
+            let r = a.scrub_pass(&h2, mode, 0, stripes).await;
+            if repair {
+                // Repaired data must be durable before anyone relies on it.
+                let _ = a.flush().await;
+            }
+            h2.finish(r.err().map(|e| e.to_string()));
+        });
+        self.bg.tasks.lock().push(task);
+        Ok(h)
+    }
+
+    /// Check stripes `[from, to)` of every group.
+    async fn scrub_pass(
+        &self,
+        h: &ProcessHandle,
+        mode: CheckMode,
+        from: u64,
+        to: u64,
+    ) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let mut throttle = Throttle::new();
+        let region = self
+            .bitmap
+            .as_ref()
+            .map(|b| b.region)
+            .unwrap_or(chunk * 1024);
+        let groups = self.map.groups();
+        let mut t = from;
+        while t < to {
+            if h.cancelled() || self.closing.load(Ordering::Acquire) {
+                return Err(Error::Busy("scrub stopped before it finished".into()));
+            }
+            let w_end = (t + PIPELINE).min(to);
+            let jobs = (t..w_end).flat_map(|tt| (0..groups).map(move |g| (tt, g)));
+            let checks = futures::future::join_all(jobs.clone().map(|(tt, g)| {
+                self.check_stripe(
+                    StripeAddr {
+                        group: g,
+                        stripe: tt,
+                    },
+                    mode,
+                )
+            }))
+            .await;
+            // A member a check failed makes the other stripes in flight see it gone: say
+            // what happened to it, not that.
+            let failed: Vec<String> = checks
+                .iter()
+                .filter_map(|c| c.as_ref().ok())
+                .flat_map(|c| c.failed.iter().cloned())
+                .collect();
+            if !failed.is_empty() {
+                return Err(Error::Refused(format!(
+                    "failed {}; the scrub stops here and the array rebuilds what it held (from a spare, or once replaced)",
+                    failed.join(", ")
+                ).into()));
+            }
+            for ((tt, g), c) in jobs.zip(checks) {
+                let c = c?;
+                if c.skipped {
+                    // A resync that cannot run (a member missing): the stripe stays held
+                    // as inconsistent, so nothing is rebuilt from its parity, which may
+                    // not match (the write hole); the watch resyncs it once it can.
+                    if let Some(bm) = &self.bitmap {
+                        bm.unsynced(g, tt, bm.region_of(tt * chunk));
+                    }
+                }
+                if c.mismatched_blocks > 0 {
+                    h.mismatches
+                        .fetch_add(c.mismatched_blocks, Ordering::Relaxed);
+                    let moff = tt * chunk / region * region;
+                    let mut regions = h.regions.lock();
+                    match regions
+                        .iter_mut()
+                        .find(|r| r.group == g && r.member_offset == moff)
+                    {
+                        Some(r) => r.blocks += c.mismatched_blocks,
+                        None => regions.push(MismatchRegion {
+                            group: g,
+                            member_offset: moff,
+                            volume_offset: (tt * self.geometry.groups as u64 + g as u64)
+                                * self.geometry.stripe_data(),
+                            blocks: c.mismatched_blocks,
+                        }),
+                    }
+                }
+                h.repaired.fetch_add(c.repaired_blocks, Ordering::Relaxed);
+            }
+            h.done.store(w_end * chunk, Ordering::Relaxed);
+            throttle
+                .pace(self, (w_end - t) * chunk * self.geometry.members() as u64)
+                .await;
+            t = w_end;
+        }
+        Ok(())
+    }
+
+    /// Read a whole stripe of a group, compare redundancy with data, and fix per `mode`.
+    async fn check_stripe(&self, addr: StripeAddr, mode: CheckMode) -> Result<StripeCheck> {
+        let (g, t) = (addr.group, addr.stripe);
+        let chunk = self.geometry.chunk as u64;
+        let base = self.map.stripe_offset(t);
+        let _lock = self.locks.lock(g, t).await;
+        // A stripe a write left inconsistent is not corrupt: a check passes over it, a
+        // repair resyncs it (parity from the data), and nobody is blamed.
+        let unsynced = self.bitmap.as_ref().is_some_and(|b| b.is_unsynced(g, t));
+        if unsynced && mode == CheckMode::Check {
+            return Ok(StripeCheck::default());
+        }
+        let mode = if unsynced { CheckMode::Resync } else { mode };
+        let st = self.state.load_full();
+        let members: Vec<Option<Arc<Member>>> = self
+            .map
+            .group_slots(g)
+            .map(|slot| st.slots[slot].readable(base + chunk).cloned())
+            .collect();
+        if members.iter().any(|m| m.is_none()) {
+            if mode == CheckMode::Resync {
+                // Nothing to make consistent without it; the checksums of what the others
+                // hold are made all the same (a crash leaves them behind the data).
+                if self.crash_resync.load(Ordering::Acquire) {
+                    self.retag_chunks(members.iter().flatten(), base, chunk)
+                        .await;
+                }
+                return Ok(StripeCheck {
+                    skipped: true,
+                    ..Default::default()
+                });
+            }
+            return Err(Error::Refused(
+                format!("group {g} lost a member during the scrub").into(),
+            ));
+        }
+        let members: Vec<Arc<Member>> = members.into_iter().map(|m| m.expect("checked")).collect();
+        let bufs: Vec<SharedBuf> = members
+            .iter()
+            .map(|_| AlignedBuf::for_overwrite(chunk as usize).into_shared())
+            .collect();
+        // The resync after a crash reads what is there: the checksums of a dirty region
+        // are made below. (Other resyncs run with checksums that are right.)
+        let raw = mode == CheckMode::Resync && self.crash_resync.load(Ordering::Acquire);
+        let futs = members.iter().zip(&bufs).map(|(m, b)| async move {
+            match raw {
+                true => {
+                    self.mread_raw(m, base, b.clone(), IoClass::Background)
+                        .await
+                }
+                false => self.mread(m, base, b.clone(), IoClass::Background).await,
+            }
+        });
+        let results = futures::future::join_all(futs).await;
+        let mut unreadable = Vec::new();
+        // Blocks that failed their checksums: rebuilt row by row from the other members
+        // (the rest of their chunk is good), found like mismatches and rewritten below.
+        let mut bad_rows = Vec::new();
+        for (i, r) in results.into_iter().enumerate() {
+            if let Err(e) = r {
+                self.note_read_error(&members[i], &e).await;
+                match crate::integrity::mismatch_of(&e) {
+                    // Not from parity that a resync is about to recompute.
+                    Some(x) if mode != CheckMode::Resync => {
+                        bad_rows.push((i, x.blocks.iter().map(|b| b - base).collect()));
+                        continue;
+                    }
+                    _ => {}
+                }
+                unreadable.push(i);
+            }
+        }
+        let healed = self.heal_rows(addr, &bufs, &unreadable, &bad_rows)?;
+        // The crash resync of mirrors: which rows of each copy match their checksums.
+        let vouched = match raw {
+            true => self.rows_vouched(&members, base, &bufs).await,
+            false => Vec::new(),
+        };
+        let judged = self
+            .family
+            .judge(self, addr, &bufs, &unreadable, mode, &vouched)?;
+        if judged.skipped {
+            if raw {
+                let read = (0..members.len()).filter(|i| !unreadable.contains(i));
+                self.retag_chunks(read.map(|i| &members[i]), base, chunk)
+                    .await;
+            }
+            return Ok(StripeCheck {
+                skipped: true,
+                ..Default::default()
+            });
+        }
+        let mut out = StripeCheck {
+            mismatched_blocks: judged.mismatched_blocks + healed.len() as u64,
+            ..Default::default()
+        };
+        let blame = judged.blame;
+        let mut rewrite = healed;
+        rewrite.extend(judged.rewrite);
+        if raw {
+            // Checksums agree with what the stripe will hold once rewritten (a rewrite that
+            // cannot land leaves a block its checksum does not vouch for).
+            self.retag_resynced(&members, base, &bufs, &rewrite).await;
+        }
+        let mut full = Vec::new();
+        for (i, row, buf) in rewrite {
+            let m = &members[i];
+            let n = buf.len() as u64 / 4096;
+            // Rewrites never grow a member (one that shrank is failed instead).
+            match self
+                .mwrite_in_place(m, base + row, buf, IoClass::Background)
+                .await
+            {
+                Ok(()) => {
+                    m.stats.repaired.fetch_add(n, Ordering::Relaxed);
+                    out.repaired_blocks += n;
+                }
+                Err(e) => {
+                    if self.write_failed(m, &e, reason::SCRUB_REPAIR_WRITE).await
+                        == WriteFault::NoSpace
+                    {
+                        full.push(m.clone());
+                    }
+                }
+            }
+        }
+        if !full.is_empty() {
+            return Err(self.nospace_error(&full));
+        }
+        if unsynced {
+            if let Some(bm) = &self.bitmap {
+                bm.synced(g, t);
+            }
+        }
+        // A member located as wrong in more blocks than the array tolerates is taken out in
+        // a check (which rewrites nothing); a repair has just rewritten its blocks (and a
+        // repair it refused has failed it). Never left in service, wrong and unrepaired,
+        // past the limit.
+        let max = self.settings.lock().max_checksum_errors;
+        for (i, n) in blame {
+            let m = &members[i];
+            let total = m.stats.checksum_errors.fetch_add(n, Ordering::Relaxed) + n;
+            if mode == CheckMode::Check && total > max && self.in_service(m) {
+                let why = reason::corrupt(total);
+                self.fail_member(m, why.clone()).await;
+                out.failed.push(format!("{} ({why})", m.path));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Make parity (or copies) agree with data in the given bitmap regions. Returns the
+    /// member bytes covered and the number of regions.
+    pub(crate) async fn resync_regions(&self, regions: &[u64]) -> Result<(u64, u64)> {
+        if self.geometry.redundancy() == 0 {
+            // Its bitmap covers only checksums: recompute them.
+            return self.retag_regions(regions).await;
+        }
+        self.crash_resync.store(true, Ordering::Release);
+        let r = self.resync_crashed(regions).await;
+        self.crash_resync.store(false, Ordering::Release);
+        r
+    }
+
+    async fn resync_crashed(&self, regions: &[u64]) -> Result<(u64, u64)> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok((0, 0));
+        };
+        let chunk = self.geometry.chunk as u64;
+        let h = ProcessHandle::new(ProcessKind::Resync, regions.len() as u64 * bm.region);
+        let mut bytes = 0;
+        for &r in regions {
+            let from = r * bm.region / chunk;
+            let to = ((r + 1) * bm.region).min(self.geometry.member_size) / chunk;
+            self.scrub_pass(&h, CheckMode::Resync, from, to).await?;
+            bytes += (to - from) * chunk;
+        }
+        self.flush().await?;
+        tracing::info!(array = %self.name, regions = regions.len(), bytes, "resynced dirty regions after an unclean shutdown");
+        Ok((bytes, regions.len() as u64))
+    }
+
+    /// The initial sync of a new array whose members were not known to be zero.
+    pub(super) async fn initial_resync(self: &Arc<Self>) -> Result<()> {
+        let chunk = self.geometry.chunk as u64;
+        let stripes = self.geometry.stripes();
+        let h = self.claim(ProcessKind::Resync, stripes * chunk)?;
+        let start = self.resync_offset.load(Ordering::Acquire) / chunk;
+        h.done.store(start * chunk, Ordering::Relaxed);
+        let mut last = Instant::now();
+        let mut result = Ok(());
+        let mut t = start;
+        while t < stripes {
+            let step = (t + 64).min(stripes);
+            if let Err(e) = self.scrub_pass(&h, CheckMode::Resync, t, step).await {
+                result = Err(e);
+                break;
+            }
+            self.resync_offset.store(step * chunk, Ordering::Release);
+            t = step;
+            if last.elapsed() > Duration::from_secs(2) {
+                self.checkpoint().await;
+                last = Instant::now();
+            }
+        }
+        if result.is_ok() {
+            self.flush().await?;
+            self.resync_offset.store(u64::MAX, Ordering::Release);
+            self.checkpoint().await;
+        }
+        h.finish(result.as_ref().err().map(|e| e.to_string()));
+        result
+    }
+
+    /// Resync the stripes writes left inconsistent (parity from the data; mirrors from the
+    /// first copy, or the majority of three or more). A stripe whose group misses a member
+    /// waits (its parity cannot be recomputed); out of space stops the round. Returns how
+    /// many stay inconsistent.
+    pub async fn resync_unsynced(&self) -> Result<usize> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok(0);
+        };
+        let stripes = bm.unsynced_stripes();
+        if stripes.is_empty() {
+            return Ok(0);
+        }
+        for (g, t) in stripes {
+            match self
+                .check_stripe(
+                    StripeAddr {
+                        group: g,
+                        stripe: t,
+                    },
+                    CheckMode::Resync,
+                )
+                .await
+            {
+                Ok(c) if !c.skipped => {
+                    bm.synced(g, t);
+                    tracing::info!(array = %self.name, group = g, stripe = t, "resynced a stripe a write had left inconsistent");
+                }
+                Ok(_) => {}
+                Err(e @ Error::NoSpace(_)) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(array = %self.name, group = g, stripe = t, error = %e, "could not resync an inconsistent stripe")
+                }
+            }
+        }
+        Ok(bm.unsynced_stripes().len())
+    }
+}

@@ -1,0 +1,188 @@
+//! What `sbod status` shows: the array's state, every member's, and its processes.
+
+use super::{Array, Member, SlotRt};
+use crate::superblock::{OutReason, SlotState};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+pub use sbod_types::{ArrayState, MemberState, MemberStatus, Status};
+
+impl Array {
+    pub fn status(&self) -> Status {
+        let st = self.state.load_full();
+        let event = self.event.load(Ordering::Relaxed);
+        let mut members = Vec::new();
+        let ms = |m: &Arc<Member>, slot: Option<usize>, state: MemberState| MemberStatus {
+            slot,
+            group: slot.map(|s| self.map.set_of(s)),
+            path: Some(m.path.clone()),
+            uuid: Some(m.uuid.to_string()),
+            state,
+            reason: None,
+            domain: m.domain.clone(),
+            size: m.size,
+            read_errors: m.stats.read_errors.load(Ordering::Relaxed),
+            write_errors: m.stats.write_errors.load(Ordering::Relaxed),
+            checksum_errors: m.stats.checksum_errors.load(Ordering::Relaxed),
+            repaired: m.stats.repaired.load(Ordering::Relaxed),
+            reads: m.stats.reads.load(Ordering::Relaxed),
+            writes: m.stats.writes.load(Ordering::Relaxed),
+            nospace: m.stats.nospace.load(Ordering::Relaxed),
+            recovered: None,
+            bitmap_recovery: false,
+            recovery_bytes: None,
+        };
+        let reason = |s: &SlotRt| -> Option<String> {
+            if let Some(n) = &s.note {
+                return Some(n.to_string());
+            }
+            match (s.state, s.out) {
+                (SlotState::Active, _) => None,
+                (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
+                    Some(format!("stale: event {}, array at {event}", o.event))
+                }
+                (SlotState::Rebuilding, Some(o)) => Some(format!("back after: {}", o.reason)),
+                (SlotState::Rebuilding, None) => None,
+                // While it runs, the I/O path's own words where it has them ("shrank from
+                // 256 MiB to 128 MiB ..."); the recorded code otherwise.
+                (_, Some(o)) => match s
+                    .member
+                    .as_ref()
+                    .and_then(|m| m.stats.out_reason.lock().clone())
+                {
+                    Some(d) if o.reason != OutReason::Admin => Some(format!("failed: {d}")),
+                    _ => Some(o.reason.to_string()),
+                },
+                (SlotState::Failed, None) => Some("failed".into()),
+                (SlotState::Empty, None) => None,
+            }
+        };
+        let mut rebuilding = false;
+        for (i, s) in st.slots.iter().enumerate() {
+            let missing = s.out.is_some_and(|o| o.reason == OutReason::Missing);
+            match (&s.member, s.state) {
+                (Some(m), SlotState::Active) => members.push(ms(m, Some(i), MemberState::Active)),
+                (Some(m), SlotState::Rebuilding) => {
+                    rebuilding = true;
+                    // Looked at (or rescued), a stale member is not being rebuilt.
+                    let stale = self.read_only.load(Ordering::Relaxed)
+                        && s.out.is_some_and(|o| o.reason == OutReason::Stale);
+                    let mut x = ms(
+                        m,
+                        Some(i),
+                        if stale {
+                            MemberState::Stale
+                        } else {
+                            MemberState::Rebuilding
+                        },
+                    );
+                    x.recovered = (!stale).then(|| s.recovery.load(Ordering::Relaxed));
+                    x.bitmap_recovery = s.bitmap_recovery;
+                    x.recovery_bytes = Some(self.recovery_bytes(s));
+                    x.reason = reason(s);
+                    members.push(x)
+                }
+                (Some(m), SlotState::Failed) => {
+                    let mut x = ms(
+                        m,
+                        Some(i),
+                        if missing {
+                            MemberState::Missing
+                        } else {
+                            MemberState::Failed
+                        },
+                    );
+                    x.reason = reason(s);
+                    members.push(x)
+                }
+                (None, state) => members.push(MemberStatus {
+                    slot: Some(i),
+                    group: Some(self.map.set_of(i)),
+                    path: None,
+                    uuid: s.entry.as_ref().map(|e| e.uuid.to_string()),
+                    state: if state == SlotState::Empty {
+                        MemberState::Empty
+                    } else if missing || self.report.lock().missing.contains(&i) {
+                        MemberState::Missing
+                    } else {
+                        MemberState::Failed
+                    },
+                    reason: reason(s),
+                    domain: s
+                        .entry
+                        .as_ref()
+                        .map(|e| e.domain.clone())
+                        .unwrap_or_default(),
+                    size: 0,
+                    read_errors: 0,
+                    write_errors: 0,
+                    checksum_errors: 0,
+                    repaired: 0,
+                    reads: 0,
+                    writes: 0,
+                    nospace: 0,
+                    recovered: None,
+                    bitmap_recovery: false,
+                    recovery_bytes: None,
+                }),
+                (Some(m), SlotState::Empty) => members.push(ms(m, Some(i), MemberState::Missing)),
+            }
+            if let Some((m, r)) = &s.replacement {
+                rebuilding = true;
+                let mut x = ms(m, Some(i), MemberState::Replacing);
+                x.recovered = Some(r.load(Ordering::Relaxed));
+                members.push(x);
+            }
+        }
+        for m in &st.spares {
+            members.push(ms(m, None, MemberState::Spare));
+        }
+        let degraded = st.slots.iter().any(|s| s.state != SlotState::Active);
+        let resync = self.resync_offset.load(Ordering::Relaxed);
+        let process = self.bg.process.lock().as_ref().map(|p| p.status());
+        let rescue = self.rescue.load(Ordering::Relaxed);
+        let state = if st.failed.is_some() {
+            ArrayState::Failed
+        } else if rescue {
+            ArrayState::Rescue
+        } else if rebuilding {
+            ArrayState::Rebuilding
+        } else if degraded {
+            ArrayState::Degraded
+        } else if resync != u64::MAX {
+            ArrayState::Resyncing
+        } else {
+            ArrayState::Optimal
+        };
+        Status {
+            name: self.name.clone(),
+            uuid: self.uuid.to_string(),
+            level: self.geometry.level,
+            state,
+            failed_reason: st.failed.clone(),
+            read_only: rescue,
+            size: self.size,
+            chunk: self.geometry.chunk,
+            groups: self.geometry.groups,
+            width: self.geometry.width,
+            redundancy: self.geometry.redundancy(),
+            integrity: self.integrity(),
+            event,
+            members,
+            process: process.filter(|p| !p.finished),
+            last_process: self.last_process(),
+            bitmap_region: self.bitmap.as_ref().map(|b| b.region),
+            dirty_regions: self.bitmap.as_ref().map(|b| b.dirty_count()).unwrap_or(0),
+            inconsistent_stripes: self
+                .bitmap
+                .as_ref()
+                .map(|b| b.unsynced_stripes().len() as u64)
+                .unwrap_or(0),
+            resync_offset: (resync != u64::MAX).then_some(resync),
+            assembly: self.report(),
+            recoveries: self.recovery_status(),
+            sync: self.sync_status(),
+            log: self.log_status(),
+        }
+    }
+}

@@ -1,0 +1,610 @@
+//! The data path's shared state and its member I/O layer.
+//!
+//! [`DataPath`] holds what client I/O, the RAID families and the background processes
+//! share: the geometry and its placement map, the membership snapshot, the stripe locks,
+//! the write-intent bitmap ([`intent`]) and the settings. Its member I/O layer
+//! ([`DataPath::mread`], [`DataPath::mwrite`], [`DataPath::mzero`]) is the one way the
+//! engine touches a member's data area: it counts, checks member sizes, verifies and sets
+//! the checksums of every block ([`tags`], on arrays that carry them), and decides what a
+//! failed member I/O means (the one place that does). Membership is not changed here: a
+//! member that must be taken out is handed to the array's membership ([`Membership`]),
+//! which records the change on the members before it is used.
+
+pub mod intent;
+mod tags;
+
+use crate::bitmap::Bitmap;
+use crate::buf::SharedBuf;
+use crate::dev::{self, IoClass, IoKind, IoReq};
+use crate::error::{Error, Msg, Result, Step};
+use crate::layout::Geometry;
+use crate::locks::StripeLocks;
+use crate::member::{Member, State};
+use crate::placement::{Placement, StripeAddr};
+use crate::reason::Why;
+use arc_swap::ArcSwap;
+use futures::future::BoxFuture;
+use sbod_types::Settings;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Who takes members out of service: the array's membership. The data path calls up
+/// through this when a member I/O failure means the member must go.
+pub(crate) trait Membership: Send + Sync {
+    fn fail_member<'a>(&'a self, m: &'a Arc<Member>, why: Why) -> BoxFuture<'a, ()>;
+}
+
+/// What the data path and the background processes share.
+pub struct DataPath {
+    pub name: String,
+    pub geometry: Geometry,
+    /// Where every volume byte lives (the one map).
+    pub(crate) map: Placement,
+    pub(crate) state: ArcSwap<State>,
+    pub(crate) locks: StripeLocks,
+    pub(crate) bitmap: Option<Bitmap>,
+    pub(crate) bitmap_bytes: u32,
+    /// Parity known good below this member offset (initial sync in progress otherwise).
+    pub(crate) resync_offset: AtomicU64,
+    pub(crate) size: u64,
+    pub(crate) closing: AtomicBool,
+    pub(crate) read_only: AtomicBool,
+    pub settings: parking_lot::Mutex<Settings>,
+    pub(crate) owner: Weak<dyn Membership>,
+    /// Where the members keep the checksums of their blocks, if they do.
+    pub(crate) integrity: Option<crate::integrity::TagLayout>,
+    /// The resync after an unclean shutdown is running: checksums of the dirty regions
+    /// may lag their data, so it reads them as they are and makes them again.
+    pub(crate) crash_resync: AtomicBool,
+}
+
+/// A member found smaller than the data the array keeps on it.
+#[derive(Debug)]
+pub(crate) struct Shrank {
+    /// Its size when opened, now, and what the array needs (data offset + data).
+    pub from: u64,
+    pub to: u64,
+    pub need: u64,
+}
+
+impl std::fmt::Display for Shrank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.why())
+    }
+}
+
+impl std::error::Error for Shrank {}
+
+impl Shrank {
+    pub fn why(&self) -> Why {
+        crate::reason::shrank(self.from, self.to, self.need)
+    }
+}
+
+fn shrank_of(e: &io::Error) -> Option<&Shrank> {
+    e.get_ref().and_then(|x| x.downcast_ref::<Shrank>())
+}
+
+/// Out of space on the member's file system: not a failure of the member.
+pub(crate) fn is_nospace(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// What a failed member write means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteFault {
+    /// Its file system is full: the member stays in service.
+    NoSpace,
+    /// The member was taken out of service.
+    Failed,
+}
+
+/// Check a member file's size around each write (see `mwrite`). Only the benchmark of its
+/// cost (scripts/bench-size-check.sh, docs/PERFORMANCE.md) builds without it.
+const CHECK_SIZE_AFTER_WRITES: bool = !cfg!(feature = "bench-no-size-check");
+
+/// What became of a set of member writes.
+#[derive(Default)]
+pub(crate) struct Written {
+    pub any_failed: bool,
+    /// Members whose file system was full, and a member offset one of them refused.
+    pub full: Vec<Arc<Member>>,
+    pub region: Option<u64>,
+}
+
+/// One member write of a plan.
+pub(crate) struct Target {
+    pub member: Arc<Member>,
+    pub offset: u64,
+    pub buf: SharedBuf,
+}
+
+pub(crate) fn slice_of(b: &SharedBuf) -> &[u8] {
+    // SAFETY: plan buffers are only read after the I/O that filled them completed, and no
+    // I/O writes them while the codec runs.
+    unsafe { b.as_slice() }
+}
+
+#[allow(clippy::mut_from_ref)]
+pub(crate) fn slice_mut(b: &SharedBuf) -> &mut [u8] {
+    // SAFETY: as above; each plan buffer has one user at a time.
+    unsafe { b.as_mut_slice() }
+}
+
+/// Run writes to several stripes to the end, then give the first error. Never stop at the
+/// first error (as `try_join_all` does, dropping the others mid-flight): a stripe write
+/// dropped between its member writes would leave data and parity disagreeing, unrecorded.
+pub(crate) async fn all_done<F: std::future::Future<Output = Result<()>>>(
+    futs: impl IntoIterator<Item = F>,
+) -> Result<()> {
+    futures::future::join_all(futs)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>>>()
+        .map(|_| ())
+}
+
+impl DataPath {
+    /// The array failed: its reason as an error.
+    pub(crate) fn failed(&self) -> Result<()> {
+        match &self.state.load().failed {
+            Some(why) => Err(Error::Failed(why.clone().into())),
+            None => Ok(()),
+        }
+    }
+
+    /// Take a member out of service (the array's membership records it first).
+    pub(crate) async fn fail_member(&self, m: &Arc<Member>, why: impl Into<Why>) {
+        if let Some(owner) = self.owner.upgrade() {
+            owner.fail_member(m, why.into()).await;
+        }
+    }
+
+    pub(crate) fn read_only_error(&self) -> Error {
+        Error::ReadOnly(
+            Msg::new(format!(
+                "'{}' was started read-only to rescue its data: nothing is written to it",
+                self.name
+            ))
+            .or(Step::say("copy the data off; to use the array again, bring back its members (or replace them) and assemble it without forcing")),
+        )
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.read_only.load(Ordering::Acquire) {
+            return Err(self.read_only_error());
+        }
+        Ok(())
+    }
+
+    /// Started read-only (a rescue, or only looking).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Acquire)
+    }
+
+    /// Volume size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn state(&self) -> Arc<State> {
+        self.state.load_full()
+    }
+
+    /// Where every volume byte lives.
+    pub fn placement(&self) -> &Placement {
+        &self.map
+    }
+
+    pub fn scheme(&self) -> crate::layout::Scheme {
+        self.geometry.scheme()
+    }
+
+    fn member_off(&self, off: u64) -> u64 {
+        self.geometry.data_offset + off
+    }
+
+    /// Is this stripe's parity known to match its data? (Beyond the initial resync's
+    /// progress it is only where writes computed it from the whole row.)
+    pub(crate) fn synced(&self, addr: StripeAddr) -> bool {
+        self.map.stripe_offset(addr.stripe) + self.geometry.chunk as u64
+            <= self.resync_offset.load(Ordering::Acquire)
+    }
+
+    // ------------------------------------------------------------ member I/O
+
+    /// Read member data; with checksums, every block is verified (a block that fails is
+    /// an error of its own, see [`crate::integrity::Mismatch`]).
+    pub(crate) async fn mread(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        class: IoClass,
+    ) -> io::Result<()> {
+        match &self.integrity {
+            Some(layout) => self.read_verified(m, off, buf, class, layout).await,
+            None => self.mread_raw(m, off, buf, class).await,
+        }
+    }
+
+    /// Read member data as the member has it, unverified (the crash resync, which makes
+    /// the checksums of what it reads).
+    pub(crate) async fn mread_raw(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        class: IoClass,
+    ) -> io::Result<()> {
+        m.stats.reads.fetch_add(1, Ordering::Relaxed);
+        m.stats
+            .read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        if class == IoClass::Foreground {
+            m.stats.fg_ops.fetch_add(1, Ordering::Relaxed);
+        }
+        dev::read_at(&m.dev, self.member_off(off), buf, class).await
+    }
+
+    /// Write to a member. A member file can be truncated under the array, and a write past
+    /// its new end grows it back with a hole of zeros before the written bytes; so after
+    /// every write to a file the member's size is checked before the write counts as done
+    /// (and before a write to its last block, which would grow it back whole and hide the
+    /// cut): a shrunk member's write returns a [`Shrank`] error, which fails it. With
+    /// checksums, the new tags are set before the write is issued and settled after.
+    pub(crate) async fn mwrite(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        fua: bool,
+        class: IoClass,
+    ) -> io::Result<()> {
+        m.stats.writes.fetch_add(1, Ordering::Relaxed);
+        let len = buf.len() as u64;
+        m.stats.write_bytes.fetch_add(len, Ordering::Relaxed);
+        if class == IoClass::Foreground {
+            m.stats.fg_ops.fetch_add(1, Ordering::Relaxed);
+        }
+        let check = m.is_file && CHECK_SIZE_AFTER_WRITES;
+        if check && off + len >= m.size {
+            self.check_size(m)?;
+        }
+        // SAFETY: the buffer is not written while it is being written to the member.
+        let new = crate::integrity::NewTags::Data(unsafe { buf.as_slice() });
+        let tags = self.tags_begin_write(m, off, new).await?;
+        let r = dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await;
+        self.tags_end_write(m, tags, r.is_ok()).await;
+        r?;
+        if check {
+            self.check_size(m)?;
+        }
+        Ok(())
+    }
+
+    /// A write that must not grow the member (a repair, a resync): checks its size first.
+    pub(crate) async fn mwrite_in_place(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        class: IoClass,
+    ) -> io::Result<()> {
+        self.check_size(m)?;
+        self.mwrite(m, off, buf, false, class).await
+    }
+
+    /// Make `len` bytes of a member read back as zeros (`punch`: deallocate them too).
+    pub(crate) async fn mzero(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        len: u64,
+        punch: bool,
+    ) -> io::Result<()> {
+        let req = IoReq {
+            offset: self.member_off(off),
+            kind: IoKind::Zero { len, punch },
+            class: IoClass::Foreground,
+        };
+        let tags = self
+            .tags_begin_write(m, off, crate::integrity::NewTags::Zeros(len))
+            .await?;
+        let r = dev::io(&m.dev, req).await;
+        self.tags_end_write(m, tags, r.is_ok()).await;
+        r?;
+        if m.is_file {
+            // Zeroing by writing (the last resort) would grow a truncated file.
+            self.check_size(m)?;
+        }
+        Ok(())
+    }
+
+    /// Has the member shrunk below the data the array keeps on it? (A device that cannot
+    /// say, a vanished one, is judged by its I/O errors instead.)
+    pub(crate) fn shrunk(&self, m: &Member) -> Option<Shrank> {
+        let need = self.geometry.data_offset + m.size;
+        match m.dev.current_size() {
+            Ok(now) if now < need => Some(Shrank {
+                from: m.dev.size(),
+                to: now,
+                need,
+            }),
+            _ => None,
+        }
+    }
+
+    fn check_size(&self, m: &Member) -> io::Result<()> {
+        match self.shrunk(m) {
+            Some(s) => Err(io::Error::other(s)),
+            None => Ok(()),
+        }
+    }
+
+    /// A member failed to read. A member that shrank, or that came back short (EOF inside
+    /// its data), is failed at once: it lies about its size, and what it would return past
+    /// the cut is not the array's data. Other errors are counted, and fail the member once
+    /// they persist.
+    /// A checksum mismatch is counted apart (see `note_checksum_error`).
+    pub(crate) async fn note_read_error(&self, m: &Arc<Member>, e: &io::Error) {
+        if let Some(x) = crate::integrity::mismatch_of(e) {
+            return self.note_checksum_error(m, x).await;
+        }
+        let n = m.stats.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::warn!(member = %m.path, error = %e, count = n, "read error");
+        if let Some(s) = self.shrunk(m) {
+            self.fail_member(m, s.why()).await;
+            return;
+        }
+        if dev::is_unreachable(e) {
+            self.fail_member(m, crate::reason::UNREACHABLE).await;
+            return;
+        }
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            self.fail_member(m, crate::reason::SHORT_READ).await;
+            return;
+        }
+        let max = self.settings.lock().max_read_errors;
+        if n > max {
+            self.fail_member(m, crate::reason::READ_ERRORS).await;
+        }
+    }
+
+    /// A member write failed: decide what it means (the one place that does). A member
+    /// that shrank is failed at once (a shrunk block device also answers ENOSPC past its
+    /// end, so size is asked first); out of space (ENOSPC, EDQUOT) is not a failure of the
+    /// member, which stays in service (counted); anything else fails it with `why`.
+    pub(crate) async fn write_failed(
+        &self,
+        m: &Arc<Member>,
+        e: &io::Error,
+        why: Why,
+    ) -> WriteFault {
+        if let Some(s) = shrank_of(e) {
+            self.fail_member(m, s.why()).await;
+            return WriteFault::Failed;
+        }
+        if let Some(s) = self.shrunk(m) {
+            self.fail_member(m, s.why()).await;
+            return WriteFault::Failed;
+        }
+        if dev::is_unreachable(e) {
+            m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(member = %m.path, error = %e, "member unreachable");
+            self.fail_member(m, crate::reason::UNREACHABLE).await;
+            return WriteFault::Failed;
+        }
+        if is_nospace(e) {
+            let n = m.stats.nospace.fetch_add(1, Ordering::Relaxed);
+            if n.is_power_of_two() || n == 0 {
+                tracing::warn!(member = %m.path, error = %e, count = n + 1, "out of space: the write is refused, the member stays in service");
+            }
+            return WriteFault::NoSpace;
+        }
+        m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(member = %m.path, error = %e, "{why}");
+        self.fail_member(m, why).await;
+        WriteFault::Failed
+    }
+
+    pub(crate) fn nospace_error(&self, m: &[Arc<Member>]) -> Error {
+        let who: Vec<&str> = m.iter().map(|m| m.path.as_str()).collect();
+        Error::NoSpace(
+            Msg::new(format!(
+                "'{}': no space left on the file system of {}: the write did not complete (no member was failed)",
+                self.name,
+                who.join(", ")
+            ))
+            .or(Step::say("free space there and write again"))
+            .or(Step::Preallocate),
+        )
+    }
+
+    /// Write to every target concurrently. Members that fail are failed (the write still
+    /// succeeds while the array holds the data); members whose file system is full are
+    /// not, but the write then fails with [`Error::NoSpace`], and the stripe `key`, which
+    /// it may have reached on some members only, is recorded as inconsistent until
+    /// resynced.
+    pub(crate) async fn write_targets(
+        &self,
+        targets: Vec<Target>,
+        fua: bool,
+        class: IoClass,
+        key: Option<StripeAddr>,
+    ) -> Result<()> {
+        let out = self.write_each(targets, fua, class).await;
+        self.judge_writes(&out, key)
+    }
+
+    /// The outcome of writes to targets: an error if the array failed, or NoSpace (after
+    /// recording the stripe `key` as inconsistent) if a member was out of space.
+    pub(crate) fn judge_writes(&self, out: &Written, key: Option<StripeAddr>) -> Result<()> {
+        if !out.any_failed {
+            return Ok(());
+        }
+        self.failed()?;
+        if let Some(off) = out.region {
+            if let (Some(a), Some(bm)) = (key, self.bitmap.as_ref()) {
+                bm.unsynced(a.group, a.stripe, bm.region_of(off));
+            }
+            return Err(self.nospace_error(&out.full));
+        }
+        Ok(())
+    }
+
+    /// Write to every target concurrently and judge each failure (see `write_failed`).
+    pub(crate) async fn write_each(
+        &self,
+        targets: Vec<Target>,
+        fua: bool,
+        class: IoClass,
+    ) -> Written {
+        let futs = targets.into_iter().map(|t| async move {
+            let r = self.mwrite(&t.member, t.offset, t.buf, fua, class).await;
+            (t.member, t.offset, r)
+        });
+        let mut out = Written::default();
+        for (m, off, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                out.any_failed = true;
+                if self.write_failed(&m, &e, crate::reason::WRITE_ERROR).await
+                    == WriteFault::NoSpace
+                {
+                    out.region = Some(off);
+                    if !out.full.iter().any(|x| Arc::ptr_eq(x, &m)) {
+                        out.full.push(m);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Issue reads concurrently; count errors. True if all succeeded.
+    pub(crate) async fn read_all(
+        &self,
+        reads: Vec<(Arc<Member>, u64, SharedBuf)>,
+        class: IoClass,
+    ) -> bool {
+        let futs = reads.into_iter().map(|(m, off, b)| async move {
+            let r = self.mread(&m, off, b, class).await;
+            (m, r)
+        });
+        let mut ok = true;
+        for (m, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                self.note_read_error(&m, &e).await;
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// Zero a member range of every write target of `slot`. A refusal for space records
+    /// the stripe `key` as inconsistent (copies may differ) and fails with NoSpace.
+    pub(crate) async fn zero_slot(
+        &self,
+        slot: usize,
+        moff: u64,
+        len: u64,
+        punch: bool,
+        key: Option<StripeAddr>,
+    ) -> Result<()> {
+        let st = self.state.load_full();
+        let members: Vec<Arc<Member>> = st.slots[slot].write_targets().cloned().collect();
+        let mut full = Vec::new();
+        for m in members {
+            if let Err(e) = self.mzero(&m, moff, len, punch).await {
+                if self.write_failed(&m, &e, crate::reason::WRITE_ERROR).await
+                    == WriteFault::NoSpace
+                {
+                    full.push(m);
+                }
+            }
+        }
+        self.failed()?;
+        if !full.is_empty() {
+            // Zeroing that was refused leaves old data (and a consistent stripe: zeroing
+            // by writing is planned as a write and goes through `write_targets`), except
+            // where copies differ: resync them like any inconsistent stripe.
+            if let (Some(bm), Some(a)) = (self.bitmap.as_ref(), key) {
+                bm.unsynced(a.group, a.stripe, bm.region_of(moff));
+            }
+            return Err(self.nospace_error(&full));
+        }
+        Ok(())
+    }
+
+    /// Rewrite a range a member failed to read, with data redundancy rebuilt. Only while
+    /// the member is still in service (the read error may have failed it: a member that
+    /// shrank is never written again), and never past its size; a repair that cannot be
+    /// written fails the member. Returns whether it was rewritten.
+    pub(crate) async fn repair(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        class: IoClass,
+    ) -> bool {
+        if !self.in_service(m) {
+            return false;
+        }
+        let len = buf.len() as u64;
+        match self.mwrite_in_place(m, off, buf, class).await {
+            Ok(()) => {
+                m.stats.repaired.fetch_add(len / 4096, Ordering::Relaxed);
+                tracing::info!(member = %m.path, offset = off, "rewrote unreadable range");
+                true
+            }
+            Err(e) => {
+                // Out of space rewriting blocks it holds: it keeps its error, and the
+                // next read of them reconstructs again.
+                self.write_failed(m, &e, crate::reason::REPAIR_WRITE).await;
+                false
+            }
+        }
+    }
+
+    /// Is this member still one the array writes to?
+    pub(crate) fn in_service(&self, m: &Arc<Member>) -> bool {
+        self.state
+            .load()
+            .slots
+            .iter()
+            .flat_map(|s| s.write_targets())
+            .any(|x| Arc::ptr_eq(x, m))
+    }
+
+    /// Make every acknowledged write durable on every member.
+    pub async fn flush(&self) -> Result<()> {
+        if self.read_only.load(Ordering::Acquire) {
+            // A rescue writes nothing: nothing to make durable.
+            return Ok(());
+        }
+        self.failed()?;
+        // The checksums of what this flush makes durable go with it.
+        self.tags_write_back().await?;
+        let st = self.state.load_full();
+        let members: Vec<Arc<Member>> = st
+            .slots
+            .iter()
+            .flat_map(|s| s.write_targets())
+            .cloned()
+            .collect();
+        let futs = members
+            .iter()
+            .map(|m| async move { (m.clone(), dev::flush(&m.dev).await) });
+        for (m, r) in futures::future::join_all(futs).await {
+            if let Err(e) = r {
+                // Even out of space: a flush that fails may have dropped written data
+                // (the kernel forgets pages it could not write back), so the member failed.
+                m.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(member = %m.path, error = %e, "flush failed");
+                self.fail_member(&m, crate::reason::FLUSH_ERROR).await;
+            }
+        }
+        self.failed()
+    }
+}

@@ -1,0 +1,830 @@
+//! raid5, raid6 and ec:K+M: `k` data chunks and `m` parity chunks per stripe, one code
+//! path for every k+m (the codec computes XOR, md's P+Q, or Cauchy Reed-Solomon).
+//!
+//! A write is planned per stripe ([`super::plan`]: full stripe, read-modify-write,
+//! reconstruct-write or degraded) and executed here, inside the write-intent bitmap and
+//! the stripe lock. A read of a missing or unreadable chunk reconstructs it from the rest
+//! of its stripe under the lock, and rewrites it on a member that failed to read it.
+
+use super::plan::{Plan, Shape, Strategy};
+use super::{CheckMode, Family, Judgement, Patch, BLOCK};
+use crate::buf::{AlignedBuf, SharedBuf};
+use crate::datapath::{all_done, slice_mut, slice_of, DataPath, Target};
+use crate::dev::IoClass;
+use crate::error::{Error, Result};
+use crate::layout::Geometry;
+use crate::member::{Member, State};
+use crate::placement::{Extent, StripeAddr};
+use sbod_codec::Codec;
+use std::sync::Arc;
+
+pub(crate) struct Parity {
+    codec: Arc<Codec>,
+    k: usize,
+    m: usize,
+}
+
+/// A piece of new data destined for one data chunk of a stripe.
+#[derive(Clone)]
+struct NewData {
+    index: usize,
+    chunk_off: u64,
+    src: SharedBuf,
+}
+
+/// Shards gathered for a stripe's row range.
+pub(crate) struct Gathered {
+    /// Per shard (codec order): the rows, for every present or reconstructed shard.
+    pub bufs: Vec<Option<SharedBuf>>,
+    /// Shards that were missing or unreadable and have been reconstructed.
+    pub stale: Vec<usize>,
+}
+
+/// The codec failed on buffers the engine sized: a fault of the engine, never of the
+/// caller's request (clients get EIO, not EINVAL).
+fn codec_err(e: sbod_codec::CodecError) -> Error {
+    Error::Codec(e.to_string())
+}
+
+impl Parity {
+    pub fn new(geometry: &Geometry) -> Result<Parity> {
+        let scheme = geometry
+            .codec_scheme()
+            .expect("a parity layout has a codec scheme");
+        let codec = Codec::new(scheme).map_err(|e| Error::Invalid(e.to_string().into()))?;
+        Ok(Parity {
+            k: codec.k(),
+            m: codec.m(),
+            codec: Arc::new(codec),
+        })
+    }
+
+    async fn read_piece(&self, dp: &DataPath, p: Extent, dst: SharedBuf) -> Result<()> {
+        let st = dp.state.load_full();
+        let mut bad = None;
+        if let Some(m) = st.slots[p.slot].readable(p.moff + p.len) {
+            match dp.mread(m, p.moff, dst.clone(), IoClass::Foreground).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    dp.note_read_error(m, &e).await;
+                    bad = Some(m.clone());
+                }
+            }
+        }
+        let _lock = dp.locks.lock(p.addr.group, p.addr.stripe).await;
+        self.reconstruct_locked(dp, p, dst, bad).await
+    }
+
+    /// Reconstruct one piece of a data chunk from the rest of its stripe, with the stripe
+    /// lock held. With `repair`, write the result back to the member that failed to read it.
+    async fn reconstruct_locked(
+        &self,
+        dp: &DataPath,
+        p: Extent,
+        dst: SharedBuf,
+        repair: Option<Arc<Member>>,
+    ) -> Result<()> {
+        dp.failed()?;
+        let st = dp.state.load_full();
+        // Beyond the initial resync's progress, parity is only known to match the data in
+        // rows that were written since creation: writes there always compute parity from
+        // the whole row (reconstruct-write, see `plan`), never from old parity. So every
+        // byte a client wrote reconstructs exactly; a never-written row reads as whatever
+        // the members held before creation (zeros on members sbod created), as md does
+        // after an interrupted initial sync.
+        let shards = self
+            .gather(
+                dp,
+                &st,
+                p.addr,
+                p.chunk_off,
+                p.len,
+                &[p.index],
+                IoClass::Foreground,
+                repair.as_ref(),
+            )
+            .await?;
+        let out = shards.bufs[p.index].as_ref().expect("reconstructed");
+        if let Some(m) = &repair {
+            // With checksums: only a rebuild that matches them (or shows them wrong).
+            dp.tags_vouch(m, p.moff, slice_of(out), slice_of(&dst))
+                .await?;
+        }
+        slice_mut(&dst).copy_from_slice(slice_of(out));
+        if let Some(m) = repair {
+            let fix = AlignedBuf::from_slice(slice_of(out)).into_shared();
+            dp.repair(&m, p.moff, fix, IoClass::Foreground).await;
+        }
+        Ok(())
+    }
+
+    fn encode(&self, rows: &[SharedBuf], parity: &[SharedBuf]) -> Result<()> {
+        let dr: Vec<&[u8]> = rows.iter().map(slice_of).collect();
+        let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
+        self.codec.encode(&dr, &mut p).map_err(codec_err)
+    }
+
+    /// Write new data into one stripe: plan, then execute.
+    async fn write_stripe(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        new: Vec<NewData>,
+        fua: bool,
+        patches: Vec<(usize, Patch)>,
+    ) -> Result<()> {
+        let base = dp.map.stripe_offset(addr.stripe);
+        let _region = dp.enter_region(base).await?;
+        let _lock = dp.locks.lock(addr.group, addr.stripe).await;
+        for (i, p) in &patches {
+            // The block as the volume holds it now: from its member, else rebuilt.
+            let d = &new[*i];
+            let piece = Extent {
+                addr,
+                index: d.index,
+                chunk_off: d.chunk_off + p.at as u64,
+                len: BLOCK,
+                buf_off: 0,
+                slot: dp.map.slot(addr, d.index),
+                moff: base + d.chunk_off + p.at as u64,
+            };
+            let old = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
+            let mut bad = None;
+            let st = dp.state.load_full();
+            if let Some(m) = st.slots[piece.slot].readable(piece.moff + BLOCK) {
+                match dp
+                    .mread(m, piece.moff, old.clone(), IoClass::Foreground)
+                    .await
+                {
+                    Ok(()) => {
+                        p.merge(&d.src, &old);
+                        continue;
+                    }
+                    Err(e) => {
+                        dp.note_read_error(m, &e).await;
+                        bad = Some(m.clone());
+                    }
+                }
+            }
+            self.reconstruct_locked(dp, piece, old.clone(), bad).await?;
+            p.merge(&d.src, &old);
+        }
+        dp.failed()?;
+        let st = dp.state.load_full();
+        let (k, m) = (self.k, self.m);
+        let mut by_index: Vec<Option<&NewData>> = vec![None; k];
+        for d in &new {
+            by_index[d.index] = Some(d);
+        }
+        let r1 = new
+            .iter()
+            .map(|d| d.chunk_off + d.src.len() as u64)
+            .max()
+            .expect("pieces");
+        let slot_of = |shard: usize| dp.map.slot(addr, shard);
+        let readable = |shard: usize| st.slots[slot_of(shard)].readable(base + r1).cloned();
+        let shape = Shape {
+            k,
+            m,
+            chunk: dp.geometry.chunk as u64,
+            written: by_index
+                .iter()
+                .map(|d| d.map(|d| d.chunk_off..d.chunk_off + d.src.len() as u64))
+                .collect(),
+            readable: (0..k + m).map(|s| readable(s).is_some()).collect(),
+            synced: dp.synced(addr),
+            unsynced: dp
+                .bitmap
+                .as_ref()
+                .is_some_and(|b| b.is_unsynced(addr.group, addr.stripe)),
+            may_run_out: (0..k + m)
+                .any(|s| st.slots[slot_of(s)].write_targets().any(|x| x.is_file)),
+        };
+        let plan = shape.plan();
+        self.execute(dp, &st, addr, &plan, &shape, &by_index, &new, fua)
+            .await
+    }
+
+    /// Carry out a stripe write's plan. Reads that fail fall back to the degraded plan.
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        dp: &DataPath,
+        st: &State,
+        addr: StripeAddr,
+        plan: &Plan,
+        shape: &Shape,
+        by_index: &[Option<&NewData>],
+        new: &[NewData],
+        fua: bool,
+    ) -> Result<()> {
+        let (k, m) = (self.k, self.m);
+        let chunk = dp.geometry.chunk as u64;
+        let base = dp.map.stripe_offset(addr.stripe);
+        let r0 = plan.rows.start;
+        let rl = (plan.rows.end - r0) as usize;
+        let slot_of = |shard: usize| dp.map.slot(addr, shard);
+        let readable = |shard: usize| {
+            st.slots[slot_of(shard)]
+                .readable(base + plan.rows.end)
+                .cloned()
+        };
+        let parity: Vec<SharedBuf> = (0..m)
+            .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
+            .collect();
+        let mut from_data = plan.from_data;
+        let done = match plan.strategy {
+            Strategy::Full => {
+                let data: Vec<SharedBuf> = by_index
+                    .iter()
+                    .map(|d| d.expect("full").src.clone())
+                    .collect();
+                self.encode(&data, &parity)?;
+                true
+            }
+            Strategy::ReadModifyWrite => {
+                self.rmw(dp, base, plan, by_index, &parity, &readable)
+                    .await?
+            }
+            Strategy::ReconstructWrite => {
+                self.rcw(dp, base, plan, by_index, &parity, &readable)
+                    .await?
+            }
+            Strategy::Degraded => false,
+        };
+        // What to write back should the write reach some members and not others for
+        // want of space (the degraded plan below): the rows as they were.
+        let mut undo: Option<Vec<Target>> = None;
+        let mut targets = Vec::new();
+        // `buf` to every member that takes writes for `shard`, at `off` in the chunk.
+        let push = |out: &mut Vec<Target>, shard: usize, off: u64, buf: &SharedBuf| {
+            for mem in st.slots[slot_of(shard)].write_targets() {
+                out.push(Target {
+                    member: mem.clone(),
+                    offset: base + off,
+                    buf: buf.clone(),
+                });
+            }
+        };
+        if done {
+            for d in new {
+                push(&mut targets, d.index, d.chunk_off, &d.src);
+            }
+        } else {
+            // Degraded (or a read failed): rebuild the rows from what survives.
+            let want: Vec<usize> = (0..k).filter(|&i| readable(i).is_none()).collect();
+            let shards = self
+                .gather(
+                    dp,
+                    st,
+                    addr,
+                    r0,
+                    rl as u64,
+                    &want,
+                    IoClass::Foreground,
+                    None,
+                )
+                .await?;
+            // A stripe with a member missing is only consistent while every write to it
+            // reaches every member: a write refused for space on one member would leave
+            // the missing member's data impossible to rebuild. So keep the old rows, and
+            // write them back if that happens.
+            let old_rows: Vec<SharedBuf> = (0..k)
+                .map(|i| {
+                    let b = shards.bufs[i].as_ref().expect("data gathered");
+                    if by_index[i].is_some() {
+                        AlignedBuf::from_slice(slice_of(b)).into_shared()
+                    } else {
+                        b.clone()
+                    }
+                })
+                .collect();
+            let data: Vec<SharedBuf> = (0..k)
+                .map(|i| {
+                    let b = shards.bufs[i].as_ref().expect("data gathered").clone();
+                    if let Some(d) = by_index[i] {
+                        let off = (d.chunk_off - r0) as usize;
+                        slice_mut(&b)[off..off + d.src.len()].copy_from_slice(slice_of(&d.src));
+                    }
+                    b
+                })
+                .collect();
+            let old_parity: Vec<SharedBuf> = (0..m)
+                .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
+                .collect();
+            self.encode(&old_rows, &old_parity)?;
+            // Whole rows of every data chunk we touch or that was stale, and parity.
+            let rewritten = |i: usize| by_index[i].is_some() || shards.stale.contains(&i);
+            let mut back = Vec::new();
+            for (i, b) in old_rows.iter().enumerate().filter(|(i, _)| rewritten(*i)) {
+                push(&mut back, i, r0, b);
+            }
+            for (r, p) in old_parity.iter().enumerate() {
+                push(&mut back, k + r, r0, p);
+            }
+            undo = Some(back);
+            from_data = true;
+            self.encode(&data, &parity)?;
+            for (i, b) in data.iter().enumerate().filter(|(i, _)| rewritten(*i)) {
+                push(&mut targets, i, r0, b);
+            }
+        }
+        for (r, p) in parity.iter().enumerate() {
+            push(&mut targets, k + r, r0, p);
+        }
+        let key = Some(addr);
+        let r = match undo {
+            None => {
+                dp.write_targets(targets, fua, IoClass::Foreground, key)
+                    .await
+            }
+            Some(back) => {
+                let first = dp.write_each(targets, fua, IoClass::Foreground).await;
+                match dp.judge_writes(&first, None) {
+                    Err(e @ Error::NoSpace(_)) => {
+                        // Put the rows back as they were. A member out of space took a
+                        // prefix of its write (a file system lands what fits, in order),
+                        // whose blocks are allocated now: rewriting them needs no space,
+                        // and where its rewrite is refused further on nothing had
+                        // changed. Only a refusal from a member whose write had landed
+                        // whole leaves the stripe inconsistent.
+                        let mut again = dp.write_each(back, fua, IoClass::Foreground).await;
+                        again
+                            .full
+                            .retain(|m| !first.full.iter().any(|f| Arc::ptr_eq(f, m)));
+                        if again.full.is_empty() {
+                            again.region = None;
+                        }
+                        dp.judge_writes(&again, key)?;
+                        Err(e)
+                    }
+                    other => other,
+                }
+            }
+        };
+        if r.is_ok() && from_data && r0 == 0 && rl as u64 == chunk {
+            debug_assert!(shape.whole_chunks());
+            // Every row's parity now follows from the data: consistent again.
+            if let Some(bm) = &dp.bitmap {
+                bm.synced(addr.group, addr.stripe);
+            }
+        }
+        r
+    }
+
+    /// Read-modify-write: parity += coef * (old ^ new), reading what the plan says. False
+    /// if a read failed.
+    async fn rmw(
+        &self,
+        dp: &DataPath,
+        base: u64,
+        plan: &Plan,
+        by_index: &[Option<&NewData>],
+        parity: &[SharedBuf],
+        readable: &(dyn Fn(usize) -> Option<Arc<Member>> + Sync),
+    ) -> Result<bool> {
+        let k = self.k;
+        let r0 = plan.rows.start;
+        // Old data under each new piece into a buffer of its own; old parity rows into
+        // the parity buffers, which the update then turns into the new parity.
+        let bufs: Vec<SharedBuf> = plan
+            .reads
+            .iter()
+            .map(|(s, r)| match *s >= k {
+                true => parity[s - k].clone(),
+                false => AlignedBuf::for_overwrite((r.end - r.start) as usize).into_shared(),
+            })
+            .collect();
+        let reads = plan
+            .reads
+            .iter()
+            .zip(&bufs)
+            .map(|((s, r), b)| (readable(*s).expect("planned"), base + r.start, b.clone()))
+            .collect();
+        if !dp.read_all(reads, IoClass::Foreground).await {
+            return Ok(false);
+        }
+        for ((s, r), old) in plan.reads.iter().zip(&bufs).filter(|((s, _), _)| *s < k) {
+            let d = by_index[*s].expect("planned on a written chunk");
+            let off = (r.start - r0) as usize;
+            let n = d.src.len();
+            let mut p: Vec<&mut [u8]> = parity
+                .iter()
+                .map(|p| &mut slice_mut(p)[off..off + n])
+                .collect();
+            self.codec
+                .update(*s, slice_of(old), slice_of(&d.src), &mut p)
+                .map_err(codec_err)?;
+        }
+        Ok(true)
+    }
+
+    /// Reconstruct-write: the new data and the untouched rows the plan reads, encoded.
+    /// False if a read failed.
+    async fn rcw(
+        &self,
+        dp: &DataPath,
+        base: u64,
+        plan: &Plan,
+        by_index: &[Option<&NewData>],
+        parity: &[SharedBuf],
+        readable: &(dyn Fn(usize) -> Option<Arc<Member>> + Sync),
+    ) -> Result<bool> {
+        let r0 = plan.rows.start;
+        let rl = (plan.rows.end - r0) as usize;
+        let bufs: Vec<SharedBuf> = (0..self.k)
+            .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
+            .collect();
+        for (b, d) in bufs.iter().zip(by_index) {
+            if let Some(d) = d {
+                let off = (d.chunk_off - r0) as usize;
+                slice_mut(b)[off..off + d.src.len()].copy_from_slice(slice_of(&d.src));
+            }
+        }
+        let reads = plan
+            .reads
+            .iter()
+            .map(|(s, r)| {
+                let at = (r.start - r0) as usize..(r.end - r0) as usize;
+                (
+                    readable(*s).expect("planned"),
+                    base + r.start,
+                    bufs[*s].slice(at),
+                )
+            })
+            .collect();
+        if !dp.read_all(reads, IoClass::Foreground).await {
+            return Ok(false);
+        }
+        self.encode(&bufs, parity)?;
+        Ok(true)
+    }
+
+    /// Read enough shards of rows `[off, off+len)` of a stripe to rebuild the shards in
+    /// `want` (plus every data shard), reconstructing what could not be read. Unreadable
+    /// members are noted; errors only if fewer than k shards survive. `avoid`: the member
+    /// whose failed read the caller is reconstructing (never read again: each bad block is
+    /// counted once, and a rebuild is never made from what failed).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn gather(
+        &self,
+        dp: &DataPath,
+        st: &State,
+        addr: StripeAddr,
+        off: u64,
+        len: u64,
+        want: &[usize],
+        class: IoClass,
+        avoid: Option<&Arc<Member>>,
+    ) -> Result<Gathered> {
+        let (k, m) = (self.k, self.m);
+        let n = k + m;
+        let base = dp.map.stripe_offset(addr.stripe);
+        let mut bufs: Vec<Option<SharedBuf>> = vec![None; n];
+        let mut tried = vec![false; n];
+        let mut got = 0usize;
+        loop {
+            // Pick untried readable shards, data first, until we could have k.
+            let mut batch = Vec::new();
+            for s in 0..n {
+                if got + batch.len() >= k {
+                    break;
+                }
+                if tried[s] {
+                    continue;
+                }
+                tried[s] = true;
+                let readable = st.slots[dp.map.slot(addr, s)]
+                    .readable(base + off + len)
+                    .filter(|m| avoid.is_none_or(|a| !Arc::ptr_eq(a, m)));
+                if let Some(mem) = readable {
+                    batch.push((
+                        s,
+                        mem.clone(),
+                        AlignedBuf::for_overwrite(len as usize).into_shared(),
+                    ));
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            let futs = batch.into_iter().map(|(s, mem, b)| async move {
+                let r = dp.mread(&mem, base + off, b.clone(), class).await;
+                (s, mem, b, r)
+            });
+            for (s, mem, b, r) in futures::future::join_all(futs).await {
+                match r {
+                    Ok(()) => {
+                        bufs[s] = Some(b);
+                        got += 1;
+                    }
+                    Err(e) => dp.note_read_error(&mem, &e).await,
+                }
+            }
+            if got >= k {
+                break;
+            }
+        }
+        if got < k {
+            return Err(Error::Failed(
+                format!(
+                    "group {} stripe {}: only {got} of {n} chunks readable, {k} needed",
+                    addr.group, addr.stripe
+                )
+                .into(),
+            ));
+        }
+        let present: Vec<bool> = bufs.iter().map(|b| b.is_some()).collect();
+        let mut wanted = vec![false; n];
+        for s in 0..k {
+            wanted[s] = !present[s];
+        }
+        for &s in want {
+            if !present[s] {
+                wanted[s] = true;
+            }
+        }
+        let stale: Vec<usize> = (0..n).filter(|&s| wanted[s]).collect();
+        // Parity re-encoded from every data chunk is right whatever the stripe held; data
+        // rebuilt from parity is only right where parity matched.
+        if stale.iter().any(|&s| s < k)
+            && dp
+                .bitmap
+                .as_ref()
+                .is_some_and(|b| b.is_unsynced(addr.group, addr.stripe))
+        {
+            // Parity here may not match the data (a write reached some members only):
+            // what it would rebuild is not known to be the data. An error, never guesses.
+            return Err(DataPath::unsynced_error(addr.group, addr.stripe));
+        }
+        if !stale.is_empty() {
+            let work: Vec<SharedBuf> = (0..n)
+                .map(|s| {
+                    bufs[s]
+                        .clone()
+                        .unwrap_or_else(|| AlignedBuf::for_overwrite(len as usize).into_shared())
+                })
+                .collect();
+            {
+                let mut refs: Vec<&mut [u8]> = work.iter().map(slice_mut).collect();
+                self.codec
+                    .reconstruct_some(&mut refs, &present, &wanted)
+                    .map_err(codec_err)?;
+            }
+            for s in &stale {
+                bufs[*s] = Some(work[*s].clone());
+            }
+        }
+        Ok(Gathered { bufs, stale })
+    }
+
+    /// Whole stripes of zeros: every member's chunk is zeroed (parity of zeros is zeros).
+    async fn zero_stripe(&self, dp: &DataPath, addr: StripeAddr, punch: bool) -> Result<()> {
+        let chunk = dp.geometry.chunk as u64;
+        let base = dp.map.stripe_offset(addr.stripe);
+        let _region = dp.enter_region(base).await?;
+        let _lock = dp.locks.lock(addr.group, addr.stripe).await;
+        let futs = dp
+            .map
+            .group_slots(addr.group)
+            .map(|slot| dp.zero_slot(slot, base, chunk, punch, Some(addr)));
+        all_done(futs).await
+    }
+
+    async fn zero_by_writing(&self, dp: &DataPath, offset: u64, len: u64) -> Result<()> {
+        let z = AlignedBuf::zeroed(len as usize).into_shared();
+        self.write(dp, offset, &z, false, &[]).await
+    }
+}
+
+impl Family for Parity {
+    async fn read(&self, dp: &DataPath, offset: u64, out: &SharedBuf) -> Result<()> {
+        let futs = dp.map.map(offset, out.len() as u64).into_iter().map(|p| {
+            let dst = out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
+            self.read_piece(dp, p, dst)
+        });
+        futures::future::try_join_all(futs).await?;
+        Ok(())
+    }
+
+    async fn write(
+        &self,
+        dp: &DataPath,
+        offset: u64,
+        data: &SharedBuf,
+        fua: bool,
+        patches: &[Patch],
+    ) -> Result<()> {
+        // Group pieces by stripe; each stripe is planned on its own.
+        type Planned = (StripeAddr, Vec<NewData>, Vec<(usize, Patch)>);
+        let mut stripes: Vec<Planned> = Vec::new();
+        for p in dp.map.map(offset, data.len() as u64) {
+            let nd = NewData {
+                index: p.index,
+                chunk_off: p.chunk_off,
+                src: data.slice(p.buf_off as usize..(p.buf_off + p.len) as usize),
+            };
+            let mine = super::patches_within(patches, p.buf_off, p.len);
+            match stripes.last_mut() {
+                Some((a, v, pp)) if *a == p.addr => {
+                    pp.extend(mine.into_iter().map(|x| (v.len(), x)));
+                    v.push(nd);
+                }
+                _ => stripes.push((p.addr, vec![nd], mine.into_iter().map(|x| (0, x)).collect())),
+            }
+        }
+        let futs = stripes
+            .into_iter()
+            .map(|(a, v, pp)| self.write_stripe(dp, a, v, fua, pp));
+        all_done(futs).await
+    }
+
+    async fn zero(&self, dp: &DataPath, offset: u64, len: u64, punch: bool) -> Result<()> {
+        // Whole stripes are zeroed on every member; the partial ones at either end are
+        // written with zeros.
+        let sd = dp.geometry.stripe_data();
+        let first_full = offset.div_ceil(sd) * sd;
+        let last_full = (offset + len) / sd * sd;
+        if first_full >= last_full {
+            return self.zero_by_writing(dp, offset, len).await;
+        }
+        let head = async {
+            match offset < first_full {
+                true => self.zero_by_writing(dp, offset, first_full - offset).await,
+                false => Ok(()),
+            }
+        };
+        let tail = async {
+            match last_full < offset + len {
+                true => {
+                    self.zero_by_writing(dp, last_full, offset + len - last_full)
+                        .await
+                }
+                false => Ok(()),
+            }
+        };
+        let whole = all_done(
+            dp.map
+                .map(first_full, last_full - first_full)
+                .into_iter()
+                .filter(|p| p.index == 0 && p.chunk_off == 0)
+                .map(|p| self.zero_stripe(dp, p.addr, punch)),
+        );
+        let (h, w, t) = futures::future::join3(head, whole, tail).await;
+        h.and(w).and(t)
+    }
+
+    /// Rebuilt from the rest of the stripe.
+    async fn recover(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        len: u64,
+        targets: &[(usize, Arc<Member>)],
+    ) -> Result<Vec<SharedBuf>> {
+        let st = dp.state.load_full();
+        let want: Vec<usize> = targets
+            .iter()
+            .map(|(slot, _)| dp.map.shard_at(addr.stripe, *slot))
+            .collect();
+        let g = self
+            .gather(dp, &st, addr, 0, len, &want, IoClass::Background, None)
+            .await?;
+        Ok(want
+            .iter()
+            .map(|&s| g.bufs[s].clone().expect("gathered"))
+            .collect())
+    }
+
+    /// Parity recomputed from the data and compared. Where a row differs, two or more
+    /// parity chunks locate a single wrong chunk (blamed, and rebuilt in a repair);
+    /// otherwise, as md does, the data is taken as the truth and parity rewritten. A
+    /// resync (after a crash, or of a stripe a write left inconsistent) blames nobody.
+    fn judge(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        bufs: &[SharedBuf],
+        unreadable: &[usize],
+        mode: CheckMode,
+        _vouched: &[Vec<bool>],
+    ) -> Result<Judgement> {
+        let (k, m) = (self.k, self.m);
+        let n = k + m;
+        let t = addr.stripe;
+        let chunk = dp.geometry.chunk as usize;
+        let first = dp.map.group_slots(addr.group).start;
+        let pos = |shard: usize| dp.map.slot(addr, shard) - first;
+        if mode == CheckMode::Resync && (0..k).any(|s| unreadable.contains(&pos(s))) {
+            // Parity here may not match the data (the reason for the resync): a data chunk
+            // that cannot be read cannot be rebuilt from it. The stripe stays held as
+            // inconsistent; reads of that chunk fail rather than guess.
+            return Ok(Judgement {
+                skipped: true,
+                ..Default::default()
+            });
+        }
+        let mut out = Judgement::default();
+        let shard_bufs: Vec<SharedBuf> = (0..n).map(|s| bufs[pos(s)].clone()).collect();
+        let lost: Vec<usize> = (0..n).filter(|&s| unreadable.contains(&pos(s))).collect();
+        if lost.len() > m {
+            return Err(Error::Failed(
+                format!(
+                    "group {} stripe {t}: {} chunks unreadable",
+                    addr.group,
+                    lost.len()
+                )
+                .into(),
+            ));
+        }
+        if !lost.is_empty() {
+            // Rebuild unreadable chunks from the rest and rewrite them.
+            let present: Vec<bool> = (0..n).map(|s| !lost.contains(&s)).collect();
+            let mut refs: Vec<&mut [u8]> = shard_bufs.iter().map(slice_mut).collect();
+            self.codec
+                .reconstruct(&mut refs, &present)
+                .map_err(codec_err)?;
+            for &s in &lost {
+                out.rewrite.push((pos(s), 0, shard_bufs[s].clone()));
+            }
+        }
+        // Fast path: recompute parity for the whole chunk and compare.
+        let fresh: Vec<SharedBuf> = (0..m)
+            .map(|_| AlignedBuf::for_overwrite(chunk).into_shared())
+            .collect();
+        self.encode(&shard_bufs[..k], &fresh)?;
+        let clean = (0..m).all(|r| slice_of(&fresh[r]) == slice_of(&shard_bufs[k + r]));
+        if clean {
+            return Ok(out);
+        }
+        let blk = BLOCK as usize;
+        for row in (0..chunk).step_by(blk) {
+            let row_clean = (0..m).all(|r| {
+                slice_of(&fresh[r])[row..row + blk] == slice_of(&shard_bufs[k + r])[row..row + blk]
+            });
+            if row_clean {
+                continue;
+            }
+            out.mismatched_blocks += 1;
+            let rows: Vec<&[u8]> = (0..n)
+                .map(|s| &slice_of(&shard_bufs[s])[row..row + blk])
+                .collect();
+            let verdict = if mode == CheckMode::Resync {
+                sbod_codec::Verdict::Unlocatable
+            } else {
+                self.codec.locate(&rows).map_err(codec_err)?
+            };
+            match verdict {
+                sbod_codec::Verdict::Clean => {}
+                sbod_codec::Verdict::Corrupt(bad) => {
+                    *out.blame.entry(pos(bad)).or_default() += 1;
+                    if mode == CheckMode::Repair {
+                        let mut work: Vec<Vec<u8>> = rows.iter().map(|r| r.to_vec()).collect();
+                        let present: Vec<bool> = (0..n).map(|s| s != bad).collect();
+                        let mut refs: Vec<&mut [u8]> =
+                            work.iter_mut().map(|v| v.as_mut_slice()).collect();
+                        self.codec
+                            .reconstruct(&mut refs, &present)
+                            .map_err(codec_err)?;
+                        out.rewrite.push((
+                            pos(bad),
+                            row as u64,
+                            AlignedBuf::from_slice(&work[bad]).into_shared(),
+                        ));
+                    }
+                }
+                sbod_codec::Verdict::Unlocatable => {
+                    if mode != CheckMode::Check {
+                        // As md does: data is the truth, parity is rewritten.
+                        for r in 0..m {
+                            let fix = AlignedBuf::from_slice(&slice_of(&fresh[r])[row..row + blk])
+                                .into_shared();
+                            out.rewrite.push((pos(k + r), row as u64, fix));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn heal_row(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        rows: &mut [Vec<u8>],
+        lost: &[usize],
+    ) -> Result<()> {
+        let n = self.k + self.m;
+        let first = dp.map.group_slots(addr.group).start;
+        let pos = |shard: usize| dp.map.slot(addr, shard) - first;
+        let mut work: Vec<Vec<u8>> = (0..n).map(|s| std::mem::take(&mut rows[pos(s)])).collect();
+        let present: Vec<bool> = (0..n).map(|s| !lost.contains(&pos(s))).collect();
+        let mut refs: Vec<&mut [u8]> = work.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let r = self.codec.reconstruct(&mut refs, &present);
+        for (s, v) in work.into_iter().enumerate() {
+            rows[pos(s)] = v;
+        }
+        r.map_err(codec_err)
+    }
+}

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Parity arrays against their members, side by side in one run, through the lab
+# (`sbod bench`): for every place (file members on the repo's disk with O_DIRECT; loop
+# devices over such files) and every level (raid5, raid6, ec:K+M by default), one set of
+# member files is created, each level is created on it in turn and measured by `sbod bench
+# --destructive` (BASELINE: the same members served alone; NOMINAL; DEVICE DOWN), and the
+# ratios to BASELINE are printed against issue 19's aims:
+#   sequential read  >= 0.9 x (N-M)/N     sequential write >= 0.8 x (N-M)/N
+#   DEVICE DOWN sequential read >= 0.7 x (N-M)/N
+# 4K random jobs are printed without an aim. See docs/PERFORMANCE.md.
+#
+#   scripts/bench-raid.sh                      # defaults below: a few minutes
+#   scripts/bench-raid.sh --places disk --levels raid6 --runtime 5 --reps 2
+#   scripts/bench-raid.sh --workloads seqwrite-1m --phases baseline,nominal
+#
+# Options (defaults):
+#   --places disk,loop          where the members live
+#   --levels raid5,raid6,ec:6+2 levels to measure, each on the same members
+#   --members 8                 members per array
+#   --size-each 512M            size of each member file
+#   --chunk 64K                 chunk size
+#   --workloads seqread-1m,seqwrite-1m,randread-4k,randwrite-4k
+#   --phases baseline,nominal,device-down
+#   --runtime 3 --ramp 1 --reps 1     per measurement
+#   --working-set 1G            bytes of the volume addressed
+#   --precondition seq          none, seq or full (lab's meaning)
+#   --dir DIR                   where member files go (default: a temporary folder
+#                               under the repo, i.e. on the repo's disk)
+#   --json-out FILE             also write the summary rows as JSON lines
+# Environment: SBOD=path/to/sbod skips the build; SBOD_IO etc. pass through to the servers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PLACES=disk,loop
+LEVELS=raid5,raid6,ec:6+2
+MEMBERS=8
+SIZE_EACH=512M
+CHUNK=64K
+WORKLOADS=seqread-1m,seqwrite-1m,randread-4k,randwrite-4k
+PHASES=baseline,nominal,device-down
+RUNTIME=3
+RAMP=1
+REPS=1
+WS=1G
+PRECOND=seq
+DIR=
+JSON_OUT=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --places) PLACES=$2; shift 2 ;;
+    --levels) LEVELS=$2; shift 2 ;;
+    --members) MEMBERS=$2; shift 2 ;;
+    --size-each) SIZE_EACH=$2; shift 2 ;;
+    --chunk) CHUNK=$2; shift 2 ;;
+    --workloads) WORKLOADS=$2; shift 2 ;;
+    --phases) PHASES=$2; shift 2 ;;
+    --runtime) RUNTIME=$2; shift 2 ;;
+    --ramp) RAMP=$2; shift 2 ;;
+    --reps) REPS=$2; shift 2 ;;
+    --working-set) WS=$2; shift 2 ;;
+    --precondition) PRECOND=$2; shift 2 ;;
+    --dir) DIR=$2; shift 2 ;;
+    --json-out) JSON_OUT=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+source scripts/deps.sh
+if [ -z "${SBOD:-}" ]; then
+  cargo build --release -q -p sbod
+  SBOD=$PWD/target/release/sbod
+fi
+if [[ ",$PLACES," == *,loop,* ]] && [ "$(id -u)" != 0 ]; then
+  echo "loop devices need root (losetup); run with --places disk, or as root" >&2
+  exit 2
+fi
+
+WORK=$(mktemp -d "${DIR:-$PWD}/.sbod-bench-raid.XXXXXX")
+export SBOD_STATE_DIR=$WORK/state
+LOOPS=()
+cleanup() {
+  "$SBOD" forget braid >/dev/null 2>&1 || true
+  for d in "${LOOPS[@]}"; do losetup -d "$d" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+ROWS=$WORK/rows.jsonl
+: >"$ROWS"
+
+echo "# bench-raid: $(uname -sr), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $MEMBERS members of $SIZE_EACH, chunk $CHUNK, $REPS x ${RUNTIME}s (+${RAMP}s ramp), working set $WS, precondition $PRECOND"
+IFS=, read -r -a places <<<"$PLACES"
+IFS=, read -r -a levels <<<"$LEVELS"
+for place in "${places[@]}"; do
+  mkdir -p "$WORK/$place"
+  members=()
+  for i in $(seq 0 $((MEMBERS - 1))); do
+    f=$WORK/$place/m$i.img
+    truncate -s "$SIZE_EACH" "$f"
+    case "$place" in
+      disk) members+=("$f") ;;
+      loop)
+        d=$(losetup --direct-io=on -f --show "$f")
+        LOOPS+=("$d")
+        members+=("$d")
+        ;;
+      *) echo "unknown place $place (disk, loop)" >&2; exit 2 ;;
+    esac
+  done
+  for level in "${levels[@]}"; do
+    "$SBOD" forget braid >/dev/null 2>&1 || true
+    # A previous level's superblocks are on the members: --force.
+    "$SBOD" create braid --level "$level" --chunk "$CHUNK" --force "${members[@]}" >/dev/null
+    # `create` starts a resync; bench waits for it before it measures.
+    out=$WORK/out-$place-${level//[:+]/_}
+    echo "## $place $level" >&2
+    "$SBOD" bench braid --destructive --workloads "$WORKLOADS" --phases "$PHASES" \
+      --runtime "$RUNTIME" --ramp "$RAMP" --reps "$REPS" --precondition "$PRECOND" \
+      --working-set "$WS" --out "$out" >"$WORK/bench.log" 2>&1 || {
+      echo "sbod bench failed for $place $level:" >&2
+      tail -20 "$WORK/bench.log" >&2
+      exit 1
+    }
+    python3 - "$out/bench.json" "$place" "$level" "$MEMBERS" >>"$ROWS" <<'PY'
+import json, sys
+rep = json.load(open(sys.argv[1]))
+place, level, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+if level.startswith("ec:"):
+    k, m = (int(x) for x in level[3:].split("+"))
+    assert k + m == n, f"{level} needs {k+m} members, not {n}"
+else:
+    m = {"raid5": 1, "raid6": 2}.get(level, 0)
+ideal = (n - m) / n
+cells = {(c["phase"], c["workload"]): c for c in rep["cells"]}
+for (phase, wl), c in sorted(cells.items()):
+    if phase == "baseline":
+        continue
+    base = cells.get(("baseline", wl))
+    aim = None
+    if wl.startswith("seqread"):
+        aim = (0.9 if phase == "nominal" else 0.7 if phase == "device-down" else None)
+    elif wl.startswith("seqwrite") and phase == "nominal":
+        aim = 0.8
+    row = {
+        "place": place, "level": level, "phase": phase, "workload": wl,
+        "ideal": ideal, "aim": aim * ideal if aim else None,
+        "mbps": c["mean"]["bw_bytes"] / 1e6, "iops": c["mean"]["iops"],
+        "base_mbps": base["mean"]["bw_bytes"] / 1e6 if base else None,
+        "ratio": (c["vs_baseline"] or {}).get("bw_bytes"),
+        "cpu_pct": c["mean"]["server_cpu_pct"],
+        "flagged": c["flagged"],
+    }
+    print(json.dumps(row))
+PY
+  done
+done
+
+[ -n "$JSON_OUT" ] && cp "$ROWS" "$JSON_OUT"
+python3 - "$ROWS" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("| place | level | phase | workload | BASELINE MB/s | MB/s | ratio | ideal | aim | met |")
+print("|---|---|---|---|---:|---:|---:|---:|---:|---|")
+missed = 0
+for r in rows:
+    aim = r["aim"]
+    ok = "" if aim is None or r["ratio"] is None else ("yes" if r["ratio"] >= aim else "**no**")
+    missed += ok == "**no**"
+    f = lambda x, p=2: "-" if x is None else f"{x:.{p}f}"
+    flag = " ⚠" if r["flagged"] else ""
+    print(f"| {r['place']} | {r['level']} | {r['phase']} | {r['workload']} | {f(r['base_mbps'],0)} "
+          f"| {f(r['mbps'],0)}{flag} | {f(r['ratio'])} | {f(r['ideal'])} | {f(aim)} | {ok} |")
+print(f"\n{missed} aim(s) not met" if missed else "\nevery aim met")
+PY
