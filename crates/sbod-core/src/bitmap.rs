@@ -144,6 +144,13 @@ impl Bitmap {
         true
     }
 
+    /// With the block's mutex held, after `begin_clear`: keep `r` dirty after all.
+    pub fn abort_clear(&self, r: u64, image: &mut [u8]) {
+        let bit = r % BITS_PER_BLOCK;
+        image[(bit / 8) as usize] |= 1 << (bit % 8);
+        self.state[r as usize].store(DIRTY, SeqCst);
+    }
+
     /// The cleared bit is durable.
     pub fn finish_clear(&self, r: u64) {
         self.state[r as usize].store(CLEAN, SeqCst);

@@ -30,6 +30,7 @@ pub mod dev;
 pub mod error;
 pub(crate) mod family;
 pub mod freshness;
+pub mod integrity;
 pub mod layout;
 pub mod locks;
 pub mod log;

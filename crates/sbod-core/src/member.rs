@@ -39,6 +39,8 @@ pub struct Member {
     pub size: u64,
     pub is_file: bool,
     pub stats: MemberStats,
+    /// Its cached checksums (arrays with `--integrity`; see `integrity`).
+    pub tags: crate::integrity::MemberTags,
 }
 
 impl Member {

@@ -80,3 +80,16 @@ pub fn corrupt(blocks: u64) -> Why {
         ))),
     }
 }
+
+/// Its tag blocks (the checksums of its data) could not be written.
+pub const TAG_WRITE: Why = Why::new(OutReason::MetadataWrite, "checksum write error");
+
+/// Reads of this many blocks of a member failed their checksums (`--integrity`).
+pub fn checksums(blocks: u64) -> Why {
+    Why {
+        code: OutReason::Corrupt,
+        detail: Some(Cow::Owned(format!(
+            "returned wrong data in {blocks} block(s) that failed their checksums (silent corruption, lost or misdirected writes)"
+        ))),
+    }
+}

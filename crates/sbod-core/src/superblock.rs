@@ -683,7 +683,10 @@ impl Superblock {
                 if known.read(tag, data)? {
                     continue;
                 }
-                if flags & EXT_INCOMPAT != 0 {
+                // The checksum record is kept with the extensions (written back as read,
+                // see `integrity::TagLayout`); any other unknown record marked
+                // incompatible is a newer sbod's.
+                if flags & EXT_INCOMPAT != 0 && !crate::integrity::TagLayout::known(tag) {
                     return Err(SbError::Incompatible(tag));
                 }
                 extensions.push(Extension {
@@ -703,6 +706,12 @@ impl Superblock {
                 "data offset overlaps the metadata area".into(),
             ));
         }
+        crate::integrity::TagLayout::from_extensions(
+            &extensions,
+            &geometry,
+            BITMAP_OFFSET + bitmap_bytes as u64,
+        )
+        .map_err(SbError::Malformed)?;
         let too_big = slots
             .iter()
             .flat_map(|s| s.member.iter().chain(s.replacement.iter().map(|r| &r.0)))

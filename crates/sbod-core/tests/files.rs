@@ -54,6 +54,7 @@ fn spec(name: &str, level: Level) -> CreateSpec {
         copies: 2,
         bitmap_region: None,
         assume_clean: true,
+        integrity: sbod_core::integrity::Kind::Crc32c,
         force: false,
     }
 }

@@ -770,6 +770,7 @@ fn run_life(
             copies: l.copies,
             bitmap_region: Some(2 * chunk as u64),
             assume_clean: true,
+            integrity: sbod_core::integrity::Kind::Crc32c,
             force: false,
         };
         let a = Array::create(spec, devs.iter().map(spec_of).collect())

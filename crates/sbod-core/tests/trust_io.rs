@@ -32,6 +32,7 @@ fn spec(level: Level, copies: u32) -> CreateSpec {
         copies,
         bitmap_region: None,
         assume_clean: true,
+        integrity: sbod_core::integrity::Kind::Crc32c,
         force: false,
     }
 }
@@ -666,9 +667,14 @@ fn corrupt(a: &Array, dev: &FaultDev, blocks: u64) {
 /// locates as wrong in more blocks than `max_checksum_errors` is failed by a check, not
 /// left in service; below the limit the check reports it and a repair rewrites it. Two
 /// copies or single parity cannot say who is wrong: nobody is blamed, a repair rewrites
-/// as md does (parity from the data, the first copy over the others).
+/// as md does (parity from the data, the first copy over the others). Without checksums
+/// (with them, every flipped block fails its own: `tests/integrity.rs`).
 #[test]
 fn a_scrub_never_leaves_a_located_bad_member_in_service() {
+    let spec = |level, copies| CreateSpec {
+        integrity: sbod_core::integrity::Kind::None,
+        ..spec(level, copies)
+    };
     for (level, n, copies) in [
         (Level::Raid6, 5, 2),
         (Level::Ec { k: 3, m: 2 }, 5, 2),
@@ -751,9 +757,13 @@ fn an_inconsistent_stripe_of_a_degraded_group_fails_reads_until_overwritten() {
     rt().block_on(async {
         let member = 2 * MIB + 64 * CHUNK as u64;
         let t = thin(3, member, 1 << 40);
-        let a = Array::create(spec(Level::Raid5, 2), t.specs())
-            .await
-            .unwrap();
+        // Without checksums: the test punches a member's chunk behind the array's back to
+        // make a rewrite need space, which checksums would (rightly) catch as corruption.
+        let spec = CreateSpec {
+            integrity: sbod_core::integrity::Kind::None,
+            ..spec(Level::Raid5, 2)
+        };
+        let a = Array::create(spec, t.specs()).await.unwrap();
         let g = a.geometry.clone();
         let sd = g.stripe_data();
         // Stripe 0 written whole (allocated everywhere); then a write to part of it that

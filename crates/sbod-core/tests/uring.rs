@@ -753,6 +753,7 @@ fn raid6_run(backend: Backend) {
                 copies: 2,
                 bitmap_region: None,
                 assume_clean: true,
+                integrity: sbod_core::integrity::Kind::Crc32c,
                 force: false,
             };
             let a = Array::create(spec, member_specs(&paths[..6], backend))

@@ -93,6 +93,8 @@ pub struct DemoOptions {
     pub runtime: Option<f64>,
     pub reps: Option<u32>,
     pub qd_sweep: bool,
+    /// `--integrity` of the demo's array (crc32c, none).
+    pub integrity: String,
     pub sbod_version: String,
 }
 
@@ -156,6 +158,7 @@ pub fn demo_plan(o: &DemoOptions, free_bytes: Option<u64>) -> Result<(sbod::Setu
         chunk: "64K".into(),
         members,
         size_each: size,
+        integrity: o.integrity.clone(),
     };
     Ok((setup, cfg))
 }

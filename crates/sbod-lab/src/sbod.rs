@@ -24,6 +24,8 @@ pub enum Setup {
         chunk: String,
         members: u32,
         size_each: u64,
+        /// `--integrity` of the array (crc32c, none).
+        integrity: String,
     },
     /// `sbod bench NAME`: an array registered in the user's state directory.
     Existing {
@@ -220,6 +222,7 @@ impl SbodBackend {
             chunk,
             members,
             size_each,
+            integrity,
         } = self.setup.clone()
         else {
             unreachable!()
@@ -234,6 +237,8 @@ impl SbodBackend {
             chunk,
             "--size-each".into(),
             size_each.to_string(),
+            "--integrity".into(),
+            integrity,
         ];
         for i in 0..members {
             let p = Self::member_path(&dir, i);
@@ -281,6 +286,10 @@ impl SbodBackend {
         } else if status["groups"].as_u64().unwrap_or(1) > 1 {
             args.push("--groups".into());
             args.push(status["groups"].as_u64().unwrap_or(1).to_string());
+        }
+        if let Some(i) = status["integrity"].as_str() {
+            args.push("--integrity".into());
+            args.push(i.into());
         }
         if let Some(r) = status["bitmap_region"].as_u64() {
             args.push("--bitmap-region".into());
@@ -457,6 +466,9 @@ impl Backend for SbodBackend {
                 name.clone(),
                 "--level".into(),
                 "raid0".into(),
+                // The baseline is the members as they are: no checksums.
+                "--integrity".into(),
+                "none".into(),
                 "--force".into(),
             ];
             if let Setup::Fresh { size_each, .. } = &self.setup {

@@ -833,6 +833,7 @@ fn demo_fits_the_free_space() {
         runtime: None,
         reps: None,
         qd_sweep: false,
+        integrity: "crc32c".into(),
         sbod_version: "t".into(),
     };
     let size = |free: Option<u64>| match sbod_lab::demo_plan(&o, free).unwrap().0 {

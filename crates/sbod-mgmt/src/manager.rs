@@ -968,6 +968,7 @@ fn spec_of(a: &CreateArgs, fresh: bool) -> CreateSpec {
         copies: a.copies,
         bitmap_region: a.bitmap_region.map(|s| s.0),
         assume_clean: a.assume_clean || fresh,
+        integrity: a.integrity,
         force: a.force,
     }
 }

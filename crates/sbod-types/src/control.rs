@@ -299,6 +299,9 @@ pub struct CreateArgs {
     pub bitmap_region: Option<Size>,
     #[serde(default)]
     pub assume_clean: bool,
+    /// Checksums on every block: `crc32c` (the default) or `none`.
+    #[serde(default = "default_integrity")]
+    pub integrity: crate::Integrity,
     /// What FLUSH and FUA do (default: standard).
     #[serde(default)]
     pub sync: crate::SyncMode,
@@ -308,6 +311,12 @@ pub struct CreateArgs {
     #[serde(default)]
     pub force: bool,
     pub members: Vec<String>,
+}
+
+/// What `create` (and `bench`, `demo`) choose when not told: checksums on, for what they
+/// cost (docs/PERFORMANCE.md, "Checksums").
+pub fn default_integrity() -> crate::Integrity {
+    crate::Integrity::Crc32c
 }
 
 fn default_chunk() -> Size {

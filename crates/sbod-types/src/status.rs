@@ -43,6 +43,24 @@ word_enum! {
 }
 
 word_enum! {
+    /// End-to-end integrity: what every block of the array's members carries to prove, on
+    /// every read, that it holds what was written there (`sbod create --integrity`).
+    Integrity {
+        /// Members are trusted to return what was written (md, SPDK and RAID cards do).
+        None = "none",
+        /// A crc32c per 4 KiB block, kept on the member beside the data.
+        Crc32c = "crc32c",
+    }
+}
+
+#[allow(clippy::derivable_impls)] // `word_enum!` derives the rest; `None`: arrays from before
+impl Default for Integrity {
+    fn default() -> Integrity {
+        Integrity::None
+    }
+}
+
+word_enum! {
     /// A background process.
     ProcessKind {
         Rebuild = "rebuild",
@@ -70,6 +88,9 @@ pub struct Status {
     pub width: u32,
     /// Members per group the array may lose.
     pub redundancy: usize,
+    /// Checksums on every block (`none` on arrays from before they existed).
+    #[serde(default)]
+    pub integrity: Integrity,
     pub event: u64,
     pub members: Vec<MemberStatus>,
     /// The process running now.
@@ -247,9 +268,11 @@ pub struct Settings {
     pub rebuild_max_rate: u64,
     /// Read errors a member may have before it is failed.
     pub max_read_errors: u64,
-    /// Blocks a scrub may locate as wrong on a member (raid6, ec with m >= 2, mirrors of
-    /// three or more copies) before a check fails it. Below it a check reports them and
-    /// `--repair` rewrites them; a repair always rewrites them.
+    /// Blocks a member may return wrong before it is failed: blocks whose checksum fails
+    /// on a read (`--integrity crc32c`), and blocks a scrub locates as wrong (raid6, ec
+    /// with m >= 2, mirrors of three or more copies). Below it the blocks are rewritten
+    /// from redundancy (a scrub check only reports what parity located). Members of
+    /// arrays without redundancy are never failed for it: their reads return EIO.
     #[serde(default = "default_max_checksum_errors")]
     pub max_checksum_errors: u64,
 }

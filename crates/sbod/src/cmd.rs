@@ -54,6 +54,10 @@ pub struct CreateArgs {
     /// Skip the initial parity sync (members are known to be zero).
     #[arg(long)]
     pub assume_clean: bool,
+    /// Checksums on every block: crc32c (a crc32c per 4 KiB block, verified on every
+    /// read; wrong data is rebuilt from redundancy or answered with EIO) or none.
+    #[arg(long, default_value = "crc32c")]
+    pub integrity: sbod_types::Integrity,
     /// What FLUSH and FUA do: standard (as the NBD spec says), always (every write is
     /// FUA) or disabled (acknowledged at once; a power cut loses the last seconds).
     #[arg(long, default_value = "standard")]
@@ -249,6 +253,7 @@ pub async fn create(args: CreateArgs) -> Result<()> {
         domains: args.domains,
         bitmap_region: args.bitmap_region.map(Size),
         assume_clean: args.assume_clean,
+        integrity: args.integrity,
         sync: args.sync,
         log: args.log,
         force: args.force,

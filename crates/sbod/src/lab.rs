@@ -33,6 +33,9 @@ pub struct DemoArgs {
     /// Add a queue-depth sweep (4K random read at QD 1, 4, 16, 64).
     #[arg(long)]
     pub qd_sweep: bool,
+    /// Checksums on every block of the demo's array: crc32c or none.
+    #[arg(long, default_value = "crc32c")]
+    pub integrity: sbod_types::Integrity,
 }
 
 /// `sbod bench NAME` (an array through its life cycle) or `sbod bench codec` (the parity
@@ -248,6 +251,7 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
         runtime: a.runtime,
         reps: a.reps,
         qd_sweep: a.qd_sweep,
+        integrity: a.integrity.to_string(),
         sbod_version: env!("CARGO_PKG_VERSION").into(),
     };
     let (setup, cfg) = sbod_lab::demo_plan(&o, sbod_lab::machine::free_bytes(&dir))?;

@@ -8,6 +8,14 @@ use sbod_core::superblock::Superblock;
 use sbod_types::{LogStatus, SyncStatus};
 
 pub fn layout_desc(s: &Status) -> String {
+    let desc = level_desc(s);
+    match s.integrity {
+        sbod_types::Integrity::None => desc,
+        i => format!("{desc}, checksums {i}"),
+    }
+}
+
+fn level_desc(s: &Status) -> String {
     let chunk = human(s.chunk as u64);
     match s.level {
         Level::Raid10 => format!(

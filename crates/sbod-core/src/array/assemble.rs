@@ -180,6 +180,7 @@ impl Array {
                 size: entry.size,
                 is_file: m.is_file,
                 stats: MemberStats::default(),
+                tags: Default::default(),
             });
             match role {
                 Role::Slot(i) => {
@@ -277,7 +278,11 @@ impl Array {
         let mut dirty = Vec::new();
         let regions = g.member_size.div_ceil(newest.bitmap_region).max(1);
         let any_out = state.slots.iter().any(|s| s.state != SlotState::Active);
-        let bitmap_read = g.redundancy() > 0 && (!newest.clean || any_out);
+        let tagged = newest
+            .extensions
+            .iter()
+            .any(|e| e.tag == crate::integrity::EXT_TAG);
+        let bitmap_read = (g.redundancy() > 0 || tagged) && (!newest.clean || any_out);
         if bitmap_read {
             report.unclean = !newest.clean;
             let mut union = vec![0u8; newest.bitmap_bytes as usize];

@@ -30,6 +30,8 @@ pub struct CreateSpec {
     /// Members are known to be zero (freshly created files) or the user says parity is in
     /// sync: skip the initial resync.
     pub assume_clean: bool,
+    /// Checksums on every block (`--integrity`).
+    pub integrity: crate::integrity::Kind,
     pub force: bool,
 }
 
@@ -260,7 +262,21 @@ impl Array {
             None => default_region(provisional, spec.chunk),
         };
         let bitmap_bytes = Bitmap::bytes_for(provisional.div_ceil(region).max(1));
-        let data_offset = (superblock::BITMAP_OFFSET + bitmap_bytes).div_ceil(1 << 20) * (1 << 20);
+        // Checksums: a tag region between the bitmap and the data (see `integrity`).
+        let tags = (spec.integrity == crate::integrity::Kind::Crc32c).then(|| {
+            crate::integrity::TagLayout {
+                offset: superblock::BITMAP_OFFSET + bitmap_bytes,
+                // For the largest member's space: more than any member's data.
+                bytes: crate::integrity::TagLayout::bytes_for(
+                    members.iter().map(|m| m.dev.size()).max().unwrap_or(0),
+                ),
+                // Known zero (files sbod made, or the user says so): never-written blocks
+                // are checked as zeros. Otherwise the initial resync tags every block.
+                zeroed: spec.assume_clean,
+            }
+        });
+        let meta_end = superblock::BITMAP_OFFSET + bitmap_bytes + tags.map_or(0, |t| t.bytes);
+        let data_offset = meta_end.div_ceil(1 << 20) * (1 << 20);
         let per_member =
             |size: u64| size.saturating_sub(data_offset) / spec.chunk as u64 * spec.chunk as u64;
         let member_size = if spec.level == Level::Concat {
@@ -359,6 +375,7 @@ impl Array {
                     size,
                     is_file: m.is_file,
                     stats: MemberStats::default(),
+                    tags: Default::default(),
                 })
             })
             .collect();
@@ -401,7 +418,7 @@ impl Array {
                 session,
                 history,
                 bitmap_since: AtomicU64::new(1),
-                extensions: Vec::new(),
+                extensions: tags.iter().map(|t| t.extension()).collect(),
             },
         )?;
         // Zero the metadata areas (both superblock copies and the bitmap), then write the

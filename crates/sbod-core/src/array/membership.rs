@@ -405,6 +405,7 @@ impl Array {
             size,
             is_file: spec.is_file,
             stats: MemberStats::default(),
+            tags: Default::default(),
         })
     }
 
@@ -795,6 +796,7 @@ impl Array {
             size: entry.size,
             is_file: spec.is_file,
             stats: MemberStats::default(),
+            tags: Default::default(),
         });
         let array_event = self.event.load(Ordering::Acquire);
         let mut new = (*st).clone();

@@ -156,7 +156,14 @@ impl Array {
         lineage: Lineage,
     ) -> Result<Arc<Array>> {
         let family = Personality::of(&geometry)?;
-        let bitmap = if geometry.redundancy() > 0 {
+        let integrity = crate::integrity::TagLayout::from_extensions(
+            &lineage.extensions,
+            &geometry,
+            superblock::BITMAP_OFFSET + bitmap_bytes as u64,
+        )
+        .map_err(|e| Error::Invalid(e.into()))?;
+        // Without redundancy the bitmap covers only checksums (their lazy write-back).
+        let bitmap = if geometry.redundancy() > 0 || integrity.is_some() {
             Some(Bitmap::new(region, geometry.member_size, dirty))
         } else {
             None
@@ -183,6 +190,8 @@ impl Array {
                 read_only: AtomicBool::new(false),
                 settings: parking_lot::Mutex::new(Settings::default()),
                 owner: me.clone(),
+                integrity,
+                crash_resync: AtomicBool::new(false),
             },
             family,
             uuid,

@@ -166,6 +166,7 @@ impl Array {
             groups: self.geometry.groups,
             width: self.geometry.width,
             redundancy: self.geometry.redundancy(),
+            integrity: self.integrity(),
             event,
             members,
             process: process.filter(|p| !p.finished),

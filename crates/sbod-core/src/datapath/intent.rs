@@ -61,6 +61,22 @@ impl DataPath {
         Ok(guard)
     }
 
+    /// Enter every bitmap region of member data `[off, off+len)`, for a write to an array
+    /// without redundancy, whose bitmap (there only with checksums) covers its tags across
+    /// a crash. Redundant layouts enter their stripe's region themselves.
+    pub(crate) async fn enter_range(&self, off: u64, len: u64) -> Result<Vec<RegionGuard<'_>>> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut v = Vec::new();
+        if len > 0 {
+            for r in bm.region_of(off)..=bm.region_of(off + len - 1) {
+                v.push(self.enter_region(r * bm.region).await?);
+            }
+        }
+        Ok(v)
+    }
+
     /// Write one bitmap block to every live member, durably.
     pub(crate) async fn write_bitmap_block(&self, blk: usize, img: &[u8]) -> Result<()> {
         let st = self.state.load_full();
@@ -109,7 +125,13 @@ impl DataPath {
             let mut cleared = Vec::new();
             while i < cand.len() && cand[i] / BITS_PER_BLOCK == blk {
                 if bm.begin_clear(cand[i], &mut img) {
-                    cleared.push(cand[i]);
+                    // Checksums changed after the flush (a write that came and went
+                    // meanwhile) keep the region dirty until they are durable.
+                    if self.tags_dirty_in_region(cand[i]) {
+                        bm.abort_clear(cand[i], &mut img);
+                    } else {
+                        cleared.push(cand[i]);
+                    }
                 }
                 i += 1;
             }

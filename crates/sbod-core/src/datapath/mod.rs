@@ -4,12 +4,14 @@
 //! share: the geometry and its placement map, the membership snapshot, the stripe locks,
 //! the write-intent bitmap ([`intent`]) and the settings. Its member I/O layer
 //! ([`DataPath::mread`], [`DataPath::mwrite`], [`DataPath::mzero`]) is the one way the
-//! engine touches a member's data area: it counts, checks member sizes, and decides what a
+//! engine touches a member's data area: it counts, checks member sizes, verifies and sets
+//! the checksums of every block ([`tags`], on arrays that carry them), and decides what a
 //! failed member I/O means (the one place that does). Membership is not changed here: a
 //! member that must be taken out is handed to the array's membership ([`Membership`]),
 //! which records the change on the members before it is used.
 
 pub mod intent;
+mod tags;
 
 use crate::bitmap::Bitmap;
 use crate::buf::SharedBuf;
@@ -50,6 +52,11 @@ pub struct DataPath {
     pub(crate) read_only: AtomicBool,
     pub settings: parking_lot::Mutex<Settings>,
     pub(crate) owner: Weak<dyn Membership>,
+    /// Where the members keep the checksums of their blocks, if they do.
+    pub(crate) integrity: Option<crate::integrity::TagLayout>,
+    /// The resync after an unclean shutdown is running: checksums of the dirty regions
+    /// may lag their data, so it reads them as they are and makes them again.
+    pub(crate) crash_resync: AtomicBool,
 }
 
 /// A member found smaller than the data the array keeps on it.
@@ -207,7 +214,24 @@ impl DataPath {
 
     // ------------------------------------------------------------ member I/O
 
+    /// Read member data; with checksums, every block is verified (a block that fails is
+    /// an error of its own, see [`crate::integrity::Mismatch`]).
     pub(crate) async fn mread(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        class: IoClass,
+    ) -> io::Result<()> {
+        match &self.integrity {
+            Some(layout) => self.read_verified(m, off, buf, class, layout).await,
+            None => self.mread_raw(m, off, buf, class).await,
+        }
+    }
+
+    /// Read member data as the member has it, unverified (the crash resync, which makes
+    /// the checksums of what it reads).
+    pub(crate) async fn mread_raw(
         &self,
         m: &Arc<Member>,
         off: u64,
@@ -228,7 +252,8 @@ impl DataPath {
     /// its new end grows it back with a hole of zeros before the written bytes; so after
     /// every write to a file the member's size is checked before the write counts as done
     /// (and before a write to its last block, which would grow it back whole and hide the
-    /// cut): a shrunk member's write returns a [`Shrank`] error, which fails it.
+    /// cut): a shrunk member's write returns a [`Shrank`] error, which fails it. With
+    /// checksums, the new tags are set before the write is issued and settled after.
     pub(crate) async fn mwrite(
         &self,
         m: &Arc<Member>,
@@ -247,7 +272,12 @@ impl DataPath {
         if check && off + len >= m.size {
             self.check_size(m)?;
         }
-        dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await?;
+        // SAFETY: the buffer is not written while it is being written to the member.
+        let new = crate::integrity::NewTags::Data(unsafe { buf.as_slice() });
+        let tags = self.tags_begin_write(m, off, new).await?;
+        let r = dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await;
+        self.tags_end_write(m, tags, r.is_ok()).await;
+        r?;
         if check {
             self.check_size(m)?;
         }
@@ -279,7 +309,12 @@ impl DataPath {
             kind: IoKind::Zero { len, punch },
             class: IoClass::Foreground,
         };
-        dev::io(&m.dev, req).await?;
+        let tags = self
+            .tags_begin_write(m, off, crate::integrity::NewTags::Zeros(len))
+            .await?;
+        let r = dev::io(&m.dev, req).await;
+        self.tags_end_write(m, tags, r.is_ok()).await;
+        r?;
         if m.is_file {
             // Zeroing by writing (the last resort) would grow a truncated file.
             self.check_size(m)?;
@@ -312,7 +347,11 @@ impl DataPath {
     /// its data), is failed at once: it lies about its size, and what it would return past
     /// the cut is not the array's data. Other errors are counted, and fail the member once
     /// they persist.
+    /// A checksum mismatch is counted apart (see `note_checksum_error`).
     pub(crate) async fn note_read_error(&self, m: &Arc<Member>, e: &io::Error) {
+        if let Some(x) = crate::integrity::mismatch_of(e) {
+            return self.note_checksum_error(m, x).await;
+        }
         let n = m.stats.read_errors.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::warn!(member = %m.path, error = %e, count = n, "read error");
         if let Some(s) = self.shrunk(m) {
@@ -545,6 +584,8 @@ impl DataPath {
             return Ok(());
         }
         self.failed()?;
+        // The checksums of what this flush makes durable go with it.
+        self.tags_write_back().await?;
         let st = self.state.load_full();
         let members: Vec<Arc<Member>> = st
             .slots

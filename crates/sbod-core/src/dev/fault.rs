@@ -115,6 +115,12 @@ pub struct FaultPlan {
     pub latency_max: Duration,
     /// Reads return these bytes XORed with the mask, silently: (member offset, mask).
     pub read_flips: Vec<(u64, u8)>,
+    /// Writes touching these ranges complete successfully and are dropped: the medium
+    /// keeps what it had (a lost write, as a firmware bug or a dying cache does).
+    pub lost_writes: Vec<Range<u64>>,
+    /// Writes starting in these ranges land `shift` bytes away (a misdirected write: the
+    /// right data at the wrong place), and complete successfully: (range, shift).
+    pub misdirected_writes: Vec<(Range<u64>, i64)>,
 }
 
 /// What a [`FaultDev`] injected (and saw).
@@ -134,6 +140,9 @@ pub struct FaultStats {
     /// Bits flipped in read data, and on the medium.
     pub read_flips: AtomicU64,
     pub medium_flips: AtomicU64,
+    /// Writes dropped, and writes sent elsewhere.
+    pub lost_writes: AtomicU64,
+    pub misdirected_writes: AtomicU64,
 }
 
 impl FaultStats {
@@ -559,6 +568,24 @@ impl BlockDev for FaultDev {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
         };
+        let mut req = req;
+        if let IoKind::Write { buf, .. } = &req.kind {
+            let p = self.plan.lock();
+            let len = buf.len() as u64;
+            if p.lost_writes.iter().any(|r| overlaps(r, req.offset, len)) {
+                drop(p);
+                self.stats.lost_writes.fetch_add(1, Relaxed);
+                return done(Ok(()));
+            }
+            if let Some((_, shift)) = p
+                .misdirected_writes
+                .iter()
+                .find(|(r, _)| r.contains(&req.offset))
+            {
+                req.offset = req.offset.saturating_add_signed(*shift);
+                self.stats.misdirected_writes.fetch_add(1, Relaxed);
+            }
+        }
         let (req, done) = match self.take_space(req, done) {
             Some(x) => x,
             None => return,

@@ -218,6 +218,7 @@ impl Family for Mirror {
         bufs: &[SharedBuf],
         unreadable: &[usize],
         mode: CheckMode,
+        vouched: &[Vec<bool>],
     ) -> Result<Judgement> {
         let chunk = dp.geometry.chunk as usize;
         let w = bufs.len();
@@ -251,7 +252,13 @@ impl Family for Mirror {
                 })
                 .flatten()
                 .copied();
-            let winner = majority.unwrap_or(rows[0]);
+            // After a crash, a copy its checksum vouches for holds a version the client
+            // may see (old or new); one that fails it may be corrupt.
+            let vouched = good
+                .iter()
+                .position(|&i| vouched.get(i).is_some_and(|v| v[row / BLOCK as usize]))
+                .map(|j| rows[j]);
+            let winner = majority.or(vouched).unwrap_or(rows[0]);
             let fix = AlignedBuf::from_slice(winner).into_shared();
             for i in 0..w {
                 let differs = unreadable.contains(&i)
@@ -267,5 +274,22 @@ impl Family for Mirror {
             }
         }
         Ok(out)
+    }
+
+    fn heal_row(
+        &self,
+        _dp: &DataPath,
+        _addr: StripeAddr,
+        rows: &mut [Vec<u8>],
+        lost: &[usize],
+    ) -> Result<()> {
+        let Some(good) = (0..rows.len()).find(|i| !lost.contains(i)) else {
+            return Err(Error::Failed("no copy left to heal from".into()));
+        };
+        let src = rows[good].clone();
+        for &i in lost {
+            rows[i].copy_from_slice(&src);
+        }
+        Ok(())
     }
 }

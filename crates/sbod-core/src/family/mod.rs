@@ -105,7 +105,8 @@ pub(crate) trait Family {
         targets: &[(usize, Arc<Member>)],
     ) -> Result<Vec<SharedBuf>>;
     /// Judge a stripe read whole: `bufs` by position in the group, `unreadable` the
-    /// positions that could not be read.
+    /// positions that could not be read; `vouched` (the resync after a crash, with
+    /// checksums): for each position, which 4 KiB rows match their checksums.
     fn judge(
         &self,
         dp: &DataPath,
@@ -113,7 +114,17 @@ pub(crate) trait Family {
         bufs: &[SharedBuf],
         unreadable: &[usize],
         mode: CheckMode,
+        vouched: &[Vec<bool>],
     ) -> Result<Judgement>;
+    /// Rebuild one 4 KiB row of stripe `addr` (`rows`, by position in the group) at the
+    /// positions in `lost` from the others (no more than the group's redundancy).
+    fn heal_row(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        rows: &mut [Vec<u8>],
+        lost: &[usize],
+    ) -> Result<()>;
 }
 
 /// The family an array runs, chosen by its level.
@@ -179,7 +190,18 @@ impl Personality {
         bufs: &[SharedBuf],
         unreadable: &[usize],
         mode: CheckMode,
+        vouched: &[Vec<bool>],
     ) -> Result<Judgement> {
-        dispatch!(self, judge(dp, addr, bufs, unreadable, mode))
+        dispatch!(self, judge(dp, addr, bufs, unreadable, mode, vouched))
+    }
+
+    pub fn heal_row(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        rows: &mut [Vec<u8>],
+        lost: &[usize],
+    ) -> Result<()> {
+        dispatch!(self, heal_row(dp, addr, rows, lost))
     }
 }

@@ -101,9 +101,15 @@ impl Parity {
                 p.len,
                 &[p.index],
                 IoClass::Foreground,
+                repair.as_ref(),
             )
             .await?;
         let out = shards.bufs[p.index].as_ref().expect("reconstructed");
+        if let Some(m) = &repair {
+            // With checksums: only a rebuild that matches them (or shows them wrong).
+            dp.tags_vouch(m, p.moff, slice_of(out), slice_of(&dst))
+                .await?;
+        }
         slice_mut(&dst).copy_from_slice(slice_of(out));
         if let Some(m) = repair {
             let fix = AlignedBuf::from_slice(slice_of(out)).into_shared();
@@ -268,7 +274,16 @@ impl Parity {
             // Degraded (or a read failed): rebuild the rows from what survives.
             let want: Vec<usize> = (0..k).filter(|&i| readable(i).is_none()).collect();
             let shards = self
-                .gather(dp, st, addr, r0, rl as u64, &want, IoClass::Foreground)
+                .gather(
+                    dp,
+                    st,
+                    addr,
+                    r0,
+                    rl as u64,
+                    &want,
+                    IoClass::Foreground,
+                    None,
+                )
                 .await?;
             // A stripe with a member missing is only consistent while every write to it
             // reaches every member: a write refused for space on one member would leave
@@ -447,7 +462,9 @@ impl Parity {
 
     /// Read enough shards of rows `[off, off+len)` of a stripe to rebuild the shards in
     /// `want` (plus every data shard), reconstructing what could not be read. Unreadable
-    /// members are noted; errors only if fewer than k shards survive.
+    /// members are noted; errors only if fewer than k shards survive. `avoid`: the member
+    /// whose failed read the caller is reconstructing (never read again: each bad block is
+    /// counted once, and a rebuild is never made from what failed).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn gather(
         &self,
@@ -458,6 +475,7 @@ impl Parity {
         len: u64,
         want: &[usize],
         class: IoClass,
+        avoid: Option<&Arc<Member>>,
     ) -> Result<Gathered> {
         let (k, m) = (self.k, self.m);
         let n = k + m;
@@ -476,7 +494,10 @@ impl Parity {
                     continue;
                 }
                 tried[s] = true;
-                if let Some(mem) = st.slots[dp.map.slot(addr, s)].readable(base + off + len) {
+                let readable = st.slots[dp.map.slot(addr, s)]
+                    .readable(base + off + len)
+                    .filter(|m| avoid.is_none_or(|a| !Arc::ptr_eq(a, m)));
+                if let Some(mem) = readable {
                     batch.push((
                         s,
                         mem.clone(),
@@ -667,7 +688,7 @@ impl Family for Parity {
             .map(|(slot, _)| dp.map.shard_at(addr.stripe, *slot))
             .collect();
         let g = self
-            .gather(dp, &st, addr, 0, len, &want, IoClass::Background)
+            .gather(dp, &st, addr, 0, len, &want, IoClass::Background, None)
             .await?;
         Ok(want
             .iter()
@@ -686,6 +707,7 @@ impl Family for Parity {
         bufs: &[SharedBuf],
         unreadable: &[usize],
         mode: CheckMode,
+        _vouched: &[Vec<bool>],
     ) -> Result<Judgement> {
         let (k, m) = (self.k, self.m);
         let n = k + m;
@@ -784,5 +806,25 @@ impl Family for Parity {
             }
         }
         Ok(out)
+    }
+
+    fn heal_row(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        rows: &mut [Vec<u8>],
+        lost: &[usize],
+    ) -> Result<()> {
+        let n = self.k + self.m;
+        let first = dp.map.group_slots(addr.group).start;
+        let pos = |shard: usize| dp.map.slot(addr, shard) - first;
+        let mut work: Vec<Vec<u8>> = (0..n).map(|s| std::mem::take(&mut rows[pos(s)])).collect();
+        let present: Vec<bool> = (0..n).map(|s| !lost.contains(&pos(s))).collect();
+        let mut refs: Vec<&mut [u8]> = work.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let r = self.codec.reconstruct(&mut refs, &present);
+        for (s, v) in work.into_iter().enumerate() {
+            rows[pos(s)] = v;
+        }
+        r.map_err(codec_err)
     }
 }

@@ -60,6 +60,8 @@ async fn write_run(
     fua: bool,
     patches: Vec<Patch>,
 ) -> Result<()> {
+    // The bitmap (present with checksums) covers the tags of what this writes.
+    let _regions = dp.enter_range(run.moff, run.len).await?;
     let mut _locks = Vec::new();
     for t in dp.map.stripe_at(run.moff)..dp.map.stripe_at(run.moff + run.len - 1) + 1 {
         // Ascending order; the copy holds one lock at a time, so this cannot deadlock.
@@ -115,9 +117,10 @@ impl Family for Plain {
     }
 
     async fn zero(&self, dp: &DataPath, offset: u64, len: u64, punch: bool) -> Result<()> {
-        let futs = runs(dp, offset, len)
-            .into_iter()
-            .map(|d| dp.zero_slot(d.slot, d.moff, d.len, punch, None));
+        let futs = runs(dp, offset, len).into_iter().map(|d| async move {
+            let _regions = dp.enter_range(d.moff, d.len).await?;
+            dp.zero_slot(d.slot, d.moff, d.len, punch, None).await
+        });
         all_done(futs).await
     }
 
@@ -157,7 +160,18 @@ impl Family for Plain {
         _bufs: &[SharedBuf],
         _unreadable: &[usize],
         _mode: CheckMode,
+        _vouched: &[Vec<bool>],
     ) -> Result<Judgement> {
         Ok(Judgement::default())
+    }
+
+    fn heal_row(
+        &self,
+        _dp: &DataPath,
+        _addr: StripeAddr,
+        _rows: &mut [Vec<u8>],
+        _lost: &[usize],
+    ) -> Result<()> {
+        Err(Error::Failed("no redundancy to rebuild from".into()))
     }
 }

@@ -269,6 +269,8 @@ pub fn spec(l: &Layout) -> CreateSpec {
         // Small regions, so the resync after a crash shows how little it covers.
         bitmap_region: Some(4 * CHUNK as u64),
         assume_clean: true,
+        // Checksums on (the default): the crash and fault runs check them too.
+        integrity: sbod_core::integrity::Kind::Crc32c,
         force: false,
     }
 }

@@ -9,6 +9,7 @@
 mod rebuild;
 use rebuild::rebuild_targets;
 mod scrub;
+mod verify;
 
 use crate::array::{Array, State};
 use crate::error::{Error, Result};

@@ -33,6 +33,17 @@ impl Array {
     /// Start a scrub: `repair` fixes what it finds. Refused while another process runs or
     /// when redundancy is missing.
     pub fn start_scrub(self: &Arc<Self>, repair: bool) -> Result<Arc<ProcessHandle>> {
+        if self.geometry.redundancy() == 0 && self.integrity.is_some() {
+            // Checksums can still be verified; nothing can be repaired.
+            let h = self.claim(ProcessKind::Check, self.geometry.member_size)?;
+            let (a, h2) = (self.clone(), h.clone());
+            let task = tokio::spawn(async move {
+                let r = a.verify_pass(&h2).await;
+                h2.finish(r.err().map(|e| e.to_string()));
+            });
+            self.bg.tasks.lock().push(task);
+            return Ok(h);
+        }
         if self.geometry.redundancy() == 0 {
             return Err(Error::Invalid(
                 format!(
@@ -185,6 +196,12 @@ impl Array {
             .collect();
         if members.iter().any(|m| m.is_none()) {
             if mode == CheckMode::Resync {
+                // Nothing to make consistent without it; the checksums of what the others
+                // hold are made all the same (a crash leaves them behind the data).
+                if self.crash_resync.load(Ordering::Acquire) {
+                    self.retag_chunks(members.iter().flatten(), base, chunk)
+                        .await;
+                }
                 return Ok(StripeCheck {
                     skipped: true,
                     ..Default::default()
@@ -199,30 +216,69 @@ impl Array {
             .iter()
             .map(|_| AlignedBuf::for_overwrite(chunk as usize).into_shared())
             .collect();
-        let futs = members
-            .iter()
-            .zip(&bufs)
-            .map(|(m, b)| self.mread(m, base, b.clone(), IoClass::Background));
+        // The resync after a crash reads what is there: the checksums of a dirty region
+        // are made below. (Other resyncs run with checksums that are right.)
+        let raw = mode == CheckMode::Resync && self.crash_resync.load(Ordering::Acquire);
+        let futs = members.iter().zip(&bufs).map(|(m, b)| async move {
+            match raw {
+                true => {
+                    self.mread_raw(m, base, b.clone(), IoClass::Background)
+                        .await
+                }
+                false => self.mread(m, base, b.clone(), IoClass::Background).await,
+            }
+        });
         let results = futures::future::join_all(futs).await;
         let mut unreadable = Vec::new();
+        // Blocks that failed their checksums: rebuilt row by row from the other members
+        // (the rest of their chunk is good), found like mismatches and rewritten below.
+        let mut bad_rows = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
             if let Err(e) = r {
                 self.note_read_error(&members[i], &e).await;
+                match crate::integrity::mismatch_of(&e) {
+                    // Not from parity that a resync is about to recompute.
+                    Some(x) if mode != CheckMode::Resync => {
+                        bad_rows.push((i, x.blocks.iter().map(|b| b - base).collect()));
+                        continue;
+                    }
+                    _ => {}
+                }
                 unreadable.push(i);
             }
         }
-        let judged = self.family.judge(self, addr, &bufs, &unreadable, mode)?;
+        let healed = self.heal_rows(addr, &bufs, &unreadable, &bad_rows)?;
+        // The crash resync of mirrors: which rows of each copy match their checksums.
+        let vouched = match raw {
+            true => self.rows_vouched(&members, base, &bufs).await,
+            false => Vec::new(),
+        };
+        let judged = self
+            .family
+            .judge(self, addr, &bufs, &unreadable, mode, &vouched)?;
         if judged.skipped {
+            if raw {
+                let read = (0..members.len()).filter(|i| !unreadable.contains(i));
+                self.retag_chunks(read.map(|i| &members[i]), base, chunk)
+                    .await;
+            }
             return Ok(StripeCheck {
                 skipped: true,
                 ..Default::default()
             });
         }
         let mut out = StripeCheck {
-            mismatched_blocks: judged.mismatched_blocks,
+            mismatched_blocks: judged.mismatched_blocks + healed.len() as u64,
             ..Default::default()
         };
-        let (rewrite, blame) = (judged.rewrite, judged.blame);
+        let blame = judged.blame;
+        let mut rewrite = healed;
+        rewrite.extend(judged.rewrite);
+        if raw {
+            // Checksums agree with what the stripe will hold once rewritten (a rewrite that
+            // cannot land leaves a block its checksum does not vouch for).
+            self.retag_resynced(&members, base, &bufs, &rewrite).await;
+        }
         let mut full = Vec::new();
         for (i, row, buf) in rewrite {
             let m = &members[i];
@@ -273,6 +329,17 @@ impl Array {
     /// Make parity (or copies) agree with data in the given bitmap regions. Returns the
     /// member bytes covered and the number of regions.
     pub(crate) async fn resync_regions(&self, regions: &[u64]) -> Result<(u64, u64)> {
+        if self.geometry.redundancy() == 0 {
+            // Its bitmap covers only checksums: recompute them.
+            return self.retag_regions(regions).await;
+        }
+        self.crash_resync.store(true, Ordering::Release);
+        let r = self.resync_crashed(regions).await;
+        self.crash_resync.store(false, Ordering::Release);
+        r
+    }
+
+    async fn resync_crashed(&self, regions: &[u64]) -> Result<(u64, u64)> {
         let Some(bm) = self.bitmap.as_ref() else {
             return Ok((0, 0));
         };

@@ -1,0 +1,153 @@
+//! What checksums add to the background processes (`--integrity`, see
+//! [`crate::integrity`]): the scrub's row-by-row healing of blocks that failed their
+//! checksums (the family rebuilds each row), the verify-only scrub of arrays without
+//! redundancy, and the crash resync of their checksums.
+
+use super::ProcessHandle;
+use crate::array::Array;
+use crate::buf::{AlignedBuf, SharedBuf};
+use crate::dev::IoClass;
+use crate::error::{Error, Result};
+use crate::integrity::BLOCK;
+use crate::placement::StripeAddr;
+use crate::superblock::SlotState;
+use std::sync::atomic::Ordering;
+
+impl Array {
+    /// The scrub's hook (`check_stripe`): rebuild the rows of stripe `addr` that failed
+    /// their checksums (`bad`: position in the group, row offsets in the chunk), row by row
+    /// from the other members' rows, into `bufs`: a chunk with one bad block keeps its
+    /// other rows, so bad blocks on several members are healed as long as no row has more
+    /// than the group survives. Returns the rows to rewrite (position, row offset, data).
+    pub(super) fn heal_rows(
+        &self,
+        addr: StripeAddr,
+        bufs: &[SharedBuf],
+        unreadable: &[usize],
+        bad: &[(usize, Vec<u64>)],
+    ) -> Result<Vec<(usize, u64, SharedBuf)>> {
+        let mut rows: Vec<u64> = bad.iter().flat_map(|(_, r)| r.iter().copied()).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        let w = bufs.len();
+        let mut out = Vec::new();
+        for r in rows {
+            let lost: Vec<usize> = (0..w)
+                .filter(|i| {
+                    unreadable.contains(i) || bad.iter().any(|(p, rs)| p == i && rs.contains(&r))
+                })
+                .collect();
+            if lost.len() > self.geometry.redundancy() {
+                return Err(Error::Failed(
+                    format!(
+                        "group {} stripe {}, row at {r}: {} of {w} members unreadable or failing their checksums",
+                        addr.group,
+                        addr.stripe,
+                        lost.len()
+                    )
+                    .into(),
+                ));
+            }
+            let mut work: Vec<Vec<u8>> = bufs.iter().map(|b| row_of(b, r).to_vec()).collect();
+            self.family.heal_row(self, addr, &mut work, &lost)?;
+            for &i in lost.iter().filter(|i| !unreadable.contains(i)) {
+                row_of(&bufs[i], r).copy_from_slice(&work[i]);
+                out.push((i, r, AlignedBuf::from_slice(&work[i]).into_shared()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// After a crash, retag bitmap regions of an array without redundancy (raid0,
+    /// concat): the data there is what it is (a write in flight may or may not have
+    /// landed, and none was flushed); its tags are made to agree.
+    pub(crate) async fn retag_regions(&self, regions: &[u64]) -> Result<(u64, u64)> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok((0, 0));
+        };
+        let st = self.state.load_full();
+        let step = 1u64 << 20;
+        let mut bytes = 0;
+        for &r in regions {
+            for m in st.live_members() {
+                let (from, to) = (r * bm.region, ((r + 1) * bm.region).min(m.size));
+                let mut off = from;
+                while off < to {
+                    let n = step.min(to - off);
+                    let buf = AlignedBuf::for_overwrite(n as usize).into_shared();
+                    if let Err(e) = self
+                        .mread_raw(&m, off, buf.clone(), IoClass::Background)
+                        .await
+                    {
+                        self.note_read_error(&m, &e).await;
+                        return Err(Error::io(format!("reading {}", m.path), e));
+                    }
+                    // SAFETY: the read completed.
+                    self.retag(&m, off, unsafe { buf.as_slice() })
+                        .await
+                        .map_err(|e| Error::io(format!("reading the tags of {}", m.path), e))?;
+                    bytes += n;
+                    off += n;
+                }
+            }
+        }
+        self.flush().await?;
+        tracing::info!(array = %self.name, regions = regions.len(), bytes, "checksums of dirty regions recomputed after an unclean shutdown");
+        Ok((bytes, regions.len() as u64))
+    }
+
+    /// Scrub an array without redundancy: read every block against its tag. Nothing can
+    /// be repaired (there is no other copy); blocks that fail are counted, and reads of
+    /// them answer EIO.
+    pub(super) async fn verify_pass(&self, h: &ProcessHandle) -> Result<()> {
+        let st = self.state.load_full();
+        let step = self.geometry.chunk as u64 * 16;
+        let mut done = 0;
+        for (slot, s) in st.slots.iter().enumerate() {
+            let Some(m) = s.member.as_ref().filter(|_| s.state == SlotState::Active) else {
+                continue;
+            };
+            let mut off = 0;
+            while off < m.size {
+                if h.cancelled() || self.closing.load(Ordering::Acquire) {
+                    return Err(Error::Busy("scrub stopped before it finished".into()));
+                }
+                let n = step.min(m.size - off);
+                let buf = AlignedBuf::for_overwrite(n as usize).into_shared();
+                // Block by block where a read fails, so each bad block is named.
+                if self
+                    .mread(m, off, buf.clone(), IoClass::Background)
+                    .await
+                    .is_err()
+                {
+                    for b in (off..off + n).step_by(BLOCK as usize) {
+                        let one = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
+                        if let Err(e) = self.mread(m, b, one, IoClass::Background).await {
+                            self.note_read_error(m, &e).await;
+                            h.mismatches.fetch_add(1, Ordering::Relaxed);
+                            h.regions.lock().push(sbod_types::MismatchRegion {
+                                group: 0,
+                                member_offset: b,
+                                volume_offset: self.map.locate(slot, b).unwrap_or(u64::MAX),
+                                blocks: 1,
+                            });
+                        }
+                    }
+                }
+                off += n;
+                done += n;
+                h.done.store(done, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Row `r` (a 4 KiB block at offset `r`) of a chunk buffer.
+#[allow(clippy::mut_from_ref)]
+fn row_of(b: &SharedBuf, r: u64) -> &mut [u8] {
+    // SAFETY: the reads completed; the scrub holds the stripe lock and is the buffers'
+    // only user, one row at a time.
+    let all = unsafe { b.as_mut_slice() };
+    &mut all[r as usize..(r + BLOCK) as usize]
+}

@@ -1,0 +1,701 @@
+//! End-to-end integrity: a checksum (tag) per 4 KiB block of every member's data, kept on
+//! the member in a tag region between the write-intent bitmap and the data, verified on
+//! every read (see docs/RELIABILITY.md, "Checksums on every block").
+//!
+//! - **Tag**: `crc32c(block) ^ mix(block number on the member)`, never 0 or 1: 0 is a
+//!   block never written since the array was created (zeros where the members were known
+//!   to be zero then, else unverified until the initial resync tags it), 1 a block a write
+//!   refused for space may or may not have reached (unverified until written again). Mixing in the address makes right data at the
+//!   wrong place (a misdirected write or read) fail; a lost write leaves the old data
+//!   against the new tag. Being a plain XOR, the tag of a zero block needs no CRC of
+//!   zeros, and the CRC of a buffer written to several mirrors is the same.
+//! - **Store**: tag block `i` (4 KiB, 1024 tags, the tags of member data `[4 MiB * i,
+//!   4 MiB * (i+1))`) lives at `tag_offset + 4 KiB * i`. Tag blocks are cached per member
+//!   (bounded, clock eviction of clean blocks) and written back lazily: at every
+//!   [`Array::flush`] (so what a FLUSH makes durable is verifiable after a power cut) and
+//!   before the bitmap sweeper clears a region. Between those, the write-intent bitmap
+//!   covers them: a write's region is dirty before it starts, and after a crash the resync
+//!   of a dirty region makes its tags agree with the data it makes consistent.
+//! - **Writes in flight**: a write sets the new tag before it is issued and keeps the old
+//!   one as an alternate until it completes, so a concurrent read sees either. A read whose
+//!   tags changed while it ran is read again before it counts as a mismatch.
+//!
+//! This module is the format and the per-member cache; the data path's member I/O layer
+//! uses it (`datapath::tags`): `mread` verifies, `mwrite` and `mzero` set tags, `flush`
+//! writes them back, `note_read_error` counts mismatches, a reconstruction is vouched for
+//! against the tags of the member it replaces, the crash resync retags what it makes
+//! consistent.
+//!
+//! Hand-written (the CRC itself is the `crc32c` crate, with SSE4.2/ARMv8 instructions):
+//! the tag store is the product's own on-member format and its crash contract.
+
+use crate::buf::AlignedBuf;
+use crate::dev::{self, BlockDev, IoClass};
+use crate::layout::Geometry;
+use crate::superblock::{Extension, EXT_INCOMPAT};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+
+pub use sbod_types::Integrity as Kind;
+
+/// Bytes of data per tag.
+pub const BLOCK: u64 = 4096;
+/// Bytes of one tag block on the member (the unit read and written).
+pub const TAG_BLOCK: usize = 4096;
+/// Tags per tag block.
+pub const TAGS_PER_BLOCK: u64 = (TAG_BLOCK / 4) as u64;
+/// Data bytes one tag block covers.
+pub const SPAN: u64 = TAGS_PER_BLOCK * BLOCK;
+/// The superblock extension record saying an array carries tags (marked incompatible: an
+/// sbod that does not know it would write data without tags, so it must refuse).
+pub const EXT_TAG: u16 = 0x0015;
+/// How many tag blocks each member may keep cached by default: 16 MiB of tags per member,
+/// the tags of 16 GiB of its data. `SBOD_TAG_CACHE` (bytes per member) overrides it.
+pub const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
+const SHARDS: usize = 16;
+/// Reads of a block whose tags changed meanwhile, before a mismatch counts.
+pub(crate) const REREADS: usize = 4;
+
+static ZERO_CRC: LazyLock<u32> = LazyLock::new(|| crc32c::crc32c(&[0u8; BLOCK as usize]));
+
+fn mix(block: u64) -> u32 {
+    // splitmix64's finaliser: every address bit moves about half the tag bits.
+    let mut z = block.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z as u32) ^ ((z >> 32) as u32)
+}
+
+/// A block never written since the array was created: it holds zeros where the members
+/// were known to be zero at creation ([`TagLayout::zeroed`]), else what they held.
+pub const UNWRITTEN: u32 = 0;
+/// A block a write refused for space may or may not have reached: any content is taken
+/// until it is written again.
+pub const UNKNOWN: u32 = 1;
+
+fn nonzero(t: u32) -> u32 {
+    if t <= UNKNOWN {
+        t + 2
+    } else {
+        t
+    }
+}
+
+/// Does a block whose tag is `t` (and the tag of zeros at its address, `zt`) match the
+/// stored tag `cur`?
+pub(crate) fn matches(cur: u32, t: u32, zt: u32, zeroed: bool) -> bool {
+    match cur {
+        UNWRITTEN => !zeroed || t == zt,
+        UNKNOWN => true,
+        c => c == t,
+    }
+}
+
+/// The tag of the 4 KiB `data` at member block `block` (member data offset / 4096).
+pub fn tag(block: u64, data: &[u8]) -> u32 {
+    debug_assert_eq!(data.len() as u64, BLOCK);
+    nonzero(crc32c::crc32c(data) ^ mix(block))
+}
+
+/// The tag of a block of zeros at `block`.
+pub fn zero_tag(block: u64) -> u32 {
+    nonzero(*ZERO_CRC ^ mix(block))
+}
+
+/// Where the tags live on each member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TagLayout {
+    /// Member byte offset of tag block 0.
+    pub offset: u64,
+    /// Bytes reserved (a multiple of 4 KiB).
+    pub bytes: u64,
+    /// The members were zero when the array was created (`--assume-clean`, files sbod
+    /// made): a block never written must read as zeros.
+    pub zeroed: bool,
+}
+
+impl TagLayout {
+    /// Bytes of tags for `member_data` bytes of data.
+    pub fn bytes_for(member_data: u64) -> u64 {
+        member_data.div_ceil(SPAN).max(1) * TAG_BLOCK as u64
+    }
+
+    /// The superblock record: kind 1 = crc32c per 4 KiB, the tag region.
+    pub fn extension(&self) -> Extension {
+        let mut data = Vec::with_capacity(24);
+        data.push(1u8); // crc32c
+        data.push(self.zeroed as u8); // flags: 1 = never-written blocks are zeros
+        data.extend_from_slice(&[0u8; 2]);
+        data.extend_from_slice(&(BLOCK as u32).to_le_bytes());
+        data.extend_from_slice(&self.offset.to_le_bytes());
+        data.extend_from_slice(&self.bytes.to_le_bytes());
+        Extension {
+            tag: EXT_TAG,
+            flags: EXT_INCOMPAT,
+            data,
+        }
+    }
+
+    /// The layout an array's superblock records, if it carries tags. Checked against the
+    /// geometry: the tags must lie between the bitmap and the data and cover all of it.
+    pub fn from_extensions(
+        ext: &[Extension],
+        g: &Geometry,
+        bitmap_end: u64,
+    ) -> std::result::Result<Option<TagLayout>, String> {
+        let Some(e) = ext.iter().find(|e| e.tag == EXT_TAG) else {
+            return Ok(None);
+        };
+        let d = &e.data;
+        if d.len() < 24 {
+            return Err("the checksum record is truncated".into());
+        }
+        if d[0] != 1 {
+            return Err(format!("unknown checksum kind {}", d[0]));
+        }
+        if d[1] > 1 {
+            return Err(format!("unknown checksum flags {}", d[1]));
+        }
+        let block = u32::from_le_bytes(d[4..8].try_into().unwrap()) as u64;
+        let offset = u64::from_le_bytes(d[8..16].try_into().unwrap());
+        let bytes = u64::from_le_bytes(d[16..24].try_into().unwrap());
+        if block != BLOCK {
+            return Err(format!("checksums per {block} bytes are not supported"));
+        }
+        if offset < bitmap_end
+            || !offset.is_multiple_of(TAG_BLOCK as u64)
+            || offset
+                .checked_add(bytes)
+                .is_none_or(|end| end > g.data_offset)
+            || bytes < Self::bytes_for(g.member_size)
+        {
+            return Err("the checksum region does not fit between the bitmap and the data".into());
+        }
+        Ok(Some(TagLayout {
+            offset,
+            bytes,
+            zeroed: d[1] == 1,
+        }))
+    }
+
+    /// Is this extension one this sbod knows (so its incompatible flag is no reason to
+    /// refuse the superblock)?
+    pub fn known(tag: u16) -> bool {
+        tag == EXT_TAG
+    }
+}
+
+/// A read whose data did not match its tags: a distinct error, counted as a checksum
+/// error (not a read error) and handled by the engine's read-error paths (reconstructed
+/// and rewritten where there is redundancy, EIO where there is none).
+#[derive(Debug)]
+pub struct Mismatch {
+    /// Member data offsets of the blocks that failed.
+    pub blocks: Vec<u64>,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "checksum mismatch in {} block(s) from member offset {} (the member returned data that was not written there)",
+            self.blocks.len(),
+            self.blocks.first().copied().unwrap_or(0)
+        )
+    }
+}
+
+impl std::error::Error for Mismatch {}
+
+/// The mismatch an I/O error carries, if it is one.
+pub fn mismatch_of(e: &io::Error) -> Option<&Mismatch> {
+    e.get_ref().and_then(|x| x.downcast_ref::<Mismatch>())
+}
+
+pub(crate) fn mismatch(blocks: Vec<u64>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, Mismatch { blocks })
+}
+
+/// One cached tag block.
+struct TagBlock {
+    tags: Box<[AtomicU32]>,
+    loaded: tokio::sync::OnceCell<()>,
+    dirty: AtomicBool,
+    /// Bumped on every change of a tag (readers that saw a mismatch read again if it moved).
+    gen: AtomicU64,
+    /// Old tags of blocks being written, by index: what the block may still hold until
+    /// the write completes; after a write that failed (refused for space), until one
+    /// succeeds.
+    alts: Mutex<HashMap<u16, Vec<u32>>>,
+    nalts: AtomicUsize,
+    /// Clock bit for eviction.
+    used: AtomicBool,
+}
+
+impl TagBlock {
+    fn new() -> TagBlock {
+        TagBlock {
+            tags: (0..TAGS_PER_BLOCK).map(|_| AtomicU32::new(0)).collect(),
+            loaded: tokio::sync::OnceCell::new(),
+            dirty: AtomicBool::new(false),
+            gen: AtomicU64::new(0),
+            alts: Mutex::new(HashMap::new()),
+            nalts: AtomicUsize::new(0),
+            used: AtomicBool::new(true),
+        }
+    }
+
+    /// The block as written to the member. A block with old tags pending is written as
+    /// [`UNKNOWN`]: one value cannot say "either" (a write in flight is covered by its
+    /// dirty region anyway; a refused one is unverified after a restart until rewritten).
+    fn image(&self) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(TAG_BLOCK);
+        let alts = self.alts.lock();
+        for (i, t) in self.tags.iter().enumerate() {
+            let mut v = t.load(Ordering::Acquire);
+            if alts.contains_key(&(i as u16)) {
+                v = UNKNOWN;
+            }
+            b[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    /// Does a block with tag `t` (`zt`: the tag of zeros there) match tag `i`, or the
+    /// old tag of a write in flight?
+    fn accepts(&self, i: usize, t: u32, zt: u32, zeroed: bool) -> bool {
+        let cur = self.tags[i].load(Ordering::Acquire);
+        if matches(cur, t, zt, zeroed) {
+            return true;
+        }
+        if self.nalts.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let alts = self.alts.lock();
+        let cur = self.tags[i].load(Ordering::Acquire);
+        matches(cur, t, zt, zeroed)
+            || alts
+                .get(&(i as u16))
+                .is_some_and(|v| v.iter().any(|&a| matches(a, t, zt, zeroed)))
+    }
+}
+
+/// One member's cached tags. Each member has its own (the SBOD rule: nothing shared
+/// between members in the I/O path), sharded by tag block.
+pub struct MemberTags {
+    shards: Vec<Mutex<HashMap<u64, Arc<TagBlock>>>>,
+    /// Clean tag blocks each shard may keep.
+    cap: usize,
+    pub(crate) stats: CacheStats,
+}
+
+/// How the tag cache fares (for the cache benchmark and tests).
+#[derive(Default, Debug)]
+pub struct CacheStats {
+    pub hits: AtomicU64,
+    pub loads: AtomicU64,
+    pub evictions: AtomicU64,
+    pub writebacks: AtomicU64,
+}
+
+impl Default for MemberTags {
+    fn default() -> MemberTags {
+        let bytes = std::env::var("SBOD_TAG_CACHE")
+            .ok()
+            .and_then(|v| sbod_types::parse_size(&v).ok())
+            .unwrap_or(DEFAULT_CACHE_BYTES);
+        MemberTags::with_capacity(bytes)
+    }
+}
+
+impl MemberTags {
+    /// A cache holding about `bytes` of clean tag blocks.
+    pub fn with_capacity(bytes: u64) -> MemberTags {
+        let blocks = (bytes / TAG_BLOCK as u64).max(SHARDS as u64) as usize;
+        MemberTags {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            cap: blocks.div_ceil(SHARDS),
+            stats: CacheStats::default(),
+        }
+    }
+
+    fn shard(&self, idx: u64) -> &Mutex<HashMap<u64, Arc<TagBlock>>> {
+        &self.shards[(idx as usize) % SHARDS]
+    }
+
+    /// Tag block `idx`, read from the member if it is not cached.
+    async fn block(
+        &self,
+        dev: &Arc<dyn BlockDev>,
+        layout: &TagLayout,
+        idx: u64,
+    ) -> io::Result<Arc<TagBlock>> {
+        let b = {
+            let mut map = self.shard(idx).lock();
+            match map.get(&idx) {
+                Some(b) => {
+                    b.used.store(true, Ordering::Relaxed);
+                    self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    b.clone()
+                }
+                None => {
+                    if map.len() >= self.cap {
+                        Self::evict(&mut map, self.cap - 1, &self.stats);
+                    }
+                    let b = Arc::new(TagBlock::new());
+                    map.insert(idx, b.clone());
+                    b
+                }
+            }
+        };
+        if b.loaded.initialized() {
+            return Ok(b);
+        }
+        let r = b
+            .loaded
+            .get_or_try_init(|| async {
+                let buf = AlignedBuf::zeroed(TAG_BLOCK).into_shared();
+                let off = layout.offset + idx * TAG_BLOCK as u64;
+                dev::read_at(dev, off, buf.clone(), IoClass::Foreground).await?;
+                // SAFETY: the read completed; this task is the buffer's only user.
+                let s = unsafe { buf.as_slice() };
+                for (i, t) in b.tags.iter().enumerate() {
+                    t.store(
+                        u32::from_le_bytes(s[i * 4..i * 4 + 4].try_into().unwrap()),
+                        Ordering::Release,
+                    );
+                }
+                self.stats.loads.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), io::Error>(())
+            })
+            .await;
+        match r {
+            Ok(()) => Ok(b),
+            Err(e) => {
+                // Not cached: the next access reads again.
+                let mut map = self.shard(idx).lock();
+                if map.get(&idx).is_some_and(|x| Arc::ptr_eq(x, &b)) {
+                    map.remove(&idx);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Drop clean, loaded blocks nobody holds, second-chance by their clock bit. Dirty
+    /// blocks stay until written back (the next flush), so a shard may pass its share for
+    /// a while under many writes.
+    fn evict(map: &mut HashMap<u64, Arc<TagBlock>>, target: usize, stats: &CacheStats) {
+        for pass in 0..2 {
+            let victims: Vec<u64> = map
+                .iter()
+                .filter(|(_, b)| {
+                    Arc::strong_count(b) == 1
+                        && !b.dirty.load(Ordering::Acquire)
+                        && b.loaded.initialized()
+                        && b.nalts.load(Ordering::Acquire) == 0
+                        && (pass == 1 || !b.used.swap(false, Ordering::Relaxed))
+                })
+                .map(|(i, _)| *i)
+                .take(map.len().saturating_sub(target))
+                .collect();
+            for i in victims {
+                map.remove(&i);
+                stats.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+            if map.len() <= target {
+                return;
+            }
+        }
+    }
+
+    fn dirty_blocks(&self) -> Vec<(u64, Arc<TagBlock>)> {
+        let mut v = Vec::new();
+        for s in &self.shards {
+            for (i, b) in s.lock().iter() {
+                if b.dirty.load(Ordering::Acquire) {
+                    v.push((*i, b.clone()));
+                }
+            }
+        }
+        v.sort_by_key(|(i, _)| *i);
+        v
+    }
+
+    /// Is any tag block covering member data `[from, to)` changed and not written back?
+    pub(crate) fn dirty_in(&self, from: u64, to: u64) -> bool {
+        (from / SPAN..to.div_ceil(SPAN)).any(|i| {
+            self.shard(i)
+                .lock()
+                .get(&i)
+                .is_some_and(|b| b.dirty.load(Ordering::Acquire))
+        })
+    }
+
+    /// Tag blocks cached now.
+    pub fn cached(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Forget every cached tag (tests: what a restart sees is what is on the member).
+    pub fn clear(&self) {
+        for s in &self.shards {
+            s.lock().clear();
+        }
+    }
+
+    /// The tag blocks covering member data `[off, off+len)`, in order.
+    async fn blocks(
+        &self,
+        dev: &Arc<dyn BlockDev>,
+        layout: &TagLayout,
+        off: u64,
+        len: u64,
+    ) -> io::Result<Vec<Arc<TagBlock>>> {
+        let mut v = Vec::new();
+        for i in off / SPAN..(off + len).div_ceil(SPAN) {
+            v.push(self.block(dev, layout, i).await?);
+        }
+        Ok(v)
+    }
+
+    /// The tags of member data `[off, off+len)`.
+    pub async fn get(
+        &self,
+        dev: &Arc<dyn BlockDev>,
+        layout: &TagLayout,
+        off: u64,
+        len: u64,
+    ) -> io::Result<Vec<u32>> {
+        let blocks = self.blocks(dev, layout, off, len).await?;
+        Ok((off / BLOCK..(off + len).div_ceil(BLOCK))
+            .map(|b| {
+                let tb = &blocks[(b / TAGS_PER_BLOCK - off / SPAN) as usize];
+                tb.tags[(b % TAGS_PER_BLOCK) as usize].load(Ordering::Acquire)
+            })
+            .collect())
+    }
+
+    /// The member data offsets of the blocks of `data` (read at `off`) that match neither
+    /// their tag nor the old tag of a write in flight.
+    fn mismatches(blocks: &[Arc<TagBlock>], zeroed: bool, off: u64, data: &[u8]) -> Vec<u64> {
+        let mut bad = Vec::new();
+        for (n, chunk) in data.chunks(BLOCK as usize).enumerate() {
+            let moff = off + n as u64 * BLOCK;
+            let b = moff / BLOCK;
+            let tb = &blocks[(moff / SPAN - off / SPAN) as usize];
+            let i = (b % TAGS_PER_BLOCK) as usize;
+            if !tb.accepts(i, tag(b, chunk), zero_tag(b), zeroed) {
+                bad.push(moff);
+            }
+        }
+        bad
+    }
+
+    /// Check `data`, read at member data offset `off`, against its tags: the offsets of
+    /// the blocks that fail.
+    pub async fn check(
+        &self,
+        dev: &Arc<dyn BlockDev>,
+        layout: &TagLayout,
+        off: u64,
+        data: &[u8],
+    ) -> io::Result<Vec<u64>> {
+        let blocks = self.blocks(dev, layout, off, data.len() as u64).await?;
+        Ok(Self::mismatches(&blocks, layout.zeroed, off, data))
+    }
+
+    /// Before a write (or zeroing) of member data `[off, off+len)`: set its new tags,
+    /// keeping the old ones as alternates until [`MemberTags::settle`].
+    pub async fn set(
+        &self,
+        dev: &Arc<dyn BlockDev>,
+        layout: &TagLayout,
+        off: u64,
+        new: NewTags<'_>,
+    ) -> io::Result<TagWrite> {
+        let len = match &new {
+            NewTags::Data(d) => d.len() as u64,
+            NewTags::Zeros(n) => *n,
+        };
+        let mut b = off / BLOCK;
+        let end = (off + len).div_ceil(BLOCK);
+        while b < end {
+            let idx = b / TAGS_PER_BLOCK;
+            let blk = self.block(dev, layout, idx).await?;
+            let stop = end.min((idx + 1) * TAGS_PER_BLOCK);
+            let mut alts = blk.alts.lock();
+            for x in b..stop {
+                let t = match &new {
+                    NewTags::Data(d) => {
+                        let at = ((x - off / BLOCK) * BLOCK) as usize;
+                        tag(x, &d[at..at + BLOCK as usize])
+                    }
+                    NewTags::Zeros(_) => zero_tag(x),
+                };
+                let i = (x % TAGS_PER_BLOCK) as usize;
+                let old = blk.tags[i].swap(t, Ordering::AcqRel);
+                // Writes to a block are ordered by its stripe lock: one in flight at most
+                // (more old tags only after writes that failed).
+                alts.entry(i as u16).or_default().push(old);
+            }
+            blk.nalts.store(alts.len(), Ordering::Release);
+            blk.gen.fetch_add(1, Ordering::AcqRel);
+            blk.dirty.store(true, Ordering::Release);
+            drop(alts);
+            b = stop;
+        }
+        Ok(TagWrite { off, len })
+    }
+
+    /// A write whose tags were set is done: forget the old tags. A write that failed may
+    /// have reached some of its blocks and not others (a file system out of space lands a
+    /// prefix): those blocks keep their old tags beside the new one until a write to them
+    /// succeeds.
+    pub fn settle(&self, w: TagWrite, ok: bool) {
+        let first = w.off / BLOCK;
+        let end = (w.off + w.len).div_ceil(BLOCK);
+        for idx in first / TAGS_PER_BLOCK..end.div_ceil(TAGS_PER_BLOCK) {
+            // Loaded by `set`, and not evictable while it has alternates.
+            let Some(blk) = self.shard(idx).lock().get(&idx).cloned() else {
+                continue;
+            };
+            let lo = first.max(idx * TAGS_PER_BLOCK);
+            let hi = end.min((idx + 1) * TAGS_PER_BLOCK);
+            let mut alts = blk.alts.lock();
+            if ok {
+                for x in lo..hi {
+                    alts.remove(&((x % TAGS_PER_BLOCK) as u16));
+                }
+            }
+            blk.nalts.store(alts.len(), Ordering::Release);
+            blk.gen.fetch_add(1, Ordering::AcqRel);
+            blk.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    /// After a write that failed: the blocks of `[off, off+len)` hold `data` (read back):
+    /// each keeps the one of its candidate tags (new, or old) that matches what it holds,
+    /// so the ambiguity a refused write leaves ends here (and survives a restart). A block
+    /// that matches none keeps the new tag: it is wrong either way.
+    pub fn resolve(&self, off: u64, data: &[u8], zeroed: bool) {
+        let first = off / BLOCK;
+        let end = (off + data.len() as u64).div_ceil(BLOCK);
+        for idx in first / TAGS_PER_BLOCK..end.div_ceil(TAGS_PER_BLOCK) {
+            let Some(blk) = self.shard(idx).lock().get(&idx).cloned() else {
+                continue;
+            };
+            let mut alts = blk.alts.lock();
+            for x in first.max(idx * TAGS_PER_BLOCK)..end.min((idx + 1) * TAGS_PER_BLOCK) {
+                let i = (x % TAGS_PER_BLOCK) as usize;
+                let Some(old) = alts.remove(&(i as u16)) else {
+                    continue;
+                };
+                let at = ((x - first) * BLOCK) as usize;
+                let (t, zt) = (tag(x, &data[at..at + BLOCK as usize]), zero_tag(x));
+                let cur = blk.tags[i].load(Ordering::Acquire);
+                if cur != t && old.iter().any(|&o| matches(o, t, zt, zeroed)) {
+                    // It holds what it held before (or what nothing vouched for): its tag
+                    // is that of what it holds. (Matching nothing, it keeps the new tag:
+                    // it is wrong either way.)
+                    blk.tags[i].store(t, Ordering::Release);
+                }
+            }
+            blk.nalts.store(alts.len(), Ordering::Release);
+            blk.gen.fetch_add(1, Ordering::AcqRel);
+            blk.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    /// Write every changed tag block to the member (not durably: a flush follows).
+    /// Returns how many were written.
+    pub async fn write_back(
+        &self,
+        dev: &Arc<dyn BlockDev>,
+        layout: &TagLayout,
+    ) -> io::Result<usize> {
+        let mut n = 0;
+        for (idx, blk) in self.dirty_blocks() {
+            // Cleared before the image is taken: a change after it marks it again.
+            blk.dirty.store(false, Ordering::Release);
+            let img = blk.image().into_shared();
+            let off = layout.offset + idx * TAG_BLOCK as u64;
+            if let Err(e) = dev::write_at(dev, off, img, false, IoClass::Foreground).await {
+                blk.dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
+            self.stats.writebacks.fetch_add(1, Ordering::Relaxed);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// The tag blocks covering a read, and their generations when it was issued: a block that
+/// fails while its tags moved (a write landed meanwhile) is read again.
+pub(crate) struct ReadCheck {
+    off: u64,
+    blocks: Vec<Arc<TagBlock>>,
+    gens: Vec<u64>,
+}
+
+impl MemberTags {
+    /// The tags a read of member data `[off, off+len)` is checked against.
+    pub(crate) async fn read_check(
+        &self,
+        dev: &Arc<dyn BlockDev>,
+        layout: &TagLayout,
+        off: u64,
+        len: u64,
+    ) -> io::Result<ReadCheck> {
+        let blocks = self.blocks(dev, layout, off, len).await?;
+        Ok(ReadCheck {
+            off,
+            gens: vec![0; blocks.len()],
+            blocks,
+        })
+    }
+}
+
+impl ReadCheck {
+    /// Before the read is issued: note the tags' generations.
+    pub(crate) fn start(&mut self) {
+        for (g, b) in self.gens.iter_mut().zip(&self.blocks) {
+            *g = b.gen.load(Ordering::Acquire);
+        }
+    }
+
+    /// The member data offsets of the blocks of `data` (as read) that fail their tags.
+    pub(crate) fn bad(&self, zeroed: bool, data: &[u8]) -> Vec<u64> {
+        MemberTags::mismatches(&self.blocks, zeroed, self.off, data)
+    }
+
+    /// Did any tag change since [`ReadCheck::start`]?
+    pub(crate) fn moved(&self) -> bool {
+        self.blocks
+            .iter()
+            .zip(&self.gens)
+            .any(|(b, g)| b.gen.load(Ordering::Acquire) != *g)
+    }
+}
+
+/// The tags a write sets, one per 4 KiB block of its range: computed from its data, or
+/// those of zero blocks.
+pub enum NewTags<'a> {
+    Data(&'a [u8]),
+    Zeros(u64),
+}
+
+/// A write's tags, set before it is issued; [`MemberTags::settle`] settles them.
+#[must_use]
+pub struct TagWrite {
+    pub(crate) off: u64,
+    pub(crate) len: u64,
+}
+
+#[cfg(test)]
+mod tests;

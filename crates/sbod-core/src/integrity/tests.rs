@@ -1,0 +1,371 @@
+use super::*;
+use crate::dev::fault::{PowerCutDev, PowerSupply};
+use crate::dev::MemDev;
+use proptest::prelude::*;
+
+fn block_of(seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; BLOCK as usize];
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for b in v.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    v
+}
+
+#[test]
+fn tags_depend_on_data_and_address_and_are_never_zero() {
+    let d = block_of(1);
+    assert_ne!(
+        tag(5, &d),
+        tag(6, &d),
+        "right data at the wrong place fails"
+    );
+    assert_ne!(tag(5, &d), tag(5, &block_of(2)));
+    let mut flipped = d.clone();
+    flipped[100] ^= 0x04;
+    assert_ne!(tag(5, &d), tag(5, &flipped), "one bit flipped fails");
+    for b in 0..10_000 {
+        assert_eq!(zero_tag(b), tag(b, &[0u8; BLOCK as usize]));
+        assert_ne!(zero_tag(b), 0);
+    }
+    // Distinct addresses give distinct tags for the same data (no short cycle in `mix`).
+    let tags: std::collections::HashSet<u32> = (0..100_000).map(zero_tag).collect();
+    assert!(tags.len() > 99_990, "{}", tags.len());
+}
+
+#[test]
+fn the_superblock_record_round_trips_and_is_checked() {
+    let g = Geometry {
+        level: crate::layout::Level::Raid5,
+        groups: 1,
+        width: 3,
+        chunk: 65536,
+        member_size: 1 << 30,
+        data_offset: 2 << 20,
+    };
+    let t = TagLayout {
+        offset: 64 * 1024 + 4096,
+        bytes: TagLayout::bytes_for(1 << 30),
+        zeroed: true,
+    };
+    assert_eq!(t.bytes, 1 << 20);
+    let e = t.extension();
+    assert_eq!(
+        e.flags & EXT_INCOMPAT,
+        EXT_INCOMPAT,
+        "older sbods must refuse it"
+    );
+    assert_eq!(
+        TagLayout::from_extensions(std::slice::from_ref(&e), &g, 68 * 1024),
+        Ok(Some(t))
+    );
+    assert_eq!(TagLayout::from_extensions(&[], &g, 68 * 1024), Ok(None));
+    // Overlapping the bitmap, or the data, or too small for the data: refused.
+    assert!(TagLayout::from_extensions(std::slice::from_ref(&e), &g, 72 * 1024).is_err());
+    let small = Geometry {
+        data_offset: 1 << 20,
+        ..g.clone()
+    };
+    assert!(TagLayout::from_extensions(std::slice::from_ref(&e), &small, 68 * 1024).is_err());
+    let big = Geometry {
+        member_size: 2 << 30,
+        ..g.clone()
+    };
+    assert!(TagLayout::from_extensions(std::slice::from_ref(&e), &big, 68 * 1024).is_err());
+    let mut bad = e;
+    bad.data[0] = 9;
+    assert!(TagLayout::from_extensions(&[bad], &g, 68 * 1024).is_err());
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+const LAYOUT: TagLayout = TagLayout {
+    offset: 0,
+    bytes: 16 * TAG_BLOCK as u64,
+    zeroed: false,
+};
+
+#[test]
+fn never_written_blocks_are_zeros_on_zeroed_arrays() {
+    rt().block_on(async {
+        let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("t", LAYOUT.bytes));
+        let t = MemberTags::with_capacity(1 << 20);
+        let zeroed = TagLayout {
+            zeroed: true,
+            ..LAYOUT
+        };
+        let zeros = vec![0u8; BLOCK as usize];
+        assert!(t.check(&dev, &zeroed, 0, &zeros).await.unwrap().is_empty());
+        assert_eq!(
+            t.check(&dev, &zeroed, 0, &block_of(1)).await.unwrap(),
+            vec![0]
+        );
+        // Not known to be zero: anything goes until written.
+        assert!(t
+            .check(&dev, &LAYOUT, 0, &block_of(1))
+            .await
+            .unwrap()
+            .is_empty());
+    });
+}
+
+#[test]
+fn a_write_in_flight_or_refused_accepts_old_and_new() {
+    rt().block_on(async {
+        let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("t", LAYOUT.bytes));
+        let t = MemberTags::with_capacity(1 << 20);
+        let (a, b) = (block_of(1), block_of(2));
+        let w = t.set(&dev, &LAYOUT, 0, NewTags::Data(&a)).await.unwrap();
+        t.settle(w, true);
+        assert!(t.check(&dev, &LAYOUT, 0, &a).await.unwrap().is_empty());
+        assert_eq!(t.check(&dev, &LAYOUT, 0, &b).await.unwrap(), vec![0]);
+        let w = t.set(&dev, &LAYOUT, 0, NewTags::Data(&b)).await.unwrap();
+        // In flight: the block holds either.
+        assert!(t.check(&dev, &LAYOUT, 0, &a).await.unwrap().is_empty());
+        assert!(t.check(&dev, &LAYOUT, 0, &b).await.unwrap().is_empty());
+        assert_eq!(
+            t.check(&dev, &LAYOUT, 0, &block_of(3)).await.unwrap(),
+            vec![0]
+        );
+        t.settle(w, true);
+        assert_eq!(t.check(&dev, &LAYOUT, 0, &a).await.unwrap(), vec![0]);
+        // A refused write: the block holds the old or the new data, until a write succeeds;
+        // written to the member as unknown (one value cannot say "either").
+        let w = t.set(&dev, &LAYOUT, 0, NewTags::Data(&a)).await.unwrap();
+        t.settle(w, false);
+        assert!(t.check(&dev, &LAYOUT, 0, &a).await.unwrap().is_empty());
+        assert!(t.check(&dev, &LAYOUT, 0, &b).await.unwrap().is_empty());
+        assert_eq!(
+            t.check(&dev, &LAYOUT, 0, &block_of(3)).await.unwrap(),
+            vec![0]
+        );
+        t.write_back(&dev, &LAYOUT).await.unwrap();
+        let fresh = MemberTags::with_capacity(1 << 20);
+        assert_eq!(
+            fresh.get(&dev, &LAYOUT, 0, BLOCK).await.unwrap(),
+            vec![UNKNOWN]
+        );
+        let w = t.set(&dev, &LAYOUT, 0, NewTags::Data(&a)).await.unwrap();
+        t.settle(w, true);
+        assert_eq!(t.check(&dev, &LAYOUT, 0, &b).await.unwrap(), vec![0]);
+    });
+}
+
+#[test]
+fn the_cache_is_bounded_and_evicts_only_clean_blocks() {
+    rt().block_on(async {
+        let layout = TagLayout {
+            offset: 0,
+            bytes: 256 * TAG_BLOCK as u64,
+            zeroed: false,
+        };
+        let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("t", layout.bytes));
+        // 32 tag blocks of cache (2 per shard).
+        let t = MemberTags::with_capacity(32 * TAG_BLOCK as u64);
+        let d = block_of(7);
+        // Dirty blocks are kept until written back, whatever the bound.
+        for i in 0..64 {
+            let w = t
+                .set(&dev, &layout, i * SPAN, NewTags::Data(&d))
+                .await
+                .unwrap();
+            t.settle(w, true);
+        }
+        assert_eq!(t.cached(), 64);
+        assert_eq!(t.write_back(&dev, &layout).await.unwrap(), 64);
+        // Clean now: reading 256 tag blocks keeps the cache near its bound.
+        for i in 0..256 {
+            t.get(&dev, &layout, i * SPAN, BLOCK).await.unwrap();
+        }
+        assert!(t.cached() <= 32 + SHARDS, "{}", t.cached());
+        assert!(t.stats.evictions.load(Ordering::Relaxed) >= 256 - 32 - SHARDS as u64);
+        // What was evicted is read back from the member.
+        for i in 0..64 {
+            assert!(t
+                .check(&dev, &layout, i * SPAN, &d)
+                .await
+                .unwrap()
+                .is_empty());
+        }
+    });
+}
+
+/// One step of the tag store's life.
+#[derive(Clone, Debug)]
+enum Op {
+    /// Write `n` blocks from block `at` (data from `seed`); `ok`: the write succeeded.
+    Write {
+        at: u64,
+        n: u64,
+        seed: u64,
+        ok: bool,
+    },
+    Zero {
+        at: u64,
+        n: u64,
+    },
+    /// The medium changes under the array (a bit flip, a lost or misdirected write).
+    Corrupt {
+        at: u64,
+        seed: u64,
+    },
+    /// Write back and flush: tags durable.
+    Flush,
+    /// Write back without a flush, then the power is cut: each tag block written since the
+    /// last flush lands or not.
+    Cut {
+        seed: u64,
+    },
+    Check {
+        at: u64,
+        n: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let at = 0..(3 * TAGS_PER_BLOCK);
+    prop_oneof![
+        4 => (at.clone(), 1..40u64, any::<u64>(), prop::bool::weighted(0.9))
+            .prop_map(|(at, n, seed, ok)| Op::Write { at, n, seed, ok }),
+        1 => (at.clone(), 1..40u64).prop_map(|(at, n)| Op::Zero { at, n }),
+        1 => (at.clone(), any::<u64>()).prop_map(|(at, seed)| Op::Corrupt { at, seed }),
+        1 => Just(Op::Flush),
+        1 => any::<u64>().prop_map(|seed| Op::Cut { seed }),
+        3 => (at, 1..64u64).prop_map(|(at, n)| Op::Check { at, n }),
+    ]
+}
+
+/// What the model knows of each block: what it may hold (the last acknowledged write, or
+/// after refused writes any of those and what was before; None: anything, never written
+/// or unknown), and what the medium holds.
+#[derive(Clone, Default)]
+struct Model {
+    acked: Vec<Option<Vec<Vec<u8>>>>,
+    medium: Vec<Vec<u8>>,
+    /// `acked` as of the last flush: after a power cut, tags written since may be lost,
+    /// and the resync of the dirty regions (below, `retag`) makes them agree again.
+    since_flush: std::collections::BTreeSet<u64>,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Against a model: a block whose medium differs from what was last acknowledged fails
+    /// its check, one that holds it passes; across power cuts, with the blocks written
+    /// since the last flush retagged from the medium (what the bitmap's resync does).
+    #[test]
+    fn tags_catch_every_wrong_block_across_power_cuts(ops in prop::collection::vec(op(), 1..60)) {
+        rt().block_on(async {
+            let blocks = 3 * TAGS_PER_BLOCK + 64;
+            let layout = TagLayout { offset: 0, bytes: blocks.div_ceil(TAGS_PER_BLOCK) * TAG_BLOCK as u64, zeroed: false };
+            let supply = PowerSupply::new();
+            let mut pc = PowerCutDev::new("tags", vec![0u8; layout.bytes as usize], &supply, std::time::Duration::ZERO, 1);
+            let mut dev: Arc<dyn BlockDev> = pc.clone();
+            let mut supply = supply;
+            let mut t = MemberTags::with_capacity(2 * TAG_BLOCK as u64);
+            let mut m = Model {
+                acked: vec![None; blocks as usize],
+                medium: vec![vec![0u8; BLOCK as usize]; blocks as usize],
+                ..Model::default()
+            };
+            for op in ops {
+                match op {
+                    Op::Write { at, n, seed, ok } => {
+                        let data: Vec<u8> = (0..n).flat_map(|i| block_of(seed ^ i)).collect();
+                        let w = t.set(&dev, &layout, at * BLOCK, NewTags::Data(&data)).await.unwrap();
+                        for i in 0..n {
+                            let b = (at + i) as usize;
+                            let new = block_of(seed ^ i);
+                            // A refused write lands a prefix (half of it here).
+                            if ok || i < n / 2 {
+                                m.medium[b] = new.clone();
+                            }
+                            m.acked[b] = match (ok, m.acked[b].take()) {
+                                (true, _) => Some(vec![new]),
+                                (false, Some(mut v)) => {
+                                    v.push(new);
+                                    Some(v)
+                                }
+                                (false, None) => None,
+                            };
+                            m.since_flush.insert(at + i);
+                        }
+                        t.settle(w, ok);
+                    }
+                    Op::Zero { at, n } => {
+                        let w = t.set(&dev, &layout, at * BLOCK, NewTags::Zeros(n * BLOCK)).await.unwrap();
+                        for i in 0..n {
+                            let b = (at + i) as usize;
+                            m.medium[b] = vec![0u8; BLOCK as usize];
+                            m.acked[b] = Some(vec![m.medium[b].clone()]);
+                            m.since_flush.insert(at + i);
+                        }
+                        t.settle(w, true);
+                    }
+                    Op::Corrupt { at, seed } => {
+                        let b = at as usize;
+                        if seed % 2 == 0 {
+                            m.medium[b][(seed as usize / 2) % BLOCK as usize] ^= 1 << (seed % 8);
+                        } else {
+                            // A neighbour's block landed here (misdirected write).
+                            m.medium[b] = m.medium[(b + 1) % blocks as usize].clone();
+                        }
+                    }
+                    Op::Flush => {
+                        t.write_back(&dev, &layout).await.unwrap();
+                        dev::flush(&dev).await.unwrap();
+                        m.since_flush.clear();
+                    }
+                    Op::Cut { seed } => {
+                        t.write_back(&dev, &layout).await.unwrap();
+                        supply.cut(seed);
+                        let img = pc.image();
+                        dev.close();
+                        supply = PowerSupply::new();
+                        pc = PowerCutDev::new("tags", img, &supply, std::time::Duration::ZERO, seed);
+                        dev = pc.clone();
+                        t = MemberTags::with_capacity(2 * TAG_BLOCK as u64);
+                        // Blocks with old tags pending were written back as unknown.
+                        for (b, a) in m.acked.iter_mut().enumerate() {
+                            if a.as_ref().is_some_and(|v| v.len() > 1)
+                                && !m.since_flush.contains(&(b as u64))
+                            {
+                                *a = None;
+                            }
+                        }
+                        // The resync of the dirty regions: tags from what the medium holds.
+                        for &b in &m.since_flush {
+                            let w = t.set(&dev, &layout, b * BLOCK, NewTags::Data(&m.medium[b as usize])).await.unwrap();
+                            t.settle(w, true);
+                            m.acked[b as usize] = Some(vec![m.medium[b as usize].clone()]);
+                        }
+                        // ... made durable before the resync ends (`resync_regions` flushes).
+                        t.write_back(&dev, &layout).await.unwrap();
+                        dev::flush(&dev).await.unwrap();
+                        m.since_flush.clear();
+                    }
+                    Op::Check { at, n } => {
+                        let n = n.min(blocks - at);
+                        let data: Vec<u8> = (at..at + n).flat_map(|b| m.medium[b as usize].clone()).collect();
+                        let bad = t.check(&dev, &layout, at * BLOCK, &data).await.unwrap();
+                        let want: Vec<u64> = (at..at + n)
+                            .filter(|&b| m.acked[b as usize].as_ref().is_some_and(|a| !a.contains(&m.medium[b as usize])))
+                            .map(|b| b * BLOCK)
+                            .collect();
+                        prop_assert_eq!(bad, want);
+                    }
+                }
+            }
+            dev.close();
+            Ok(())
+        })?;
+    }
+}
