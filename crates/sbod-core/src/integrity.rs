@@ -230,7 +230,7 @@ struct TagBlock {
     /// Old tags of blocks being written, by index: what the block may still hold until
     /// the write completes; after a write that failed (refused for space), until one
     /// succeeds.
-    alts: Mutex<HashMap<u16, Vec<u32>>>,
+    alts: Mutex<Alts>,
     nalts: AtomicUsize,
     /// Clock bit for eviction.
     used: AtomicBool,
@@ -243,7 +243,7 @@ impl TagBlock {
             loaded: tokio::sync::OnceCell::new(),
             dirty: AtomicBool::new(false),
             gen: AtomicU64::new(0),
-            alts: Mutex::new(HashMap::new()),
+            alts: Mutex::new(Alts::default()),
             nalts: AtomicUsize::new(0),
             used: AtomicBool::new(true),
         }
@@ -256,11 +256,12 @@ impl TagBlock {
         let mut b = AlignedBuf::zeroed(TAG_BLOCK);
         let alts = self.alts.lock();
         for (i, t) in self.tags.iter().enumerate() {
-            let mut v = t.load(Ordering::Acquire);
-            if alts.contains_key(&(i as u16)) {
-                v = UNKNOWN;
-            }
+            let v = t.load(Ordering::Acquire);
             b[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        for &(i, _) in &alts.0 {
+            let i = i as usize;
+            b[i * 4..i * 4 + 4].copy_from_slice(&UNKNOWN.to_le_bytes());
         }
         b
     }
@@ -279,8 +280,35 @@ impl TagBlock {
         let cur = self.tags[i].load(Ordering::Acquire);
         matches(cur, t, zt, zeroed)
             || alts
-                .get(&(i as u16))
-                .is_some_and(|v| v.iter().any(|&a| matches(a, t, zt, zeroed)))
+                .0
+                .iter()
+                .any(|&(j, a)| j as usize == i && matches(a, t, zt, zeroed))
+    }
+}
+
+/// The old tags of a tag block's blocks being written (or whose write failed), by index
+/// in the block. A plain list, not a map: a write sets and settles a run of them at once
+/// (256 for 1 MiB), and hashing and one allocation per 4 KiB block cost more than the
+/// checksum itself; lookups (a read racing a write) are rare and short.
+#[derive(Default)]
+struct Alts(Vec<(u16, u32)>);
+
+impl Alts {
+    /// Forget the old tags of indexes `[lo, hi)`.
+    fn clear(&mut self, lo: u16, hi: u16) {
+        self.0.retain(|&(i, _)| !(lo..hi).contains(&i));
+    }
+
+    /// Take the old tags of index `i`, if it has any.
+    fn take(&mut self, i: u16) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.0.retain(|&(j, a)| {
+            if j == i {
+                out.push(a);
+            }
+            j != i
+        });
+        out
     }
 }
 
@@ -528,22 +556,26 @@ impl MemberTags {
             let idx = b / TAGS_PER_BLOCK;
             let blk = self.block(dev, layout, idx).await?;
             let stop = end.min((idx + 1) * TAGS_PER_BLOCK);
-            let mut alts = blk.alts.lock();
-            for x in b..stop {
-                let t = match &new {
+            // The sums first, outside the lock readers take.
+            let tags: Vec<u32> = (b..stop)
+                .map(|x| match &new {
                     NewTags::Data(d) => {
                         let at = ((x - off / BLOCK) * BLOCK) as usize;
                         tag(x, &d[at..at + BLOCK as usize])
                     }
                     NewTags::Zeros(_) => zero_tag(x),
-                };
+                })
+                .collect();
+            let mut alts = blk.alts.lock();
+            alts.0.reserve(tags.len());
+            for (x, t) in (b..stop).zip(tags) {
                 let i = (x % TAGS_PER_BLOCK) as usize;
                 let old = blk.tags[i].swap(t, Ordering::AcqRel);
                 // Writes to a block are ordered by its stripe lock: one in flight at most
                 // (more old tags only after writes that failed).
-                alts.entry(i as u16).or_default().push(old);
+                alts.0.push((i as u16, old));
             }
-            blk.nalts.store(alts.len(), Ordering::Release);
+            blk.nalts.store(alts.0.len(), Ordering::Release);
             blk.gen.fetch_add(1, Ordering::AcqRel);
             blk.dirty.store(true, Ordering::Release);
             drop(alts);
@@ -568,11 +600,10 @@ impl MemberTags {
             let hi = end.min((idx + 1) * TAGS_PER_BLOCK);
             let mut alts = blk.alts.lock();
             if ok {
-                for x in lo..hi {
-                    alts.remove(&((x % TAGS_PER_BLOCK) as u16));
-                }
+                let base = idx * TAGS_PER_BLOCK;
+                alts.clear((lo - base) as u16, (hi - base) as u16);
             }
-            blk.nalts.store(alts.len(), Ordering::Release);
+            blk.nalts.store(alts.0.len(), Ordering::Release);
             blk.gen.fetch_add(1, Ordering::AcqRel);
             blk.dirty.store(true, Ordering::Release);
         }
@@ -592,9 +623,10 @@ impl MemberTags {
             let mut alts = blk.alts.lock();
             for x in first.max(idx * TAGS_PER_BLOCK)..end.min((idx + 1) * TAGS_PER_BLOCK) {
                 let i = (x % TAGS_PER_BLOCK) as usize;
-                let Some(old) = alts.remove(&(i as u16)) else {
+                let old = alts.take(i as u16);
+                if old.is_empty() {
                     continue;
-                };
+                }
                 let at = ((x - first) * BLOCK) as usize;
                 let (t, zt) = (tag(x, &data[at..at + BLOCK as usize]), zero_tag(x));
                 let cur = blk.tags[i].load(Ordering::Acquire);
@@ -605,7 +637,7 @@ impl MemberTags {
                     blk.tags[i].store(t, Ordering::Release);
                 }
             }
-            blk.nalts.store(alts.len(), Ordering::Release);
+            blk.nalts.store(alts.0.len(), Ordering::Release);
             blk.gen.fetch_add(1, Ordering::AcqRel);
             blk.dirty.store(true, Ordering::Release);
         }
