@@ -729,13 +729,19 @@ impl Manager {
         .await
     }
 
-    /// Find arrays by their members' superblocks: every block device of this host, the
-    /// members (and missing members) of registered arrays, and `extra` (files, or
-    /// directories whose files are looked at). Members are grouped by array; each group
-    /// says under which name it is registered, if it is, and whether it is served.
-    pub async fn scan(&self, extra: &[String]) -> Result<Vec<Found>> {
+    /// Find arrays by their members' superblocks: every block device of this host (when
+    /// `block_devices`), the members (and missing members) of registered arrays, and
+    /// `extra` (files, or directories whose files are looked at). Members are grouped by
+    /// array; each group says under which name it is registered, if it is, and whether it
+    /// is served.
+    pub async fn scan(&self, extra: &[String], block_devices: bool) -> Result<Vec<Found>> {
         let mut paths: Vec<String> = Vec::new();
-        if let Ok(rd) = std::fs::read_dir("/sys/class/block") {
+        let rd = if block_devices {
+            std::fs::read_dir("/sys/class/block").ok()
+        } else {
+            None
+        };
+        if let Some(rd) = rd {
             for e in rd.flatten() {
                 let n = e.file_name().to_string_lossy().to_string();
                 // Loop and ram devices with nothing behind them answer reads with errors

@@ -97,6 +97,10 @@ pub struct AssembleArgs {
     /// directories given.
     #[arg(long)]
     pub scan: bool,
+    /// With --scan: look only at the places given (and the members of registered arrays),
+    /// not at every block device of this host (as mdadm.conf's DEVICE line).
+    #[arg(long, requires = "scan")]
+    pub only: bool,
     /// Member devices or files (with --scan: more places to look, files or directories).
     #[arg(required_unless_present = "scan")]
     pub members: Vec<String>,
@@ -348,7 +352,7 @@ async fn assemble_scan(args: AssembleArgs) -> Result<()> {
         bail!("--scan names each array after its superblocks (or its registration); --name is for one array");
     }
     let m = manager();
-    let found = m.scan(&args.members).await?;
+    let found = m.scan(&args.members, !args.only).await?;
     if found.is_empty() {
         if args.json {
             println!("[]");
