@@ -799,3 +799,132 @@ fn a_rebuild_is_durable_before_it_is_recorded() {
         }
     });
 }
+
+/// The devices of a mirrored log fail (one, or both) while writers run, then the power
+/// goes. Until the log fails every acknowledged write is durable; when both devices are
+/// out, what the log acknowledged is flushed into the pool before writes go there (with
+/// their own FUA), so a restart, which does not replay a log recorded as failed, reads
+/// back every write acknowledged while the log ran, and every FUA write.
+#[test]
+fn a_log_that_fails_under_writers_loses_nothing() {
+    use sbod_core::dev::fault::FaultDev;
+    let seed0 = seed();
+    let rng = Rng::new(seed0);
+    let (mut failed, mut degraded) = (0, 0);
+    rt(2).block_on(async {
+        for name in ["raid5", "raid1", "ec:3+2"] {
+            let l = layout(name);
+            for trial in 0..iters(4).div_ceil(2) {
+                let what = format!("{name} trial {trial} (SBOD_TORTURE_SEED={seed0})");
+                let supply = PowerSupply::new();
+                let jitter = Duration::from_micros(150);
+                let devs = power_members(blank(l.members), &supply, jitter, |_| rng.next());
+                let a = Array::create(spec(&l), specs(&devs)).await.expect("create");
+                let logs: Vec<Arc<PowerCutDev>> = ["logA", "logB"]
+                    .iter()
+                    .map(|n| {
+                        PowerCutDev::new(
+                            *n,
+                            vec![0u8; LOG_SIZE as usize],
+                            &supply,
+                            jitter,
+                            rng.next(),
+                        )
+                    })
+                    .collect();
+                let faulty: Vec<Arc<FaultDev>> = logs
+                    .iter()
+                    .map(|d| Arc::new(FaultDev::new(d.clone(), rng.next())))
+                    .collect();
+                for f in &faulty {
+                    a.add_log(specs(std::slice::from_ref(f)).pop().unwrap(), false)
+                        .await
+                        .expect("add a log device");
+                }
+                let blocks = a.size() / BLOCK as u64;
+                let sh = Arc::new(Shared {
+                    log: true,
+                    model: Mutex::new(Model::new(blocks)),
+                    tags: AtomicU64::new(1),
+                    ops: AtomicU64::new(0),
+                    fig: Mutex::new(Figures::default()),
+                    errors_before_cut: Mutex::new(Vec::new()),
+                });
+                // The devices fail after some operations each; the power goes later.
+                let fail_both = rng.chance(0.7);
+                let (first, second) = (rng.below(60), 60 + rng.below(60));
+                let saboteur = {
+                    let (sh, faulty) = (sh.clone(), faulty.clone());
+                    std::thread::spawn(move || {
+                        let t = std::time::Instant::now();
+                        let wait = |n: u64| {
+                            while sh.ops.load(Ordering::Relaxed) < n
+                                && t.elapsed() < Duration::from_secs(10)
+                            {
+                                std::thread::sleep(Duration::from_micros(50));
+                            }
+                        };
+                        wait(first);
+                        faulty[0].vanish();
+                        if fail_both {
+                            wait(second);
+                            faulty[1].vanish();
+                        }
+                    })
+                };
+                let c = cutter(supply.clone(), sh.clone(), 200, rng.below(400), rng.next());
+                let tasks: Vec<_> = (0..WRITERS)
+                    .map(|w| {
+                        tokio::spawn(writer(
+                            a.clone(),
+                            sh.clone(),
+                            supply.clone(),
+                            w,
+                            0..blocks / UNIT,
+                            rng.next(),
+                        ))
+                    })
+                    .collect();
+                c.join().expect("cutter");
+                saboteur.join().expect("saboteur");
+                for t in tasks {
+                    t.await.expect("writer panicked");
+                }
+                let errs = std::mem::take(&mut *sh.errors_before_cut.lock().unwrap());
+                assert!(
+                    errs.is_empty(),
+                    "{what}: errors without a power cut: {errs:?}"
+                );
+                match a.status().log.expect("the log").state.as_str() {
+                    "failed" => failed += 1,
+                    "degraded" => degraded += 1,
+                    s => panic!("{what}: a log device vanished, yet the log is {s}"),
+                }
+                a.abandon().await;
+                drop(a);
+                let supply = PowerSupply::new();
+                let after: Vec<Arc<PowerCutDev>> = devs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| PowerCutDev::new(format!("m{i}"), d.image(), &supply, jitter, 1))
+                    .chain(logs.iter().enumerate().map(|(i, d)| {
+                        PowerCutDev::new(["logA", "logB"][i], d.image(), &supply, jitter, 1)
+                    }))
+                    .collect();
+                let a = Array::assemble(specs(&after), AssembleOptions::default())
+                    .await
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(a.status().state, "optimal", "{what}");
+                verify_all(&a, &sh, &what).await;
+                scrub_clean(&a, &sh, &what).await;
+                a.close().await.unwrap();
+            }
+        }
+    });
+    report(serde_json::json!({
+        "test": "log_device_failures",
+        "seed": seed0,
+        "log_failed_before_the_cut": failed,
+        "log_degraded_before_the_cut": degraded,
+    }));
+}
