@@ -11,6 +11,7 @@ have fio || need_pkgs+=(fio)
 have nbdinfo || need_pkgs+=(libnbd-bin)
 have qemu-img || need_pkgs+=(qemu-utils)
 have nbdkit || need_pkgs+=(nbdkit)   # also its file plugin and delay filter (remote members)
+[ -e /usr/include/nbdkit-plugin.h ] || need_pkgs+=(nbdkit-plugin-dev)  # bench/slowflush.c (bench-sync.sh --flush-delay)
 have ip || need_pkgs+=(iproute2)       # network namespaces for the remote-member tests
 have openssl || need_pkgs+=(openssl)   # test certificates for NBD over TLS
 [ -e /usr/include/isa-l.h ] || need_pkgs+=(libisal-dev)

@@ -59,6 +59,7 @@ suite $((10 * scale)) -p sbod-core --test torture_powercut
 suite $((2 * scale)) -p sbod-core --test torture_faults
 suite $((6 * scale)) -p sbod-core --test sync_modes
 suite $((12 * scale)) -p sbod-core --test log
+suite $((2 * scale)) -p sbod-core --test log_array
 suite 1 -p sbod-core --test torture_fuzz
 export SBOD_LIFECYCLE_CASES=$((400 * scale))
 suite 1 -p sbod-core --test lifecycle
@@ -132,6 +133,11 @@ table("Power cut and a member lost at once",
       ["layout", "crashes", "served correctly", "refused (clear error)", "wrong data"],
       by_test("powercut_and_member_lost"),
       lambda r: [r["layout"], r["crashes"], r["served_correctly"], r["refused"], 0])
+table("Log devices failing under writers, then a power cut",
+      ["runs", "log failed (both devices) before the cut", "log degraded (one device)", "lost"],
+      by_test("log_device_failures"),
+      lambda r: [r["log_failed_before_the_cut"] + r["log_degraded_before_the_cut"],
+                 r["log_failed_before_the_cut"], r["log_degraded_before_the_cut"], 0])
 table("Sync modes under power cuts",
       ["layout", "mode", "power cuts", "writes acked (FUA)", "flushes", "blocks verified",
        "promise broken", "blocks lost that standard keeps"],

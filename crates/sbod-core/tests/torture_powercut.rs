@@ -9,6 +9,11 @@
 //! those writes, never anything else; a scrub check finds no mismatch after the resync,
 //! which covered only the dirty regions.
 //!
+//! With a log device (`*_log` tests: a [`PowerCutDev`] on the same power, whose FUA
+//! writes are dropped or torn when the cut finds them queued), every acknowledged write is
+//! durable, FUA or not, and a crash that also loses a member starts degraded without
+//! `--force` and reads back every acknowledged write.
+//!
 //! `SBOD_TORTURE_ITERS` sets the crashes per layout (default 10), `SBOD_TORTURE_SEED`
 //! replays a run, `SBOD_TORTURE_REPORT` collects the figures.
 
@@ -45,6 +50,8 @@ struct Figures {
 }
 
 struct Shared {
+    /// The array has a log: a write acknowledged while it journals is durable.
+    log: bool,
     model: Mutex<Model>,
     tags: AtomicU64,
     ops: AtomicU64,
@@ -116,7 +123,10 @@ async fn writer(
                 .await
             {
                 Ok(()) => {
-                    sh.model.lock().unwrap().ack(tag, first, n, fua);
+                    // Journaled (the log still runs after the ack, so it took the write;
+                    // a failed log is dropped before any write goes in the pool).
+                    let durable = fua || (sh.log && a.log().is_some());
+                    sh.model.lock().unwrap().ack(tag, first, n, durable);
                     let mut f = sh.fig.lock().unwrap();
                     f.writes_acked += 1;
                     f.fua_acked += fua as u64;
@@ -197,18 +207,55 @@ async fn scrub_clean(a: &Arc<Array>, sh: &Shared, what: &str) {
     sh.fig.lock().unwrap().scrubs += 1;
 }
 
-fn torture(layout_name: &str) {
+/// A log device's name among the devices (`m0`.. are the members).
+fn dev_name(l: &Layout, i: usize) -> String {
+    match i == l.members {
+        true => "log".into(),
+        false => format!("m{i}"),
+    }
+}
+
+/// A log device of 2 MiB of ring (a few dozen stripe records: it wraps and checkpoints
+/// often).
+const LOG_SIZE: u64 = (64 << 10) + (2 << 20);
+
+async fn add_log(a: &Arc<Array>, supply: &Arc<PowerSupply>, seed: u64) -> Arc<PowerCutDev> {
+    let d = PowerCutDev::new(
+        "log",
+        vec![0u8; LOG_SIZE as usize],
+        supply,
+        Duration::from_micros(150),
+        seed,
+    );
+    a.add_log(specs(std::slice::from_ref(&d)).pop().unwrap(), false)
+        .await
+        .expect("add the log");
+    d
+}
+
+fn torture(layout_name: &str, log: bool) {
     let l = layout(layout_name);
-    let iterations = iters(10);
+    let iterations = match log {
+        // Half as many: the log runs double the suite.
+        true => iters(10).div_ceil(2),
+        false => iters(10),
+    };
     let seed0 = seed();
     let rng = Rng::new(seed0);
     let jitter = Duration::from_micros(150);
+    let layout_name = &*match log {
+        true => format!("{layout_name} + log"),
+        false => layout_name.to_string(),
+    };
     let what0 = format!("{layout_name} (SBOD_TORTURE_SEED={seed0})");
     rt(2).block_on(async {
         // Create on zeroed members, then close cleanly.
         let supply = PowerSupply::new();
-        let devs = power_members(blank(l.members), &supply, Duration::ZERO, |i| i as u64);
+        let mut devs = power_members(blank(l.members), &supply, Duration::ZERO, |i| i as u64);
         let a = Array::create(spec(&l), specs(&devs)).await.expect("create");
+        if log {
+            devs.push(add_log(&a, &supply, rng.next()).await);
+        }
         let blocks = a.size() / BLOCK as u64;
         let member_size = a.geometry.member_size;
         let region = a.status().bitmap_region.expect("bitmap");
@@ -224,6 +271,7 @@ fn torture(layout_name: &str) {
         let window = ws..ws + wn;
         drop(devs);
         let sh = Arc::new(Shared {
+            log,
             model: Mutex::new(Model::new(blocks)),
             tags: AtomicU64::new(1),
             ops: AtomicU64::new(0),
@@ -239,7 +287,7 @@ fn torture(layout_name: &str) {
                 .enumerate()
                 .map(|(i, img)| {
                     PowerCutDev::new(
-                        format!("m{i}"),
+                        dev_name(&l, i),
                         img.clone(),
                         &supply,
                         jitter,
@@ -271,6 +319,10 @@ fn torture(layout_name: &str) {
                 .unwrap_or_else(|e| panic!("{what}: assembly failed: {e}"));
             let st = a.status();
             assert_eq!(st.state, "optimal", "{what}: {st:?}");
+            if log {
+                let lg = st.log.as_ref().expect("the log");
+                assert!(lg.state == "optimal" && lg.journaling, "{what}: {lg:?}");
+            }
             let rep = a.report();
             if expect_unclean {
                 assert!(rep.unclean, "{what}: a crash went unnoticed");
@@ -329,7 +381,7 @@ fn torture(layout_name: &str) {
             .iter()
             .enumerate()
             .map(|(i, img)| {
-                PowerCutDev::new(format!("m{i}"), img.clone(), &supply, jitter, i as u64)
+                PowerCutDev::new(dev_name(&l, i), img.clone(), &supply, jitter, i as u64)
             })
             .collect();
         let a = Array::assemble(specs(&devs), AssembleOptions::default())
@@ -351,7 +403,7 @@ fn torture(layout_name: &str) {
         let devs: Vec<Arc<PowerCutDev>> = images
             .into_iter()
             .enumerate()
-            .map(|(i, img)| PowerCutDev::new(format!("m{i}"), img, &supply, jitter, i as u64))
+            .map(|(i, img)| PowerCutDev::new(dev_name(&l, i), img, &supply, jitter, i as u64))
             .collect();
         let a = Array::assemble(specs(&devs), AssembleOptions::default())
             .await
@@ -392,27 +444,52 @@ fn torture(layout_name: &str) {
 
 #[test]
 fn power_cuts_raid5() {
-    torture("raid5");
+    torture("raid5", false);
+}
+
+#[test]
+fn power_cuts_raid5_log() {
+    torture("raid5", true);
 }
 
 #[test]
 fn power_cuts_raid6() {
-    torture("raid6");
+    torture("raid6", false);
+}
+
+#[test]
+fn power_cuts_raid6_log() {
+    torture("raid6", true);
 }
 
 #[test]
 fn power_cuts_raid1() {
-    torture("raid1");
+    torture("raid1", false);
+}
+
+#[test]
+fn power_cuts_raid1_log() {
+    torture("raid1", true);
 }
 
 #[test]
 fn power_cuts_raid10() {
-    torture("raid10");
+    torture("raid10", false);
+}
+
+#[test]
+fn power_cuts_raid10_log() {
+    torture("raid10", true);
 }
 
 #[test]
 fn power_cuts_ec() {
-    torture("ec:3+2");
+    torture("ec:3+2", false);
+}
+
+#[test]
+fn power_cuts_ec_log() {
+    torture("ec:3+2", true);
 }
 
 /// The model itself: a block with an unflushed write may come back old or new; a block
@@ -464,8 +541,12 @@ fn the_model_judges_correctly() {
 /// A power cut that also kills a disk: the array restarts degraded, with parity in the
 /// dirty regions possibly out of date. Data of the lost member must then either be
 /// rebuilt correctly or refused with a clear error, never returned wrong.
-fn crash_and_lose_a_member(layout_name: &str) {
+fn crash_and_lose_a_member(layout_name: &str, log: bool) {
     let l = layout(layout_name);
+    let layout_name = &*match log {
+        true => format!("{layout_name} + log"),
+        false => layout_name.to_string(),
+    };
     let seed0 = seed();
     let rng = Rng::new(seed0);
     let what0 = format!("{layout_name} (SBOD_TORTURE_SEED={seed0})");
@@ -482,8 +563,13 @@ fn crash_and_lose_a_member(layout_name: &str) {
                 |_| rng.next(),
             );
             let a = Array::create(spec(&l), specs(&devs)).await.expect("create");
+            let logd = match log {
+                true => Some(add_log(&a, &supply, rng.next()).await),
+                false => None,
+            };
             let blocks = a.size() / BLOCK as u64;
             let sh = Arc::new(Shared {
+                log,
                 model: Mutex::new(Model::new(blocks)),
                 tags: AtomicU64::new(1),
                 ops: AtomicU64::new(0),
@@ -534,6 +620,10 @@ fn crash_and_lose_a_member(layout_name: &str) {
                 .map(|(i, d)| {
                     PowerCutDev::new(format!("m{i}"), d.image(), &supply, Duration::ZERO, 1)
                 })
+                .chain(
+                    logd.iter()
+                        .map(|d| PowerCutDev::new("log", d.image(), &supply, Duration::ZERO, 1)),
+                )
                 .collect();
             // Without the lost member it does not start unless asked to run degraded.
             let e = Array::assemble(specs(&survivors), AssembleOptions::default())
@@ -552,6 +642,7 @@ fn crash_and_lose_a_member(layout_name: &str) {
                 ..Default::default()
             };
             match Array::assemble(specs(&survivors), degraded).await {
+                Err(e) if log => panic!("{what}: the log journaled every write, yet: {e}"),
                 Err(e) => {
                     let msg = e.to_string();
                     assert!(
@@ -578,7 +669,12 @@ fn crash_and_lose_a_member(layout_name: &str) {
                     a.close().await.unwrap();
                 }
                 Ok(a) => {
-                    assert_eq!(a.status().state, "degraded", "{what}");
+                    let st = a.status();
+                    assert_eq!(st.state, "degraded", "{what}");
+                    if log {
+                        let lg = st.log.expect("the log");
+                        assert!(lg.journaling && lg.replayed_records > 0, "{what}: {lg:?}");
+                    }
                     verify_all(&a, &sh, &format!("{what}: m{lost} lost in the crash")).await;
                     served += 1;
                     a.close().await.ok();
@@ -598,22 +694,42 @@ fn crash_and_lose_a_member(layout_name: &str) {
 
 #[test]
 fn power_cut_and_member_lost_raid5() {
-    crash_and_lose_a_member("raid5");
+    crash_and_lose_a_member("raid5", false);
+}
+
+#[test]
+fn power_cut_and_member_lost_raid5_log() {
+    crash_and_lose_a_member("raid5", true);
 }
 
 #[test]
 fn power_cut_and_member_lost_raid6() {
-    crash_and_lose_a_member("raid6");
+    crash_and_lose_a_member("raid6", false);
+}
+
+#[test]
+fn power_cut_and_member_lost_raid6_log() {
+    crash_and_lose_a_member("raid6", true);
 }
 
 #[test]
 fn power_cut_and_member_lost_raid1() {
-    crash_and_lose_a_member("raid1");
+    crash_and_lose_a_member("raid1", false);
+}
+
+#[test]
+fn power_cut_and_member_lost_raid1_log() {
+    crash_and_lose_a_member("raid1", true);
 }
 
 #[test]
 fn power_cut_and_member_lost_ec() {
-    crash_and_lose_a_member("ec:3+2");
+    crash_and_lose_a_member("ec:3+2", false);
+}
+
+#[test]
+fn power_cut_and_member_lost_ec_log() {
+    crash_and_lose_a_member("ec:3+2", true);
 }
 
 /// A member the rebuild brought back is recorded as in sync (or as valid up to an offset)
@@ -682,4 +798,133 @@ fn a_rebuild_is_durable_before_it_is_recorded() {
             }
         }
     });
+}
+
+/// The devices of a mirrored log fail (one, or both) while writers run, then the power
+/// goes. Until the log fails every acknowledged write is durable; when both devices are
+/// out, what the log acknowledged is flushed into the pool before writes go there (with
+/// their own FUA), so a restart, which does not replay a log recorded as failed, reads
+/// back every write acknowledged while the log ran, and every FUA write.
+#[test]
+fn a_log_that_fails_under_writers_loses_nothing() {
+    use sbod_core::dev::fault::FaultDev;
+    let seed0 = seed();
+    let rng = Rng::new(seed0);
+    let (mut failed, mut degraded) = (0, 0);
+    rt(2).block_on(async {
+        for name in ["raid5", "raid1", "ec:3+2"] {
+            let l = layout(name);
+            for trial in 0..iters(4).div_ceil(2) {
+                let what = format!("{name} trial {trial} (SBOD_TORTURE_SEED={seed0})");
+                let supply = PowerSupply::new();
+                let jitter = Duration::from_micros(150);
+                let devs = power_members(blank(l.members), &supply, jitter, |_| rng.next());
+                let a = Array::create(spec(&l), specs(&devs)).await.expect("create");
+                let logs: Vec<Arc<PowerCutDev>> = ["logA", "logB"]
+                    .iter()
+                    .map(|n| {
+                        PowerCutDev::new(
+                            *n,
+                            vec![0u8; LOG_SIZE as usize],
+                            &supply,
+                            jitter,
+                            rng.next(),
+                        )
+                    })
+                    .collect();
+                let faulty: Vec<Arc<FaultDev>> = logs
+                    .iter()
+                    .map(|d| Arc::new(FaultDev::new(d.clone(), rng.next())))
+                    .collect();
+                for f in &faulty {
+                    a.add_log(specs(std::slice::from_ref(f)).pop().unwrap(), false)
+                        .await
+                        .expect("add a log device");
+                }
+                let blocks = a.size() / BLOCK as u64;
+                let sh = Arc::new(Shared {
+                    log: true,
+                    model: Mutex::new(Model::new(blocks)),
+                    tags: AtomicU64::new(1),
+                    ops: AtomicU64::new(0),
+                    fig: Mutex::new(Figures::default()),
+                    errors_before_cut: Mutex::new(Vec::new()),
+                });
+                // The devices fail after some operations each; the power goes later.
+                let fail_both = rng.chance(0.7);
+                let (first, second) = (rng.below(60), 60 + rng.below(60));
+                let saboteur = {
+                    let (sh, faulty) = (sh.clone(), faulty.clone());
+                    std::thread::spawn(move || {
+                        let t = std::time::Instant::now();
+                        let wait = |n: u64| {
+                            while sh.ops.load(Ordering::Relaxed) < n
+                                && t.elapsed() < Duration::from_secs(10)
+                            {
+                                std::thread::sleep(Duration::from_micros(50));
+                            }
+                        };
+                        wait(first);
+                        faulty[0].vanish();
+                        if fail_both {
+                            wait(second);
+                            faulty[1].vanish();
+                        }
+                    })
+                };
+                let c = cutter(supply.clone(), sh.clone(), 200, rng.below(400), rng.next());
+                let tasks: Vec<_> = (0..WRITERS)
+                    .map(|w| {
+                        tokio::spawn(writer(
+                            a.clone(),
+                            sh.clone(),
+                            supply.clone(),
+                            w,
+                            0..blocks / UNIT,
+                            rng.next(),
+                        ))
+                    })
+                    .collect();
+                c.join().expect("cutter");
+                saboteur.join().expect("saboteur");
+                for t in tasks {
+                    t.await.expect("writer panicked");
+                }
+                let errs = std::mem::take(&mut *sh.errors_before_cut.lock().unwrap());
+                assert!(
+                    errs.is_empty(),
+                    "{what}: errors without a power cut: {errs:?}"
+                );
+                match a.status().log.expect("the log").state.as_str() {
+                    "failed" => failed += 1,
+                    "degraded" => degraded += 1,
+                    s => panic!("{what}: a log device vanished, yet the log is {s}"),
+                }
+                a.abandon().await;
+                drop(a);
+                let supply = PowerSupply::new();
+                let after: Vec<Arc<PowerCutDev>> = devs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| PowerCutDev::new(format!("m{i}"), d.image(), &supply, jitter, 1))
+                    .chain(logs.iter().enumerate().map(|(i, d)| {
+                        PowerCutDev::new(["logA", "logB"][i], d.image(), &supply, jitter, 1)
+                    }))
+                    .collect();
+                let a = Array::assemble(specs(&after), AssembleOptions::default())
+                    .await
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(a.status().state, "optimal", "{what}");
+                verify_all(&a, &sh, &what).await;
+                scrub_clean(&a, &sh, &what).await;
+                a.close().await.unwrap();
+            }
+        }
+    });
+    report(serde_json::json!({
+        "test": "log_device_failures",
+        "seed": seed0,
+        "log_failed_before_the_cut": failed,
+        "log_degraded_before_the_cut": degraded,
+    }));
 }

@@ -48,6 +48,9 @@ pub struct Options {
     /// Where the member files go (a temporary directory inside it).
     pub workdir: Option<PathBuf>,
     pub verbose: bool,
+    /// MiB of a log device file (`create --log`): every write journaled, replayed at each
+    /// restart. 0: no log.
+    pub log_mib: u64,
 }
 
 impl Options {
@@ -68,6 +71,7 @@ impl Options {
             seed: seed_from_env(),
             workdir: None,
             verbose: false,
+            log_mib: 0,
         }
     }
 }
@@ -687,6 +691,11 @@ pub fn run(o: &Options) -> Result<Summary> {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if o.log_mib > 0 {
+        let f = std::fs::File::create(h.dir.join("log.img"))?;
+        f.set_len(o.log_mib << 20)?;
+        args.extend(["--log".to_string(), "log.img".to_string()]);
+    }
     args.extend(members.iter().cloned());
     let argv: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let created: serde_json::Value = serde_json::from_str(&h.ok(&argv)?)?;
@@ -696,7 +705,10 @@ pub fn run(o: &Options) -> Result<Summary> {
         .context("member size")?;
     let region = created["bitmap_region"].as_u64().unwrap_or(0);
     let mut s = Summary {
-        layout: o.level.clone(),
+        layout: match o.log_mib {
+            0 => o.level.clone(),
+            _ => format!("{} + log", o.level),
+        },
         members: o.members,
         member_size: o.member_size,
         volume_size: volume,

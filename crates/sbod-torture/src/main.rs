@@ -54,6 +54,10 @@ struct Args {
     json: bool,
     #[arg(long, short)]
     verbose: bool,
+    /// MiB of a log device file given at create (every write journaled through it); 0:
+    /// no log.
+    #[arg(long, default_value_t = 0)]
+    log_mib: u64,
 }
 
 fn main() {
@@ -87,6 +91,7 @@ fn main() {
         seed: a.seed.unwrap_or_else(seed_from_env),
         workdir: a.workdir,
         verbose: a.verbose,
+        log_mib: a.log_mib,
     };
     match run(&o) {
         Ok(s) => {

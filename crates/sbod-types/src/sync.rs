@@ -107,9 +107,9 @@ pub struct LogStatus {
     /// Records replayed into the pool when the array started.
     #[serde(default)]
     pub replayed_records: u64,
-    /// Does the write path journal every write through it yet? (It does once the engine
-    /// hands the log each stripe's plan; until then the log is attached, checked and
-    /// replayed, but writes take the in-pool path.)
+    /// Do the members trust the log to hold every write of this session (the engine
+    /// journals every write through a log in service; false once the log failed, or for a
+    /// log an sbod that did not journal attached, until its next start)?
     #[serde(default)]
     pub journaling: bool,
 }

@@ -172,8 +172,9 @@ pub fn log_line(l: &LogStatus) -> String {
     if l.replayed_records > 0 {
         out += &format!(", {} records replayed at the start", l.replayed_records);
     }
-    if !l.journaling {
-        out += "; attached, not yet journaling writes (they take the in-pool path)";
+    if !l.journaling && l.state != sbod_types::LogState::Failed {
+        // Attached by an sbod that did not journal: trusted from the next start on.
+        out += "; the members do not yet trust it with this session's writes";
     }
     out
 }

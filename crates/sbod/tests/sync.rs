@@ -224,7 +224,7 @@ fn log_devices_through_the_cli() {
     let s = sb.status("vol0");
     assert_eq!(s["log"]["state"], "optimal", "{s:#}");
     assert_eq!(s["log"]["devices"].as_array().unwrap().len(), 1);
-    assert_eq!(s["log"]["journaling"], false);
+    assert_eq!(s["log"]["journaling"], true);
     assert!(sb.ok(&["examine", "d2.img"]).contains("log        "));
 
     // Mirrored while served; clients write as ever.

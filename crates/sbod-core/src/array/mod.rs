@@ -86,6 +86,19 @@ impl Membership for Array {
     ) -> futures::future::BoxFuture<'a, ()> {
         Box::pin(Array::fail_member(self, m, why))
     }
+
+    fn journal(&self) -> Option<Arc<crate::log::Log>> {
+        self.sync.log.current()
+    }
+
+    fn log_failed(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Err(e) = Array::log_failed(self).await {
+                // The pool could not be flushed: the array failed, as the write will say.
+                tracing::error!(array = %self.name, "recording the failed log: {e}");
+            }
+        })
+    }
 }
 
 /// Where the array's lineage stands (see `freshness`).

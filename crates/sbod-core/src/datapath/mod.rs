@@ -19,6 +19,7 @@ use crate::dev::{self, IoClass, IoKind, IoReq};
 use crate::error::{Error, Msg, Result, Step};
 use crate::layout::Geometry;
 use crate::locks::StripeLocks;
+use crate::log::{self, Log, LogError, Ticket};
 use crate::member::{Member, State};
 use crate::placement::{Placement, StripeAddr};
 use crate::reason::Why;
@@ -33,6 +34,11 @@ use std::sync::{Arc, Weak};
 /// through this when a member I/O failure means the member must go.
 pub(crate) trait Membership: Send + Sync {
     fn fail_member<'a>(&'a self, m: &'a Arc<Member>, why: Why) -> BoxFuture<'a, ()>;
+    /// The log every client write goes through first, while one runs.
+    fn journal(&self) -> Option<Arc<Log>>;
+    /// Every device of the log failed: once what it acknowledged is in the pool, record
+    /// that writes take the in-pool path (`Array::log_failed`).
+    fn log_failed(&self) -> BoxFuture<'_, ()>;
 }
 
 /// What the data path and the background processes share.
@@ -113,8 +119,88 @@ pub(crate) struct Written {
     pub region: Option<u64>,
 }
 
-/// One member write of a plan.
+impl Written {
+    fn add(&mut self, o: Written) {
+        self.any_failed |= o.any_failed;
+        for m in o.full {
+            if !self.full.iter().any(|x| Arc::ptr_eq(x, &m)) {
+                self.full.push(m);
+            }
+        }
+        self.region = self.region.or(o.region);
+    }
+}
+
+/// How a set of member writes goes to the members: after its record is durable in the
+/// log (then without FUA), or in the pool with this FUA.
+enum Via {
+    Log(Ticket),
+    Pool(bool),
+}
+
+/// The largest zeroed range one log entry carries (replay zeroes it in place).
+const ZERO_PIECE: u64 = 1 << 30;
+
+/// The log's record of member writes: one entry per slot and range (the members that
+/// take writes for a slot, a replacement with it, are one entry: replay writes the slot),
+/// and a buffer written to several slots (a mirror's copies) kept next to itself, so the
+/// log holds its bytes once (the plans list a buffer's targets one after another).
+fn records_of(targets: &[Target]) -> Vec<log::Write> {
+    let mut out: Vec<log::Write> = Vec::new();
+    let mut seen: Vec<(usize, u64, *const u8, usize)> = Vec::new();
+    for t in targets {
+        let key = (t.slot, t.offset, t.buf.as_ptr(), t.buf.len());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        out.push(log::Write {
+            slot: t.slot as u32,
+            offset: t.offset,
+            data: log::Data::Bytes(t.buf.clone()),
+        });
+    }
+    out
+}
+
+/// Cut targets into rounds whose records fit the log (`max` bytes): every target's
+/// `step`-th piece in the same round. A stripe's plan fits in one (a log device holds four
+/// of the largest, checked when it is added); only long runs of raid0/concat (and mirror
+/// pieces on a small log) are cut, and each piece is then written before the next is
+/// logged (a round's record waits for none of the others').
+fn rounds_of(targets: Vec<Target>, max: u64) -> Vec<Vec<Target>> {
+    if Log::record_len(&records_of(&targets)) <= max {
+        return vec![targets];
+    }
+    let distinct = records_of(&targets).len().max(1) as u64;
+    let block = log::format::BLOCK as u64;
+    let step = ((max.saturating_sub(64 << 10)) / distinct / block * block).max(block) as usize;
+    let longest = targets.iter().map(|t| t.buf.len()).max().unwrap_or(0);
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < longest {
+        let round: Vec<Target> = targets
+            .iter()
+            .filter(|t| t.buf.len() > at)
+            .map(|t| {
+                let end = (at + step).min(t.buf.len());
+                Target {
+                    slot: t.slot,
+                    member: t.member.clone(),
+                    offset: t.offset + at as u64,
+                    buf: t.buf.slice(at..end),
+                }
+            })
+            .collect();
+        out.push(round);
+        at += step;
+    }
+    out
+}
+
+/// One member write of a plan: to `member`, which takes writes for slot `slot`.
 pub(crate) struct Target {
+    pub slot: usize,
     pub member: Arc<Member>,
     pub offset: u64,
     pub buf: SharedBuf,
@@ -455,12 +541,34 @@ impl DataPath {
     }
 
     /// Write to every target concurrently and judge each failure (see `write_failed`).
+    /// While the array has a log, the writes' record goes to it first (docs/RELIABILITY.md,
+    /// "Sync modes and the log"): once it is durable there, the members are written
+    /// without FUA and the record is marked applied, whatever the writes' outcome.
     pub(crate) async fn write_each(
         &self,
         targets: Vec<Target>,
         fua: bool,
         class: IoClass,
     ) -> Written {
+        let Some(log) = self.journal() else {
+            return self.write_now(targets, fua, class).await;
+        };
+        let mut out = Written::default();
+        for round in rounds_of(targets, log.max_record()) {
+            let written = match self.log_append(&log, &records_of(&round), fua).await {
+                Via::Log(t) => {
+                    let w = self.write_now(round, false, class).await;
+                    t.applied();
+                    w
+                }
+                Via::Pool(fua) => self.write_now(round, fua, class).await,
+            };
+            out.add(written);
+        }
+        out
+    }
+
+    async fn write_now(&self, targets: Vec<Target>, fua: bool, class: IoClass) -> Written {
         let futs = targets.into_iter().map(|t| async move {
             let r = self.mwrite(&t.member, t.offset, t.buf, fua, class).await;
             (t.member, t.offset, r)
@@ -480,6 +588,36 @@ impl DataPath {
             }
         }
         out
+    }
+
+    /// The log client writes go through first, while the array has one.
+    fn journal(&self) -> Option<Arc<Log>> {
+        self.owner.upgrade().and_then(|o| o.journal())
+    }
+
+    /// Append a record of member writes: `Via::Log` once it is durable, else how to write
+    /// in the pool. A failed log is recorded as failed (once what it acknowledged is in the
+    /// pool) and the write goes in the pool with its own FUA; a log being removed has
+    /// stopped taking records (the client's FLUSHes no longer skip the pool then, but the
+    /// write may have been acknowledged as durable by one): FUA.
+    async fn log_append(&self, log: &Arc<Log>, writes: &[log::Write], fua: bool) -> Via {
+        match log.append(writes).await {
+            Ok(t) => Via::Log(t),
+            Err(LogError::Closed) => Via::Pool(true),
+            Err(e) => {
+                if !matches!(e, LogError::Failed(_)) {
+                    // The engine's fault (a record it cannot log): writing around the log
+                    // would let an older record's replay overwrite this write, so the log
+                    // stops, as if its devices had failed.
+                    tracing::error!(array = %self.name, "the log refused a record: {e}");
+                    log.fail(format!("a record was refused: {e}"));
+                }
+                if let Some(o) = self.owner.upgrade() {
+                    o.log_failed().await;
+                }
+                Via::Pool(fua)
+            }
+        }
     }
 
     /// Issue reads concurrently; count errors. True if all succeeded.
@@ -512,17 +650,66 @@ impl DataPath {
         punch: bool,
         key: Option<StripeAddr>,
     ) -> Result<()> {
+        self.zero_slots(&[slot], moff, len, punch, key).await
+    }
+
+    /// Zero a member range of every write target of each of `slots` (a stripe's members:
+    /// one record in the log, as for a write). A refusal for space records the stripe
+    /// `key` as inconsistent and fails with NoSpace.
+    pub(crate) async fn zero_slots(
+        &self,
+        slots: &[usize],
+        moff: u64,
+        len: u64,
+        punch: bool,
+        key: Option<StripeAddr>,
+    ) -> Result<()> {
         let st = self.state.load_full();
-        let members: Vec<Arc<Member>> = st.slots[slot].write_targets().cloned().collect();
+        let members: Vec<Arc<Member>> = slots
+            .iter()
+            .flat_map(|&s| st.slots[s].write_targets().cloned())
+            .collect();
         let mut full = Vec::new();
-        for m in members {
-            if let Err(e) = self.mzero(&m, moff, len, punch).await {
-                if self.write_failed(&m, &e, crate::reason::WRITE_ERROR).await
-                    == WriteFault::NoSpace
-                {
-                    full.push(m);
+        let log = self.journal();
+        let piece = if log.is_some() { ZERO_PIECE } else { len };
+        let mut at = 0;
+        while at < len {
+            let n = piece.min(len - at);
+            let ticket = match &log {
+                Some(log) => {
+                    let writes: Vec<log::Write> = slots
+                        .iter()
+                        .map(|&s| log::Write {
+                            slot: s as u32,
+                            offset: moff + at,
+                            data: log::Data::Zero(n as u32),
+                        })
+                        .collect();
+                    // Zeroing has no FUA of its own (write_zeroes flushes for it).
+                    match self.log_append(log, &writes, false).await {
+                        Via::Log(t) => Some(t),
+                        Via::Pool(_) => None,
+                    }
+                }
+                None => None,
+            };
+            let futs = members
+                .iter()
+                .map(|m| async move { (m.clone(), self.mzero(m, moff + at, n, punch).await) });
+            for (m, r) in futures::future::join_all(futs).await {
+                if let Err(e) = r {
+                    if self.write_failed(&m, &e, crate::reason::WRITE_ERROR).await
+                        == WriteFault::NoSpace
+                        && !full.iter().any(|x| Arc::ptr_eq(x, &m))
+                    {
+                        full.push(m);
+                    }
                 }
             }
+            if let Some(t) = ticket {
+                t.applied();
+            }
+            at += n;
         }
         self.failed()?;
         if !full.is_empty() {

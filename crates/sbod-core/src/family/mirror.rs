@@ -118,8 +118,9 @@ async fn write_chunk(
     let targets: Vec<Target> = dp
         .map
         .group_slots(addr.group)
-        .flat_map(|slot| st.slots[slot].write_targets())
-        .map(|m| Target {
+        .flat_map(|slot| st.slots[slot].write_targets().map(move |m| (slot, m)))
+        .map(|(slot, m)| Target {
+            slot,
             member: m.clone(),
             offset: moff,
             buf: src.clone(),
@@ -170,11 +171,9 @@ impl Family for Mirror {
         let futs = dp.map.map(offset, len).into_iter().map(|p| async move {
             let _region = dp.enter_region(p.moff).await?;
             let _lock = dp.locks.lock(p.addr.group, p.addr.stripe).await;
-            for slot in dp.map.group_slots(p.addr.group) {
-                dp.zero_slot(slot, p.moff, p.len, punch, Some(p.addr))
-                    .await?;
-            }
-            Ok(())
+            let slots: Vec<usize> = dp.map.group_slots(p.addr.group).collect();
+            dp.zero_slots(&slots, p.moff, p.len, punch, Some(p.addr))
+                .await
         });
         all_done(futs).await
     }

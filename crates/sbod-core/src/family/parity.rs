@@ -258,8 +258,10 @@ impl Parity {
         let mut targets = Vec::new();
         // `buf` to every member that takes writes for `shard`, at `off` in the chunk.
         let push = |out: &mut Vec<Target>, shard: usize, off: u64, buf: &SharedBuf| {
-            for mem in st.slots[slot_of(shard)].write_targets() {
+            let slot = slot_of(shard);
+            for mem in st.slots[slot].write_targets() {
                 out.push(Target {
+                    slot,
                     member: mem.clone(),
                     offset: base + off,
                     buf: buf.clone(),
@@ -584,11 +586,8 @@ impl Parity {
         let base = dp.map.stripe_offset(addr.stripe);
         let _region = dp.enter_region(base).await?;
         let _lock = dp.locks.lock(addr.group, addr.stripe).await;
-        let futs = dp
-            .map
-            .group_slots(addr.group)
-            .map(|slot| dp.zero_slot(slot, base, chunk, punch, Some(addr)));
-        all_done(futs).await
+        let slots: Vec<usize> = dp.map.group_slots(addr.group).collect();
+        dp.zero_slots(&slots, base, chunk, punch, Some(addr)).await
     }
 
     async fn zero_by_writing(&self, dp: &DataPath, offset: u64, len: u64) -> Result<()> {

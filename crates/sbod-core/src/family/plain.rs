@@ -76,6 +76,7 @@ async fn write_run(
     let targets: Vec<Target> = st.slots[run.slot]
         .write_targets()
         .map(|m| Target {
+            slot: run.slot,
             member: m.clone(),
             offset: run.moff,
             buf: src.clone(),

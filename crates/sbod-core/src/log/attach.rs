@@ -17,12 +17,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use uuid::Uuid;
 
-/// Does the engine send every write through the log? Not yet: the write path hands the
-/// log each stripe's plan once the engine's planning and execution are split (see
-/// docs/RELIABILITY.md). Until then a log is attached, recorded, checked and replayed, but
-/// writes take the in-pool path, and the superblocks say so (`LogConfig::journal`), so
-/// that assembly never trusts a log to have closed the write hole when it did not.
-pub const JOURNALING: bool = false;
+/// Does the engine send every write through the log? Yes: while an array has a log, the
+/// member I/O layer (`DataPath::write_each`, `DataPath::zero_slots`) appends each stripe
+/// write's record before writing in place, and the superblocks say so
+/// (`LogConfig::journal`), so assembly trusts a replayed log to have closed the write hole.
+/// (A log attached by an sbod that did not journal records `journal: false`; it journals
+/// from its next start on.)
+pub const JOURNALING: bool = true;
 
 /// What the write-hole refusal adds: a log would have avoided it (once the engine
 /// journals through it).
@@ -30,7 +31,7 @@ pub(crate) fn write_hole_hint(sb: &Superblock) -> (&'static str, Option<Step>) {
     match (JOURNALING, sb.log.devices.iter().any(|e| e.active)) {
         (true, false) => ("", Some(Step::AddLog)),
         (true, true) => (
-            "; the log that journals its writes was not usable at this start",
+            "; its log did not journal the writes of that session (it was attached by an sbod that did not journal)",
             None,
         ),
         (false, _) => ("", None),
@@ -259,6 +260,9 @@ impl Array {
                 let f: Vec<Uuid> = failed.iter().map(|(d, _)| d.uuid).collect();
                 self.mark_log_out(&f, OutReason::WriteError);
                 self.sync.log.log.store(Some(log));
+                // Every write of this session goes through it (recorded at the start).
+                let mut c = self.sync.log.cfg.lock();
+                c.journal = JOURNALING && c.devices.iter().any(|e| e.active);
             }
             Err(e) => {
                 tracing::error!(array = %self.name, "the log cannot be started: {e}");
@@ -296,26 +300,32 @@ impl Array {
                     .into(),
                 ));
             };
-            let buf = match data {
-                Some(d) => AlignedBuf::from_slice(d),
-                None => AlignedBuf::zeroed(e.len as usize),
-            }
-            .into_shared();
+            let buf = data.map(|d| AlignedBuf::from_slice(d).into_shared());
             for m in s.write_targets() {
                 if e.offset + e.len as u64 > m.size {
                     return Err(Error::Invalid(
                         format!("the log writes past the end of {}'s data", m.path).into(),
                     ));
                 }
-                dev::write_at(
-                    &m.dev,
-                    self.geometry.data_offset + e.offset,
-                    buf.clone(),
-                    false,
-                    IoClass::Foreground,
-                )
-                .await
-                .map_err(|x| Error::io(format!("replaying the log onto {}", m.path), x))?;
+                let offset = self.geometry.data_offset + e.offset;
+                let kind = match &buf {
+                    Some(b) => dev::IoKind::Write {
+                        buf: b.clone(),
+                        fua: false,
+                    },
+                    None => dev::IoKind::Zero {
+                        len: e.len as u64,
+                        punch: false,
+                    },
+                };
+                let req = dev::IoReq {
+                    offset,
+                    kind,
+                    class: IoClass::Foreground,
+                };
+                dev::io(&m.dev, req)
+                    .await
+                    .map_err(|x| Error::io(format!("replaying the log onto {}", m.path), x))?;
             }
         }
         Ok(())
@@ -452,9 +462,9 @@ impl Array {
         Ok(())
     }
 
-    /// Record that every write goes through the log (or not) as a journaling engine does.
-    /// For tests of assembly and replay until the write path journals (see
-    /// [`JOURNALING`]).
+    /// Record that every write goes through the log, or (`false`) what an sbod that did
+    /// not journal recorded: for tests of assembly (the write path journals while a log
+    /// runs, whatever this says; the members then trust the log less than they could).
     #[doc(hidden)]
     pub async fn set_log_journaling(&self, on: bool) {
         let _c = self.sync.log.change.lock().await;
@@ -506,6 +516,11 @@ impl Array {
             match self.sync.log.current() {
                 Some(log) if others > 0 => log.remove_device(uuid).map_err(log_err)?,
                 Some(log) => {
+                    // The members stop trusting the log first (writes still go through it
+                    // until it is closed: a write in the pool before then could be
+                    // overwritten by an older record's replay).
+                    self.sync.log.cfg.lock().journal = false;
+                    self.persist_log().await;
                     if let Err(e) = log.close().await {
                         tracing::warn!(array = %self.name, "closing the log: {e}");
                         // Whatever it held is made durable in the pool.
@@ -560,9 +575,11 @@ impl Array {
             .filter(|e| e.active)
             .map(|e| e.uuid)
             .collect();
-        self.sync.log.log.store(None);
         tracing::error!(array = %self.name, "the log has failed: writes take the in-pool path");
+        // Recorded before any write goes in the pool: until then the members trust the log
+        // to hold every write of the session, and writes wait here.
         self.record_log_out(&uuids, OutReason::WriteError).await;
+        self.sync.log.log.store(None);
         Ok(())
     }
 
@@ -589,7 +606,7 @@ impl Array {
             .collect()
     }
 
-    /// The running log (tests, and the write path once it journals).
+    /// The running log (every client write goes through it).
     pub fn log(&self) -> Option<Arc<Log>> {
         self.sync.log.current()
     }

@@ -687,6 +687,8 @@ impl Log {
             if !ok {
                 r.failed
                     .get_or_insert_with(|| "every log device failed".to_string());
+                // Never acknowledged: nothing of it is owed to the pool (`drain`).
+                r.set(seq, St::Applied);
             } else {
                 r.set(seq, St::Durable);
             }
@@ -704,9 +706,13 @@ impl Log {
         loop {
             let notified = self.changed.notified();
             {
-                let r = self.ring.lock();
+                let mut r = self.ring.lock();
                 if let Some(e) = &r.failed {
-                    return Err(LogError::Failed(e.clone()));
+                    let e = e.clone();
+                    r.set(seq, St::Applied);
+                    drop(r);
+                    self.changed.notify_waiters();
+                    return Err(LogError::Failed(e));
                 }
                 if r.durable_upto > seq {
                     break;
@@ -871,18 +877,28 @@ impl Log {
         Ok(n as u64)
     }
 
-    /// Wait until every record appended so far is applied (or the log failed).
+    /// Wait until every record appended so far is applied. After a failure too: the
+    /// records it acknowledged are owed to the pool until their member writes completed
+    /// (those it did not acknowledge are marked applied as their appends fail).
     pub async fn drain(&self) {
         loop {
             let notified = self.changed.notified();
             {
                 let r = self.ring.lock();
-                if r.failed.is_some() || r.live.iter().all(|l| l.state == St::Applied) {
+                if r.live.iter().all(|l| l.state == St::Applied) {
                     return;
                 }
             }
             notified.await;
         }
+    }
+
+    /// Stop taking records, as if every device had failed (the engine met a record it
+    /// cannot log: writing around the log would let an older record's replay overwrite
+    /// the write).
+    pub fn fail(&self, why: String) {
+        self.ring.lock().failed.get_or_insert(why);
+        self.changed.notify_waiters();
     }
 
     /// Stop taking records: wait for those in flight, reclaim everything (the pool is
