@@ -69,7 +69,7 @@ struct Open {
 }
 
 const GATHER_SHARDS: usize = 64;
-/// Smaller client writes never wait (random I/O).
+/// Smaller client writes are never gathered (random I/O).
 const GATHER_MIN_WRITE: u64 = 32 << 10;
 
 impl Gathering {
@@ -873,12 +873,14 @@ impl Family for Parity {
         g.writes.fetch_add(1, Ordering::Relaxed);
         let _writing = Writing(&g.writes);
         let chunk = dp.geometry.chunk as u64;
-        let wait = data.len() as u64 >= GATHER_MIN_WRITE && g.worth_waiting();
+        // Small writes (random I/O) go their own way; larger ones' partial stripes without
+        // partial blocks meet their neighbours (see `Gathering`). Blocks written in part
+        // are merged under the stripe lock alone.
+        let large = data.len() as u64 >= GATHER_MIN_WRITE;
+        let wait = large && g.worth_waiting();
         let futs = stripes.into_iter().map(|(a, v, pp)| async move {
             let partial = v.len() < self.k || v.iter().any(|d| d.src.len() as u64 != chunk);
-            // Partial stripes without partial blocks meet their neighbours (see
-            // `Gathering`); blocks written in part are merged under the lock alone.
-            if partial && pp.is_empty() {
+            if large && partial && pp.is_empty() {
                 self.write_gathered(dp, a, v, fua, wait).await
             } else {
                 self.write_stripe(dp, a, v, fua, pp).await
