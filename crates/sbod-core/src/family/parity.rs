@@ -239,6 +239,47 @@ impl Parity {
         Ok(())
     }
 
+    /// The pieces of one stripe with a member out of service: the rows they span are
+    /// gathered once under the stripe lock (each surviving chunk read once), rebuilt, and
+    /// copied out. A data chunk that failed to read is rewritten on its member.
+    async fn read_degraded(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        pieces: Vec<Extent>,
+        out: &SharedBuf,
+    ) -> Result<()> {
+        let _lock = dp.locks.lock(addr.group, addr.stripe).await;
+        dp.failed()?;
+        let st = dp.state.load_full();
+        let r0 = pieces.iter().map(|p| p.chunk_off).min().expect("pieces");
+        let r1 = pieces
+            .iter()
+            .map(|p| p.chunk_off + p.len)
+            .max()
+            .expect("pieces");
+        let base = dp.map.stripe_offset(addr.stripe);
+        let want: Vec<usize> = pieces.iter().map(|p| p.index).collect();
+        let g = self
+            .gather(dp, &st, addr, r0, r1 - r0, &want, IoClass::Foreground)
+            .await?;
+        for p in &pieces {
+            let src = g.bufs[p.index].as_ref().expect("gathered");
+            let at = (p.chunk_off - r0) as usize;
+            let dst = out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
+            slice_mut(&dst).copy_from_slice(&slice_of(src)[at..at + p.len as usize]);
+        }
+        for &s in g.stale.iter().filter(|&&s| s < self.k) {
+            // Rebuilt although its member is in service: it failed to read.
+            if let Some(m) = st.slots[dp.map.slot(addr, s)].readable(base + r1) {
+                let fix = AlignedBuf::from_slice(slice_of(g.bufs[s].as_ref().expect("stale")));
+                dp.repair(m, base + r0, fix.into_shared(), IoClass::Foreground)
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
     fn encode(&self, rows: &[SharedBuf], parity: &[SharedBuf]) -> Result<()> {
         let dr: Vec<&[u8]> = rows.iter().map(slice_of).collect();
         let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
@@ -835,11 +876,38 @@ impl Parity {
 
 impl Family for Parity {
     async fn read(&self, dp: &DataPath, offset: u64, out: &SharedBuf) -> Result<()> {
-        let futs = dp.map.map(offset, out.len() as u64).into_iter().map(|p| {
-            let dst = out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
-            self.read_piece(dp, p, dst)
-        });
-        futures::future::try_join_all(futs).await?;
+        // A stripe with a piece on a member out of service is read once, whole rows, and
+        // rebuilt: reading its other pieces on their own as well would read those chunks
+        // twice (DEVICE DOWN sequential reads).
+        let st = dp.state.load_full();
+        let mut direct = Vec::new();
+        let mut degraded: Vec<(StripeAddr, Vec<Extent>)> = Vec::new();
+        let mut pieces = dp.map.map(offset, out.len() as u64).into_iter().peekable();
+        while let Some(first) = pieces.next() {
+            let mut stripe = vec![first];
+            while let Some(p) = pieces.next_if(|p| p.addr == first.addr) {
+                stripe.push(p);
+            }
+            let missing = stripe
+                .iter()
+                .any(|p| st.slots[p.slot].readable(p.moff + p.len).is_none());
+            match missing && stripe.len() > 1 {
+                true => degraded.push((first.addr, stripe)),
+                false => direct.extend(stripe),
+            }
+        }
+        let slice = |p: &Extent| out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
+        let one = futures::future::try_join_all(
+            direct
+                .into_iter()
+                .map(|p| self.read_piece(dp, p, slice(&p))),
+        );
+        let whole = futures::future::try_join_all(
+            degraded
+                .into_iter()
+                .map(|(addr, ps)| self.read_degraded(dp, addr, ps, out)),
+        );
+        futures::future::try_join(one, whole).await?;
         Ok(())
     }
 
