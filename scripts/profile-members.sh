@@ -53,6 +53,8 @@ JOBS=(
   "seqwrite-768K:--rw=write --bs=768K --iodepth=16"
   "seqread-768K:--rw=read --bs=768K --iodepth=16"
   "seqwrite-128K:--rw=write --bs=128K --iodepth=16"
+  "seqwrite-1M-qd1:--rw=write --bs=1M --iodepth=1"
+  "seqwrite-1M-qd2:--rw=write --bs=1M --iodepth=2"
   "randwrite-4K:--rw=randwrite --bs=4k --iodepth=32"
   "randread-4K:--rw=randread --bs=4k --iodepth=32"
   "randread-4K-qd1:--rw=randread --bs=4k --iodepth=1"

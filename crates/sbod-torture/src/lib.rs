@@ -124,6 +124,8 @@ pub struct Summary {
     pub member_space_at_restarts: u64,
     pub scrubs: u64,
     pub scrub_mismatches: u64,
+    /// With a log: records replayed into the pool at the restarts.
+    pub log_records_replayed: u64,
     pub lost_blocks: u64,
     pub server_exits_on_its_own: u64,
     pub seconds: f64,
@@ -207,6 +209,10 @@ impl Summary {
             (
                 "scrub checks",
                 format!("{}, {} mismatches", self.scrubs, self.scrub_mismatches),
+            ),
+            (
+                "log records replayed at restarts",
+                self.log_records_replayed.to_string(),
             ),
             (
                 "client read-backs during writes",
@@ -744,6 +750,13 @@ pub fn run(o: &Options) -> Result<Summary> {
             let st = h.status()?;
             if st["state"] != "optimal" {
                 bail!("{what}: the array is {} after a restart: {st}", st["state"]);
+            }
+            if o.log_mib > 0 {
+                // The log is found again at every restart and journals every write.
+                if st["log"]["journaling"] != true {
+                    bail!("{what}: the log is not journaling after a restart: {st}");
+                }
+                s.log_records_replayed += st["log"]["replayed_records"].as_u64().unwrap_or(0);
             }
             let unclean = st["assembly"]["unclean"].as_bool().unwrap_or(false);
             if expect_unclean && !unclean {

@@ -6,7 +6,7 @@
 //! the stripe lock. A read of a missing or unreadable chunk reconstructs it from the rest
 //! of its stripe under the lock, and rewrites it on a member that failed to read it.
 
-use super::plan::{Plan, Shape, Strategy};
+use super::plan::{gather, Plan, Shape, Strategy};
 use super::{CheckMode, Family, Judgement, Patch, BLOCK};
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::datapath::{all_done, slice_mut, slice_of, DataPath, Target};
@@ -15,13 +15,139 @@ use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::member::{Member, State};
 use crate::placement::{Extent, StripeAddr};
+use parking_lot::Mutex;
 use sbod_codec::Codec;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
 
 pub(crate) struct Parity {
     codec: Arc<Codec>,
     k: usize,
     m: usize,
+    /// Partial stripes waiting for the write that completes them (see [`Gathering`]).
+    gathering: Gathering,
+}
+
+/// Partial stripes gathered across client requests, as md's stripe cache does: the tail
+/// of one sequential request and the head of the next (a 1 MiB stream over a 384 KiB
+/// stripe splits one stripe in three) are written together as one full stripe, with
+/// parity from the new data alone, instead of each reading the other's half first (4
+/// member reads per MiB on raid6 of 8) and waiting for the other on the stripe lock.
+///
+/// A partial stripe at the edge of a large request waits briefly, holding nothing (no
+/// lock, no region), for a neighbouring write to the same stripe; a write that finds it
+/// waiting adds its pieces, and whoever completes the stripe (or the first whose wait
+/// runs out) writes everything gathered in one stripe write and hands each the outcome.
+/// Nobody is acknowledged before the write carrying its bytes completed on the members,
+/// so what a read or a FLUSH sees, and what survives a fault, is as for separate writes.
+/// Writes only join when their bytes do not overlap. Sharded like the stripe locks: no
+/// table is shared by unrelated stripes' writes.
+struct Gathering {
+    shards: Vec<Mutex<HashMap<(usize, u64), Open>>>,
+    /// Client writes in progress: with one (a client waiting for each write before the
+    /// next) nobody can complete a stripe, so nothing waits.
+    writes: AtomicUsize,
+    /// Waits in a row that ran out with nobody joining (no sequential stream): waiting
+    /// stops, but for a probe now and then.
+    misses: AtomicUsize,
+    probes: AtomicUsize,
+    ids: AtomicU64,
+    wait: Duration,
+}
+
+/// A partial stripe waiting for more.
+struct Open {
+    id: u64,
+    written: Vec<Option<Range<u64>>>,
+    pieces: Vec<NewData>,
+    fua: bool,
+    waiting: Vec<oneshot::Sender<Result<()>>>,
+}
+
+const GATHER_SHARDS: usize = 64;
+/// Smaller client writes are never gathered (random I/O).
+const GATHER_MIN_WRITE: u64 = 32 << 10;
+
+impl Gathering {
+    fn new() -> Gathering {
+        // `SBOD_GATHER_US` (microseconds, 0: off) for A/B benchmarks.
+        let us = std::env::var("SBOD_GATHER_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000u64);
+        Gathering {
+            shards: (0..GATHER_SHARDS).map(|_| Mutex::default()).collect(),
+            writes: AtomicUsize::new(0),
+            misses: AtomicUsize::new(0),
+            probes: AtomicUsize::new(0),
+            ids: AtomicU64::new(0),
+            wait: Duration::from_micros(us),
+        }
+    }
+
+    fn shard(&self, key: &(usize, u64)) -> &Mutex<HashMap<(usize, u64), Open>> {
+        let h = (key.1 ^ (key.0 as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.shards[(h >> 58) as usize % GATHER_SHARDS]
+    }
+
+    /// Whether a new partial stripe should wait for company.
+    fn worth_waiting(&self) -> bool {
+        if self.wait.is_zero() || self.writes.load(Ordering::Relaxed) < 2 {
+            return false;
+        }
+        self.misses.load(Ordering::Relaxed) < 8
+            || self
+                .probes
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(64)
+    }
+}
+
+/// Counts a client write in progress while alive.
+struct Writing<'a>(&'a AtomicUsize);
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What becomes of a partial stripe offered for gathering.
+enum Joined {
+    /// Write these pieces (everything gathered) and tell the others.
+    Run(Open),
+    /// Wait for whoever writes it (id of the open entry).
+    Wait(u64, oneshot::Receiver<Result<()>>),
+    /// Write on its own.
+    Alone,
+}
+
+/// An error again, for each write that rode in a gathered stripe write (errors are not
+/// `Clone`: an I/O error's payload is not).
+fn again(e: &Error) -> Error {
+    match e {
+        Error::Failed(m) => Error::Failed(m.clone()),
+        Error::NoSpace(m) => Error::NoSpace(m.clone()),
+        Error::ReadOnly(m) => Error::ReadOnly(m.clone()),
+        Error::Busy(m) => Error::Busy(m.clone()),
+        Error::Invalid(m) => Error::Invalid(m.clone()),
+        Error::Refused(m) => Error::Refused(m.clone()),
+        Error::WouldFail(m) => Error::WouldFail(m.clone()),
+        Error::Codec(m) => Error::Codec(m.clone()),
+        Error::ShutDown => Error::ShutDown,
+        Error::Io { context, source } => Error::Io {
+            context: context.clone(),
+            source: match source.raw_os_error() {
+                Some(n) => std::io::Error::from_raw_os_error(n),
+                None => std::io::Error::new(source.kind(), source.to_string()),
+            },
+        },
+        other => Error::Failed(other.to_string().into()),
+    }
 }
 
 /// A piece of new data destined for one data chunk of a stripe.
@@ -56,6 +182,7 @@ impl Parity {
             k: codec.k(),
             m: codec.m(),
             codec: Arc::new(codec),
+            gathering: Gathering::new(),
         })
     }
 
@@ -118,10 +245,202 @@ impl Parity {
         Ok(())
     }
 
+    /// The pieces of one stripe with a member out of service: the rows they span are
+    /// gathered once under the stripe lock (each surviving chunk read once), rebuilt, and
+    /// copied out. A data chunk that failed to read is rewritten on its member.
+    async fn read_degraded(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        pieces: Vec<Extent>,
+        out: &SharedBuf,
+    ) -> Result<()> {
+        let _lock = dp.locks.lock(addr.group, addr.stripe).await;
+        dp.failed()?;
+        let st = dp.state.load_full();
+        let r0 = pieces.iter().map(|p| p.chunk_off).min().expect("pieces");
+        let r1 = pieces
+            .iter()
+            .map(|p| p.chunk_off + p.len)
+            .max()
+            .expect("pieces");
+        let base = dp.map.stripe_offset(addr.stripe);
+        let want: Vec<usize> = pieces.iter().map(|p| p.index).collect();
+        let g = self
+            .gather(dp, &st, addr, r0, r1 - r0, &want, IoClass::Foreground, None)
+            .await?;
+        // With checksums, a chunk rebuilt for a member in service that failed to read
+        // must match that member's tags (or show them to be the damaged part) before it
+        // is returned or written back.
+        if dp.integrity.is_some() {
+            for &s in g.stale.iter().filter(|&&s| s < self.k) {
+                let Some(m) = st.slots[dp.map.slot(addr, s)].readable(base + r1) else {
+                    continue;
+                };
+                let rebuilt = g.bufs[s].as_ref().expect("stale");
+                let raw = AlignedBuf::for_overwrite((r1 - r0) as usize).into_shared();
+                let as_read = match dp
+                    .mread_raw(m, base + r0, raw.clone(), IoClass::Foreground)
+                    .await
+                {
+                    Ok(()) => slice_of(&raw),
+                    Err(_) => &[][..],
+                };
+                dp.tags_vouch(m, base + r0, slice_of(rebuilt), as_read)
+                    .await?;
+            }
+        }
+        for p in &pieces {
+            let src = g.bufs[p.index].as_ref().expect("gathered");
+            let at = (p.chunk_off - r0) as usize;
+            let dst = out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
+            slice_mut(&dst).copy_from_slice(&slice_of(src)[at..at + p.len as usize]);
+        }
+        for &s in g.stale.iter().filter(|&&s| s < self.k) {
+            // Rebuilt although its member is in service: it failed to read.
+            if let Some(m) = st.slots[dp.map.slot(addr, s)].readable(base + r1) {
+                let fix = AlignedBuf::from_slice(slice_of(g.bufs[s].as_ref().expect("stale")));
+                dp.repair(m, base + r0, fix.into_shared(), IoClass::Foreground)
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
     fn encode(&self, rows: &[SharedBuf], parity: &[SharedBuf]) -> Result<()> {
         let dr: Vec<&[u8]> = rows.iter().map(slice_of).collect();
         let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
         self.codec.encode(&dr, &mut p).map_err(codec_err)
+    }
+
+    /// A partial stripe write offered for gathering with its neighbours (see
+    /// [`Gathering`]); `wait`: it may wait for them.
+    async fn write_gathered(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        new: Vec<NewData>,
+        fua: bool,
+        wait: bool,
+    ) -> Result<()> {
+        let g = &self.gathering;
+        let chunk = dp.geometry.chunk as u64;
+        let key = (addr.group, addr.stripe);
+        let mut mine: Vec<Option<Range<u64>>> = vec![None; self.k];
+        for d in &new {
+            mine[d.index] = Some(d.chunk_off..d.chunk_off + d.src.len() as u64);
+        }
+        let joined = {
+            let mut sh = g.shard(&key).lock();
+            match sh.get_mut(&key) {
+                Some(open) => match gather::join(&open.written, &mine) {
+                    Some(union) => {
+                        open.written = union;
+                        open.pieces.extend(new.iter().cloned());
+                        open.fua |= fua;
+                        if gather::whole(self.k, chunk, &open.written) {
+                            Joined::Run(sh.remove(&key).expect("open"))
+                        } else {
+                            let (tx, rx) = oneshot::channel();
+                            open.waiting.push(tx);
+                            Joined::Wait(open.id, rx)
+                        }
+                    }
+                    None => Joined::Alone,
+                },
+                None if wait && gather::edge(self.k, chunk, &mine) => {
+                    let id = g.ids.fetch_add(1, Ordering::Relaxed);
+                    let (tx, rx) = oneshot::channel();
+                    sh.insert(
+                        key,
+                        Open {
+                            id,
+                            written: mine,
+                            pieces: new.clone(),
+                            fua,
+                            waiting: vec![tx],
+                        },
+                    );
+                    Joined::Wait(id, rx)
+                }
+                None => Joined::Alone,
+            }
+        };
+        let (id, mut rx) = match joined {
+            Joined::Alone => return self.write_stripe(dp, addr, new, fua, Vec::new()).await,
+            Joined::Run(open) => {
+                g.misses.store(0, Ordering::Relaxed);
+                return self.run_gathered(dp, addr, open).await;
+            }
+            Joined::Wait(id, rx) => (id, rx),
+        };
+        let got = match tokio::time::timeout(g.wait, &mut rx).await {
+            Ok(got) => got,
+            Err(_) => {
+                // Nobody completed it in time: whoever comes first writes what there is.
+                let taken = {
+                    let mut sh = g.shard(&key).lock();
+                    match sh.get(&key) {
+                        Some(open) if open.id == id => sh.remove(&key),
+                        _ => None,
+                    }
+                };
+                match taken {
+                    Some(open) => {
+                        if open.waiting.len() == 1 {
+                            g.misses.fetch_add(1, Ordering::Relaxed);
+                        }
+                        return self.run_gathered(dp, addr, open).await;
+                    }
+                    None => rx.await,
+                }
+            }
+        };
+        match got {
+            Ok(r) => r,
+            // Whoever took our pieces went away before telling (its future was dropped):
+            // write them ourselves. Rewriting bytes that may have landed is harmless.
+            Err(_) => self.write_stripe(dp, addr, new, fua, Vec::new()).await,
+        }
+    }
+
+    /// Write everything gathered for a stripe as one stripe write; every write that rode
+    /// in it gets its outcome.
+    async fn run_gathered(&self, dp: &DataPath, addr: StripeAddr, open: Open) -> Result<()> {
+        let Open {
+            written,
+            mut pieces,
+            fua,
+            waiting,
+            ..
+        } = open;
+        // One piece per data chunk: where two writes met inside a chunk, their bytes are
+        // copied into one buffer (at most a chunk per gathered stripe).
+        let mut new = Vec::with_capacity(self.k);
+        pieces.sort_by_key(|d| (d.index, d.chunk_off));
+        for (i, w) in written.iter().enumerate() {
+            let Some(w) = w else { continue };
+            let mine: Vec<&NewData> = pieces.iter().filter(|d| d.index == i).collect();
+            if let [one] = mine[..] {
+                new.push(one.clone());
+                continue;
+            }
+            let buf = AlignedBuf::for_overwrite((w.end - w.start) as usize).into_shared();
+            for d in mine {
+                let at = (d.chunk_off - w.start) as usize;
+                slice_mut(&buf)[at..at + d.src.len()].copy_from_slice(slice_of(&d.src));
+            }
+            new.push(NewData {
+                index: i,
+                chunk_off: w.start,
+                src: buf,
+            });
+        }
+        let r = self.write_stripe(dp, addr, new, fua, Vec::new()).await;
+        for tx in waiting {
+            let _ = tx.send(r.as_ref().map(|_| ()).map_err(again));
+        }
+        r
     }
 
     /// Write new data into one stripe: plan, then execute.
@@ -598,11 +917,38 @@ impl Parity {
 
 impl Family for Parity {
     async fn read(&self, dp: &DataPath, offset: u64, out: &SharedBuf) -> Result<()> {
-        let futs = dp.map.map(offset, out.len() as u64).into_iter().map(|p| {
-            let dst = out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
-            self.read_piece(dp, p, dst)
-        });
-        futures::future::try_join_all(futs).await?;
+        // A stripe with a piece on a member out of service is read once, whole rows, and
+        // rebuilt: reading its other pieces on their own as well would read those chunks
+        // twice (DEVICE DOWN sequential reads).
+        let st = dp.state.load_full();
+        let mut direct = Vec::new();
+        let mut degraded: Vec<(StripeAddr, Vec<Extent>)> = Vec::new();
+        let mut pieces = dp.map.map(offset, out.len() as u64).into_iter().peekable();
+        while let Some(first) = pieces.next() {
+            let mut stripe = vec![first];
+            while let Some(p) = pieces.next_if(|p| p.addr == first.addr) {
+                stripe.push(p);
+            }
+            let missing = stripe
+                .iter()
+                .any(|p| st.slots[p.slot].readable(p.moff + p.len).is_none());
+            match missing && stripe.len() > 1 {
+                true => degraded.push((first.addr, stripe)),
+                false => direct.extend(stripe),
+            }
+        }
+        let slice = |p: &Extent| out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
+        let one = futures::future::try_join_all(
+            direct
+                .into_iter()
+                .map(|p| self.read_piece(dp, p, slice(&p))),
+        );
+        let whole = futures::future::try_join_all(
+            degraded
+                .into_iter()
+                .map(|(addr, ps)| self.read_degraded(dp, addr, ps, out)),
+        );
+        futures::future::try_join(one, whole).await?;
         Ok(())
     }
 
@@ -632,9 +978,23 @@ impl Family for Parity {
                 _ => stripes.push((p.addr, vec![nd], mine.into_iter().map(|x| (0, x)).collect())),
             }
         }
-        let futs = stripes
-            .into_iter()
-            .map(|(a, v, pp)| self.write_stripe(dp, a, v, fua, pp));
+        let g = &self.gathering;
+        g.writes.fetch_add(1, Ordering::Relaxed);
+        let _writing = Writing(&g.writes);
+        let chunk = dp.geometry.chunk as u64;
+        // Small writes (random I/O) go their own way; larger ones' partial stripes without
+        // partial blocks meet their neighbours (see `Gathering`). Blocks written in part
+        // are merged under the stripe lock alone.
+        let large = data.len() as u64 >= GATHER_MIN_WRITE;
+        let wait = large && g.worth_waiting();
+        let futs = stripes.into_iter().map(|(a, v, pp)| async move {
+            let partial = v.len() < self.k || v.iter().any(|d| d.src.len() as u64 != chunk);
+            if large && partial && pp.is_empty() {
+                self.write_gathered(dp, a, v, fua, wait).await
+            } else {
+                self.write_stripe(dp, a, v, fua, pp).await
+            }
+        });
         all_done(futs).await
     }
 

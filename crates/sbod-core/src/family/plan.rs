@@ -166,6 +166,82 @@ impl Shape {
     }
 }
 
+/// Gathering partial stripes across client requests (as md's stripe cache does): a
+/// sequential stream of requests that are not multiples of the stripe splits stripes
+/// between neighbouring requests; the halves written together make a full stripe that
+/// reads nothing. These decide from the written ranges alone (per data chunk, in codec
+/// order, as [`Shape::written`]).
+pub(crate) mod gather {
+    use std::ops::Range;
+
+    /// The stripe's data in volume order: chunk `i`'s range `r` is `i * chunk + r`.
+    fn flat(chunk: u64, w: &[Option<Range<u64>>]) -> Vec<Range<u64>> {
+        let mut v: Vec<Range<u64>> = w
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .map(|r| i as u64 * chunk + r.start..i as u64 * chunk + r.end)
+            })
+            .filter(|r| r.start < r.end)
+            .collect();
+        v.sort_by_key(|r| r.start);
+        v
+    }
+
+    /// One contiguous range of the stripe's data, if `w` is that.
+    fn span(chunk: u64, w: &[Option<Range<u64>>]) -> Option<Range<u64>> {
+        let v = flat(chunk, w);
+        let first = v.first()?;
+        let mut end = first.end;
+        for r in &v[1..] {
+            if r.start != end {
+                return None;
+            }
+            end = r.end;
+        }
+        Some(first.start..end)
+    }
+
+    /// Every byte of the stripe's data is written.
+    pub fn whole(k: usize, chunk: u64, w: &[Option<Range<u64>>]) -> bool {
+        w.len() == k && w.iter().all(|r| r.as_ref() == Some(&(0..chunk)))
+    }
+
+    /// A partial write worth waiting on: one contiguous piece at the start or the end of
+    /// the stripe's data (the tail of one sequential request or the head of the next), so
+    /// that the neighbouring request can complete the stripe.
+    pub fn edge(k: usize, chunk: u64, w: &[Option<Range<u64>>]) -> bool {
+        let total = k as u64 * chunk;
+        match span(chunk, w) {
+            Some(r) => (r.start == 0) != (r.end == total),
+            None => false,
+        }
+    }
+
+    /// The written ranges of two writes taken as one: only when they do not overlap (two
+    /// writes to the same bytes keep their own order, under the stripe lock) and every
+    /// chunk's new bytes stay one range (what a stripe plan takes).
+    pub fn join(
+        a: &[Option<Range<u64>>],
+        b: &[Option<Range<u64>>],
+    ) -> Option<Vec<Option<Range<u64>>>> {
+        if a.len() != b.len() {
+            return None;
+        }
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| match (x, y) {
+                (None, None) => Some(None),
+                (Some(r), None) | (None, Some(r)) => Some(Some(r.clone())),
+                (Some(x), Some(y)) if x.end == y.start => Some(Some(x.start..y.end)),
+                (Some(x), Some(y)) if y.end == x.start => Some(Some(y.start..x.end)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Shape, Strategy};
@@ -266,6 +342,69 @@ mod tests {
         assert_eq!(s3.plan().strategy, Strategy::Degraded);
         s3.unsynced = true;
         assert_eq!(s3.plan().strategy, Strategy::Full);
+    }
+
+    #[test]
+    fn split_stripes_gather_into_full_ones() {
+        use super::gather::{edge, join, whole};
+        // raid6 of 8 (k = 6), 64K chunks, 1 MiB requests: a tail (chunks 2.. and the end
+        // of chunk 1) and the next request's head (chunk 0 and the start of chunk 1).
+        let mut tail = vec![Some(0..C); 6];
+        tail[0] = None;
+        tail[1] = Some(C / 2..C);
+        let mut head = vec![None; 6];
+        head[0] = Some(0..C);
+        head[1] = Some(0..C / 2);
+        assert!(edge(6, C, &tail) && edge(6, C, &head));
+        let j = join(&tail, &head).expect("disjoint, one range per chunk");
+        assert!(whole(6, C, &j));
+        assert!(!edge(6, C, &j), "a whole stripe waits for nothing");
+        // Overlapping bytes never join; nor pieces that leave a hole inside a chunk.
+        assert!(join(&tail, &tail).is_none());
+        let mut gap = vec![None; 6];
+        gap[1] = Some(0..C / 4);
+        assert!(join(&tail, &gap).is_none());
+        // A piece in the middle of a stripe, or in pieces, is no edge.
+        let mut mid = vec![None; 6];
+        mid[2] = Some(0..C);
+        assert!(!edge(6, C, &mid));
+        let mut holes = vec![None; 6];
+        holes[0] = Some(0..4096);
+        holes[5] = Some(C - 4096..C);
+        assert!(!edge(6, C, &holes));
+    }
+
+    proptest! {
+        /// Joining two writes never loses or invents a byte: the join covers exactly the
+        /// bytes of both, they were disjoint, and `whole` is exact.
+        #[test]
+        fn joins_cover_exactly_both_writes(
+            k in 1usize..6,
+            a in proptest::collection::vec(proptest::option::of((0u64..16, 1u64..17)), 6),
+            b in proptest::collection::vec(proptest::option::of((0u64..16, 1u64..17)), 6),
+        ) {
+            use super::gather::{edge, join, whole};
+            let blk = |p: &Option<(u64, u64)>| p.map(|(s, n)| s * 4096..(s + n).min(16) * 4096);
+            let a: Vec<_> = a.iter().take(k).map(blk).collect();
+            let b: Vec<_> = b.iter().take(k).map(blk).collect();
+            let c = 16 * 4096;
+            let has = |w: &[Option<Range<u64>>], i: usize, x: u64| {
+                w[i].as_ref().is_some_and(|r| r.contains(&x))
+            };
+            if let Some(j) = join(&a, &b) {
+                for i in 0..k {
+                    for x in (0..c).step_by(4096) {
+                        prop_assert!(!(has(&a, i, x) && has(&b, i, x)), "overlap joined");
+                        prop_assert_eq!(has(&j, i, x), has(&a, i, x) || has(&b, i, x));
+                    }
+                }
+                let all = (0..k).all(|i| (0..c).step_by(4096).all(|x| has(&j, i, x)));
+                prop_assert_eq!(whole(k, c, &j), all);
+                if all {
+                    prop_assert!(!edge(k, c, &j));
+                }
+            }
+        }
     }
 
     proptest! {
