@@ -27,6 +27,7 @@
 #   --dir DIR                   where member files go (default: a temporary folder
 #                               under the repo, i.e. on the repo's disk)
 #   --json-out FILE             also write the summary rows as JSON lines
+#   --integrity crc32c          checksums of the RAID arrays (crc32c or none; BASELINE has none)
 # Environment: SBOD=path/to/sbod skips the build; SBOD_IO etc. pass through to the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,7 @@ WS=1G
 PRECOND=seq
 DIR=
 JSON_OUT=
+INTEGRITY=crc32c
 while [ $# -gt 0 ]; do
   case "$1" in
     --places) PLACES=$2; shift 2 ;;
@@ -60,6 +62,7 @@ while [ $# -gt 0 ]; do
     --precondition) PRECOND=$2; shift 2 ;;
     --dir) DIR=$2; shift 2 ;;
     --json-out) JSON_OUT=$2; shift 2 ;;
+    --integrity) INTEGRITY=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -87,7 +90,7 @@ ROWS=$WORK/rows.jsonl
 : >"$ROWS"
 
 echo "# bench-raid: $(uname -sr), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# $MEMBERS members of $SIZE_EACH, chunk $CHUNK, $REPS x ${RUNTIME}s (+${RAMP}s ramp), working set $WS, precondition $PRECOND"
+echo "# $MEMBERS members of $SIZE_EACH, chunk $CHUNK, $REPS x ${RUNTIME}s (+${RAMP}s ramp), working set $WS, precondition $PRECOND, integrity $INTEGRITY"
 IFS=, read -r -a places <<<"$PLACES"
 IFS=, read -r -a levels <<<"$LEVELS"
 for place in "${places[@]}"; do
@@ -109,7 +112,8 @@ for place in "${places[@]}"; do
   for level in "${levels[@]}"; do
     "$SBOD" forget braid >/dev/null 2>&1 || true
     # A previous level's superblocks are on the members: --force.
-    "$SBOD" create braid --level "$level" --chunk "$CHUNK" --force "${members[@]}" >/dev/null
+    "$SBOD" create braid --level "$level" --chunk "$CHUNK" --integrity "$INTEGRITY" --force \
+      "${members[@]}" >/dev/null
     # `create` starts a resync; bench waits for it before it measures.
     out=$WORK/out-$place-${level//[:+]/_}
     echo "## $place $level" >&2
