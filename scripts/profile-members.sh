@@ -26,6 +26,7 @@ CHUNK=64K
 GROUPS_=1
 NUMJOBS=1
 CPUS=
+INTEGRITY=crc32c
 SIZE_EACH=512M
 RUNTIME=5
 ONLY=seqwrite-1M,seqread-1M,seqwrite-768K
@@ -39,6 +40,7 @@ while [ $# -gt 0 ]; do
     --groups) GROUPS_=$2; shift 2 ;;
     --numjobs) NUMJOBS=$2; shift 2 ;;
     --cpus) CPUS=$2; shift 2 ;;
+    --integrity) INTEGRITY=$2; shift 2 ;;
     --size-each) SIZE_EACH=$2; shift 2 ;;
     --runtime) RUNTIME=$2; shift 2 ;;
     --jobs) ONLY=$2; shift 2 ;;
@@ -90,7 +92,8 @@ for i in $(seq 0 $((MEMBERS - 1))); do
     members+=("$f")
   fi
 done
-"$SBOD" create prof --level "$LEVEL" --chunk "$CHUNK" --groups "$GROUPS_" --assume-clean "${members[@]}" >/dev/null
+"$SBOD" create prof --level "$LEVEL" --chunk "$CHUNK" --groups "$GROUPS_" --integrity "$INTEGRITY" \
+  --assume-clean "${members[@]}" >/dev/null
 PIN=()
 [ -n "$CPUS" ] && PIN=(taskset -c "$CPUS")
 "${PIN[@]}" "$SBOD" serve prof --nbd "unix:$WORK/s.sock" 2>"$WORK/serve.log" &

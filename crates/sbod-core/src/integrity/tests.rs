@@ -36,6 +36,23 @@ fn tags_depend_on_data_and_address_and_are_never_zero() {
     assert!(tags.len() > 99_990, "{}", tags.len());
 }
 
+/// The tags are on the members: the CRC must stay crc32c bit for bit, whichever crate
+/// computes it (checked against the `crc32c` crate, the log format's, and a known value).
+#[test]
+fn the_crc_is_crc32c() {
+    assert_eq!(crc(b"123456789"), 0xE306_9283); // the CRC-32C check value
+    assert_eq!(crc(&[]), 0);
+    for seed in 0..64u64 {
+        let b = block_of(seed);
+        assert_eq!(crc(&b), crc32c::crc32c(&b), "seed {seed}");
+        // Lengths that are not whole blocks or vectors, and unaligned starts.
+        let n = (seed as usize * 37) % b.len();
+        let at = seed as usize % 13;
+        assert_eq!(crc(&b[at..n.max(at)]), crc32c::crc32c(&b[at..n.max(at)]));
+    }
+    assert_eq!(*ZERO_CRC, crc32c::crc32c(&[0u8; BLOCK as usize]));
+}
+
 #[test]
 fn the_superblock_record_round_trips_and_is_checked() {
     let g = Geometry {
