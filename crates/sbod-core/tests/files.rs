@@ -1,6 +1,9 @@
 //! The engine on real files with O_DIRECT: the whole life cycle, stale members, foreign
 //! members, and an unclean shutdown resynced from the write-intent bitmap.
 
+mod torture_util;
+use torture_util::pattern;
+
 use sbod_core::dev::{self, file, BlockDev};
 use sbod_core::error::Step;
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Error, Level, MemberSpec};
@@ -57,18 +60,6 @@ fn spec(name: &str, level: Level) -> CreateSpec {
         integrity: sbod_core::integrity::Kind::Crc32c,
         force: false,
     }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 async fn assemble(paths: &[PathBuf]) -> Result<Arc<Array>, Error> {

@@ -4,22 +4,17 @@
 //! block is rewritten in place and the member is charged (and failed past
 //! `max_checksum_errors`); where there is none the client gets EIO. Never the wrong bytes.
 
+mod torture_util;
+
 use sbod_core::dev::fault::{self, FaultDev, FaultPlan};
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::integrity::Kind;
-use sbod_core::{AlignedBuf, Array, CreateSpec, Level, MemberSpec};
+use sbod_core::{AlignedBuf, Array, CreateSpec, Level};
 use std::sync::Arc;
-
-const MIB: u64 = 1 << 20;
-const CHUNK: u32 = 16384;
-const BLOCK: usize = 4096;
+use torture_util::{pattern, specs, BLOCK, CHUNK, MIB};
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    torture_util::rt(2)
 }
 
 /// (level, members, copies): every level.
@@ -36,18 +31,6 @@ fn levels() -> Vec<(Level, usize, u32)> {
     ]
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 struct Rig {
     a: Arc<Array>,
     devs: Vec<Arc<FaultDev>>,
@@ -58,15 +41,6 @@ async fn rig(level: Level, n: usize, copies: u32) -> Rig {
         .map(|i| {
             let m: Arc<dyn BlockDev> = Arc::new(MemDev::new(format!("m{i}"), 3 * MIB));
             Arc::new(FaultDev::new(m, i as u64))
-        })
-        .collect();
-    let specs = devs
-        .iter()
-        .map(|d| MemberSpec {
-            dev: d.clone() as Arc<dyn BlockDev>,
-            path: d.name().to_string(),
-            is_file: false,
-            domain: String::new(),
         })
         .collect();
     let spec = CreateSpec {
@@ -81,7 +55,7 @@ async fn rig(level: Level, n: usize, copies: u32) -> Rig {
         integrity: Kind::Crc32c,
         force: false,
     };
-    let a = Array::create(spec, specs).await.unwrap();
+    let a = Array::create(spec, specs(&devs)).await.unwrap();
     assert_eq!(a.integrity(), Kind::Crc32c);
     Rig { a, devs }
 }
@@ -109,6 +83,13 @@ impl Rig {
             }
         }
         eio
+    }
+
+    /// Read `want` back after one block of a member went bad: with redundancy every
+    /// block reads right, without it that one block answers EIO.
+    async fn check_one_bad(&self, want: &[u8], what: &str) {
+        let eio = self.check(want, what).await;
+        assert_eq!(eio.len(), usize::from(!self.redundant()), "{what}: {eio:?}");
     }
 
     fn cksum(&self, i: usize) -> u64 {
@@ -249,12 +230,7 @@ fn a_stale_block_put_back_is_caught() {
                 .await
                 .unwrap();
             fault::write_all(&inner, at, &stale, true).unwrap();
-            let eio = r.check(&v2, &format!("{level}")).await;
-            if r.redundant() {
-                assert!(eio.is_empty(), "{level}: {eio:?}");
-            } else {
-                assert_eq!(eio.len(), 1, "{level}: {eio:?}");
-            }
+            r.check_one_bad(&v2, &format!("{level}")).await;
             r.a.close().await.unwrap();
         });
     }
@@ -276,28 +252,15 @@ fn checksums_persist_across_a_restart() {
             r.devs[0]
                 .corrupt(r.data_offset() + 2 * BLOCK as u64, 1)
                 .unwrap();
-            let specs = r
-                .devs
-                .iter()
-                .map(|d| MemberSpec {
-                    dev: d.clone() as Arc<dyn BlockDev>,
-                    path: d.name().to_string(),
-                    is_file: false,
-                    domain: String::new(),
-                })
-                .collect();
-            let a = Array::assemble(specs, Default::default()).await.unwrap();
+            let a = Array::assemble(specs(&r.devs), Default::default())
+                .await
+                .unwrap();
             assert_eq!(a.integrity(), Kind::Crc32c, "{level}");
             let r2 = Rig {
                 a,
                 devs: r.devs.clone(),
             };
-            let eio = r2.check(&data, &format!("{level}")).await;
-            if r2.redundant() {
-                assert!(eio.is_empty(), "{level}: {eio:?}");
-            } else {
-                assert_eq!(eio.len(), 1, "{level}: {eio:?}");
-            }
+            r2.check_one_bad(&data, &format!("{level}")).await;
             r2.a.close().await.unwrap();
         });
     }
@@ -327,8 +290,7 @@ fn zeroed_blocks_carry_the_tags_of_zeros() {
             data[3 * sd + 100..3 * sd + 9100].fill(0);
             assert!(r.check(&data, &format!("{level}")).await.is_empty());
             r.devs[0].corrupt(r.data_offset() + 1, 0x80).unwrap();
-            let eio = r.check(&data, &format!("{level}")).await;
-            assert_eq!(eio.len(), usize::from(!r.redundant()), "{level}: {eio:?}");
+            r.check_one_bad(&data, &format!("{level}")).await;
             r.a.close().await.unwrap();
         });
     }

@@ -3,6 +3,9 @@
 //! files), short reads, ENOSPC from thin members sharing their space, and the stripes a
 //! write leaves inconsistent when it reaches some members only.
 
+mod torture_util;
+use torture_util::pattern;
+
 use sbod_core::dev::fault::{FaultDev, SpacePool};
 use sbod_core::dev::{self, file, BlockDev, MemDev};
 use sbod_core::error::Step;
@@ -46,18 +49,6 @@ fn layouts() -> Vec<(Level, usize, u32)> {
         (Level::Raid6, 5, 2),
         (Level::Ec { k: 3, m: 2 }, 5, 2),
     ]
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Members that behave as files (`is_file`: the engine checks their size after writes).

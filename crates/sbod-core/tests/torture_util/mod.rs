@@ -319,6 +319,19 @@ pub async fn scrub_check(a: &Arc<Array>, what: &str) {
     );
 }
 
+/// `len` bytes of a xorshift stream from `seed` (a different block content per seed).
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 pub fn rt(threads: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
