@@ -269,15 +269,25 @@ impl Parity {
         let g = self
             .gather(dp, &st, addr, r0, r1 - r0, &want, IoClass::Foreground, None)
             .await?;
-        // With checksums, a chunk rebuilt for a member in service that failed to read
-        // must match that member's tags (or show them to be the damaged part) before it
-        // is returned or written back.
-        if dp.integrity.is_some() {
-            for &s in g.stale.iter().filter(|&&s| s < self.k) {
-                let Some(m) = st.slots[dp.map.slot(addr, s)].readable(base + r1) else {
-                    continue;
-                };
-                let rebuilt = g.bufs[s].as_ref().expect("stale");
+        // Data chunks rebuilt although their member is in service: it failed to read.
+        // With checksums, each must match that member's tags before it is returned or
+        // written back; only where it does not are the member's own bytes read, to tell
+        // a damaged tag (they equal the rebuild) from a rebuild that is not the data.
+        let fixes: Vec<(&Arc<Member>, &SharedBuf)> = g
+            .stale
+            .iter()
+            .filter(|&&s| s < self.k)
+            .filter_map(|&s| {
+                let m = st.slots[dp.map.slot(addr, s)].readable(base + r1)?;
+                Some((m, g.bufs[s].as_ref().expect("stale")))
+            })
+            .collect();
+        for &(m, rebuilt) in &fixes {
+            if dp
+                .tags_vouch(m, base + r0, slice_of(rebuilt), &[])
+                .await
+                .is_err()
+            {
                 let raw = AlignedBuf::for_overwrite((r1 - r0) as usize).into_shared();
                 let as_read = match dp
                     .mread_raw(m, base + r0, raw.clone(), IoClass::Foreground)
@@ -296,13 +306,10 @@ impl Parity {
             let dst = out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
             slice_mut(&dst).copy_from_slice(&slice_of(src)[at..at + p.len as usize]);
         }
-        for &s in g.stale.iter().filter(|&&s| s < self.k) {
-            // Rebuilt although its member is in service: it failed to read.
-            if let Some(m) = st.slots[dp.map.slot(addr, s)].readable(base + r1) {
-                let fix = AlignedBuf::from_slice(slice_of(g.bufs[s].as_ref().expect("stale")));
-                dp.repair(m, base + r0, fix.into_shared(), IoClass::Foreground)
-                    .await;
-            }
+        for (m, rebuilt) in fixes {
+            let fix = AlignedBuf::from_slice(slice_of(rebuilt));
+            dp.repair(m, base + r0, fix.into_shared(), IoClass::Foreground)
+                .await;
         }
         Ok(())
     }
