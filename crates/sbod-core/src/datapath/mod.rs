@@ -123,11 +123,16 @@ impl Written {
     fn add(&mut self, o: Written) {
         self.any_failed |= o.any_failed;
         for m in o.full {
-            if !self.full.iter().any(|x| Arc::ptr_eq(x, &m)) {
-                self.full.push(m);
-            }
+            push_once(&mut self.full, m);
         }
         self.region = self.region.or(o.region);
+    }
+}
+
+/// Add `m` to `ms` unless it is there (the members a write found full, each once).
+fn push_once(ms: &mut Vec<Arc<Member>>, m: Arc<Member>) {
+    if !ms.iter().any(|x| Arc::ptr_eq(x, &m)) {
+        ms.push(m);
     }
 }
 
@@ -163,16 +168,17 @@ fn records_of(targets: &[Target]) -> Vec<log::Write> {
     out
 }
 
-/// Cut targets into rounds whose records fit the log (`max` bytes): every target's
-/// `step`-th piece in the same round. A stripe's plan fits in one (a log device holds four
-/// of the largest, checked when it is added); only long runs of raid0/concat (and mirror
-/// pieces on a small log) are cut, and each piece is then written before the next is
-/// logged (a round's record waits for none of the others').
-fn rounds_of(targets: Vec<Target>, max: u64) -> Vec<Vec<Target>> {
-    if Log::record_len(&records_of(&targets)) <= max {
-        return vec![targets];
+/// Cut targets into rounds whose records fit the log (`max` bytes), each with its record:
+/// every target's `step`-th piece in the same round. A stripe's plan fits in one (a log
+/// device holds four of the largest, checked when it is added); only long runs of
+/// raid0/concat (and mirror pieces on a small log) are cut, and each piece is then written
+/// before the next is logged (a round's record waits for none of the others').
+fn rounds_of(targets: Vec<Target>, max: u64) -> Vec<(Vec<Target>, Vec<log::Write>)> {
+    let whole = records_of(&targets);
+    if Log::record_len(&whole) <= max {
+        return vec![(targets, whole)];
     }
-    let distinct = records_of(&targets).len().max(1) as u64;
+    let distinct = whole.len().max(1) as u64;
     let block = log::format::BLOCK as u64;
     let step = ((max.saturating_sub(64 << 10)) / distinct / block * block).max(block) as usize;
     let longest = targets.iter().map(|t| t.buf.len()).max().unwrap_or(0);
@@ -192,7 +198,8 @@ fn rounds_of(targets: Vec<Target>, max: u64) -> Vec<Vec<Target>> {
                 }
             })
             .collect();
-        out.push(round);
+        let record = records_of(&round);
+        out.push((round, record));
         at += step;
     }
     out
@@ -554,8 +561,8 @@ impl DataPath {
             return self.write_now(targets, fua, class).await;
         };
         let mut out = Written::default();
-        for round in rounds_of(targets, log.max_record()) {
-            let written = match self.log_append(&log, &records_of(&round), fua).await {
+        for (round, record) in rounds_of(targets, log.max_record()) {
+            let written = match self.log_append(&log, &record, fua).await {
                 Via::Log(t) => {
                     let w = self.write_now(round, false, class).await;
                     t.applied();
@@ -581,9 +588,7 @@ impl DataPath {
                     == WriteFault::NoSpace
                 {
                     out.region = Some(off);
-                    if !out.full.iter().any(|x| Arc::ptr_eq(x, &m)) {
-                        out.full.push(m);
-                    }
+                    push_once(&mut out.full, m);
                 }
             }
         }
@@ -700,9 +705,8 @@ impl DataPath {
                 if let Err(e) = r {
                     if self.write_failed(&m, &e, crate::reason::WRITE_ERROR).await
                         == WriteFault::NoSpace
-                        && !full.iter().any(|x| Arc::ptr_eq(x, &m))
                     {
-                        full.push(m);
+                        push_once(&mut full, m);
                     }
                 }
             }
