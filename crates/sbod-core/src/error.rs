@@ -176,6 +176,30 @@ impl std::fmt::Display for MissingMembers {
 }
 
 impl Error {
+    /// The same error again, for each of several callers it reaches (a gathered stripe
+    /// write's riders): errors are not `Clone`, an I/O error's payload is not.
+    pub(crate) fn again(&self) -> Error {
+        match self {
+            Error::Failed(m) => Error::Failed(m.clone()),
+            Error::NoSpace(m) => Error::NoSpace(m.clone()),
+            Error::ReadOnly(m) => Error::ReadOnly(m.clone()),
+            Error::Busy(m) => Error::Busy(m.clone()),
+            Error::Invalid(m) => Error::Invalid(m.clone()),
+            Error::Refused(m) => Error::Refused(m.clone()),
+            Error::WouldFail(m) => Error::WouldFail(m.clone()),
+            Error::Codec(m) => Error::Codec(m.clone()),
+            Error::ShutDown => Error::ShutDown,
+            Error::Io { context, source } => Error::Io {
+                context: context.clone(),
+                source: match source.raw_os_error() {
+                    Some(n) => std::io::Error::from_raw_os_error(n),
+                    None => std::io::Error::new(source.kind(), source.to_string()),
+                },
+            },
+            other => Error::Failed(other.to_string().into()),
+        }
+    }
+
     /// What the person can do about this error.
     pub fn advice(&self) -> Vec<Step> {
         match self {

@@ -126,30 +126,6 @@ enum Joined {
     Alone,
 }
 
-/// An error again, for each write that rode in a gathered stripe write (errors are not
-/// `Clone`: an I/O error's payload is not).
-fn again(e: &Error) -> Error {
-    match e {
-        Error::Failed(m) => Error::Failed(m.clone()),
-        Error::NoSpace(m) => Error::NoSpace(m.clone()),
-        Error::ReadOnly(m) => Error::ReadOnly(m.clone()),
-        Error::Busy(m) => Error::Busy(m.clone()),
-        Error::Invalid(m) => Error::Invalid(m.clone()),
-        Error::Refused(m) => Error::Refused(m.clone()),
-        Error::WouldFail(m) => Error::WouldFail(m.clone()),
-        Error::Codec(m) => Error::Codec(m.clone()),
-        Error::ShutDown => Error::ShutDown,
-        Error::Io { context, source } => Error::Io {
-            context: context.clone(),
-            source: match source.raw_os_error() {
-                Some(n) => std::io::Error::from_raw_os_error(n),
-                None => std::io::Error::new(source.kind(), source.to_string()),
-            },
-        },
-        other => Error::Failed(other.to_string().into()),
-    }
-}
-
 /// A piece of new data destined for one data chunk of a stripe.
 #[derive(Clone)]
 struct NewData {
@@ -445,7 +421,7 @@ impl Parity {
         }
         let r = self.write_stripe(dp, addr, new, fua, Vec::new()).await;
         for tx in waiting {
-            let _ = tx.send(r.as_ref().map(|_| ()).map_err(again));
+            let _ = tx.send(r.as_ref().map(|_| ()).map_err(Error::again));
         }
         r
     }
