@@ -132,6 +132,9 @@ impl Default for Limits {
 /// Bytes of request payload in flight per connection (reads and writes), within the
 /// server-wide budget, so one connection cannot take it all.
 const INFLIGHT_BUDGET: u32 = 256 << 20;
+/// Socket buffers of a connection in the handshake, and in transmission.
+const HANDSHAKE_BUF: usize = 4096;
+const IO_BUF: usize = 256 * 1024;
 /// Connections beyond the limits being told why at once; more are closed unanswered.
 const REFUSING: usize = 64;
 /// The longest a refused connection is kept to read the reason.
@@ -555,8 +558,10 @@ where
     B: Backend,
 {
     let (r, w) = tokio::io::split(stream);
-    let mut r = BufReader::with_capacity(256 * 1024, r);
-    let mut w = BufWriter::with_capacity(256 * 1024, w);
+    // Small buffers until the handshake is over: a connection that never finishes it
+    // costs little (the transmission's large ones are made after).
+    let mut r = BufReader::with_capacity(HANDSHAKE_BUF, r);
+    let mut w = BufWriter::with_capacity(HANDSHAKE_BUF, w);
     let mut stop2 = stop.clone();
     let hs = tokio::select! {
         h = timeout_at(deadline, handshake(&mut r, &mut w, &shared.exports, no_zeroes, tls_done)) => {
@@ -566,7 +571,15 @@ where
     };
     let stats = shared.stats.clone();
     match hs {
-        Ok(Some(neg)) => transmission(r, w, neg, shared.clone(), stop).await,
+        Ok(Some(neg)) => {
+            // What the client sent after its GO is read first; the handshake flushed
+            // everything it wrote.
+            debug_assert!(w.buffer().is_empty());
+            let early = std::io::Cursor::new(r.buffer().to_vec());
+            let r = BufReader::with_capacity(IO_BUF, early.chain(r.into_inner()));
+            let w = BufWriter::with_capacity(IO_BUF, w.into_inner());
+            transmission(r, w, neg, shared.clone(), stop).await
+        }
         Ok(None) => Ok(()),
         Err(e) => {
             stats.protocol_errors.fetch_add(1, Relaxed);

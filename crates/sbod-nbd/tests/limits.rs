@@ -292,3 +292,48 @@ fn idle_connections_are_closed_only_when_asked() {
     assert_eq!(c.read(0, 4096).unwrap(), vec![1u8; 4096]);
     c.disconnect();
 }
+
+/// Requests sent together with the GO (before its reply) are kept across the switch from
+/// the handshake's small buffers to the transmission's: a WRITE and a FLUSH sent in one
+/// write with the option are both served, and the data reads back.
+#[test]
+fn requests_pipelined_after_go_are_kept() {
+    let srv = TestServer::start(SIZE);
+    let mut s = UnixStream::connect(&srv.sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    greet(&mut s);
+    let go = encode_info_request(&InfoRequest {
+        name: String::new(),
+        requests: vec![INFO_BLOCK_SIZE],
+    });
+    let mut out = IHAVEOPT.to_be_bytes().to_vec();
+    out.extend_from_slice(&OPT_GO.to_be_bytes());
+    out.extend_from_slice(&(go.len() as u32).to_be_bytes());
+    out.extend_from_slice(&go);
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
+    for (kind, cookie, len, payload) in [
+        (CMD_WRITE, 1u64, 8192u32, &data[..]),
+        (CMD_FLUSH, 2, 0, &[][..]),
+    ] {
+        out.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+        out.extend_from_slice(&0u16.to_be_bytes());
+        out.extend_from_slice(&kind.to_be_bytes());
+        out.extend_from_slice(&cookie.to_be_bytes());
+        out.extend_from_slice(&(if kind == CMD_FLUSH { 0u64 } else { 4096 }).to_be_bytes());
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(payload);
+    }
+    s.write_all(&out).unwrap();
+    loop {
+        let (kind, _) = read_option_reply(&mut s, OPT_GO);
+        if kind == REP_ACK {
+            break;
+        }
+        assert_eq!(kind, REP_INFO);
+    }
+    let mut c = Client::from_stream(s, false, SIZE);
+    let mut got = [c.reply(0), c.reply(0)];
+    got.sort();
+    assert_eq!(got, [(1, 0, vec![]), (2, 0, vec![])]);
+    assert_eq!(c.read(4096, 8192).unwrap(), data);
+}
