@@ -959,23 +959,31 @@ where
         // Wait for the next request: for ever, or as long as the idle timeout allows while
         // nothing is in flight. The writer ending (the client not taking its replies)
         // ends the connection.
-        let waited = loop {
-            let idle = async {
-                match limits.idle_timeout {
-                    Some(t) => tokio::time::sleep(t).await,
-                    None => std::future::pending().await,
+        // The fast path: the next request is already buffered (no waiting, no timer).
+        let waited = if !r.buffer().is_empty() {
+            if *stop.borrow() || tx.is_closed() {
+                break;
+            }
+            Some(Ok(false))
+        } else {
+            loop {
+                let idle = async {
+                    match limits.idle_timeout {
+                        Some(t) => tokio::time::sleep(t).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    _ = stop.changed() => break None,
+                    _ = tx.closed() => break None,
+                    x = r.fill_buf() => break Some(x.map(|b| b.is_empty())),
+                    _ = idle => if slots.available_permits() == INFLIGHT_REQUESTS {
+                        stats.timeouts.fetch_add(1, Relaxed);
+                        tracing::debug!("closing an idle connection");
+                        break None;
+                    },
                 }
-            };
-            tokio::select! {
-                biased;
-                _ = stop.changed() => break None,
-                _ = tx.closed() => break None,
-                x = r.fill_buf() => break Some(x.map(|b| b.is_empty())),
-                _ = idle => if slots.available_permits() == INFLIGHT_REQUESTS {
-                    stats.timeouts.fetch_add(1, Relaxed);
-                    tracing::debug!("closing an idle connection");
-                    break None;
-                },
             }
         };
         match waited {
@@ -988,7 +996,7 @@ where
         }
         // A request has begun: the rest of its header is due now.
         let mut hdr = [0u8; REQUEST_LEN];
-        match timeout(limits.io_timeout, r.read_exact(&mut hdr)).await {
+        match read_within(&mut r, &mut hdr, limits.io_timeout).await {
             Err(_) => {
                 result = late("a request header did not arrive in time");
                 break;
@@ -1071,7 +1079,7 @@ where
             let got = tokio::select! {
                 biased;
                 _ = stop.changed() => break,
-                x = timeout(limits.io_timeout, r.read_exact(buf.as_mut())) => x,
+                x = read_within(&mut r, buf.as_mut(), limits.io_timeout) => x,
             };
             match got {
                 Err(_) => {
@@ -1120,6 +1128,19 @@ where
         _ => {}
     }
     result
+}
+
+/// `read_exact` within `t`; without a timer when the bytes are already buffered (the
+/// common case for a small request: its header and payload came in one read).
+async fn read_within<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    buf: &mut [u8],
+    t: Duration,
+) -> Result<io::Result<usize>, tokio::time::error::Elapsed> {
+    if r.buffer().len() >= buf.len() {
+        return Ok(r.read_exact(buf).await);
+    }
+    timeout(t, r.read_exact(buf)).await
 }
 
 fn err_code(e: NbdError) -> u32 {
