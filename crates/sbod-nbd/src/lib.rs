@@ -19,5 +19,5 @@ pub mod uri;
 pub use backend::{Backend, ExportInfo, NbdError};
 pub use client::{ClientBuf, ClientOptions, Command, Connection, Death, Outcome};
 pub use mem::MemBackend;
-pub use server::{Listen, Server, Stats};
+pub use server::{Limits, Listen, Server, Stats};
 pub use uri::NbdUri;

@@ -3,21 +3,32 @@
 //! Per connection, one task reads requests and runs each in its own task (so one slow
 //! request never holds up others; replies go out in completion order); a small request
 //! that completes at its first poll is answered from the reader without a task of its own.
-//! One task writes replies, coalescing small ones. In-flight work per connection is bounded
-//! by a byte budget, so one client cannot exhaust memory. A malformed request closes only its own
+//! One task writes replies, coalescing small ones. A malformed request closes only its own
 //! connection.
+//!
+//! No client can exhaust the server ([`Limits`], docs/RELIABILITY.md "Hostile input"): request
+//! payloads in flight draw on one byte budget shared by every connection, taken before a
+//! WRITE's buffer is allocated and held until its write completes (a READ's until its data
+//! is sent); connections are counted, server-wide and per client address, and those beyond
+//! the limit are told why; a handshake, a started request and a batch of replies each have a
+//! deadline, so a client that stalls holds nothing for long.
 
 use crate::backend::{Backend, ExportInfo, NbdError};
 use crate::proto::*;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use std::time::Duration;
+use tokio::io::{
+    AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
+};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{timeout, timeout_at, Instant};
 
 /// Where to listen.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,10 +83,62 @@ pub struct Stats {
     pub errors: AtomicU64,
     /// Connections dropped for breaking the protocol.
     pub protocol_errors: AtomicU64,
+    /// Connections refused for the connection limits.
+    pub refused: AtomicU64,
+    /// Connections closed for a deadline: handshake, request, replies, idle.
+    pub timeouts: AtomicU64,
+    /// Bytes of the shared payload budget held now.
+    pub inflight_bytes: AtomicU64,
 }
 
-/// Bytes of request payload in flight per connection (reads and writes).
+/// What keeps clients from exhausting the server. Every field has a default fit for a
+/// served array; `sbod serve` and `sbod export` set them from their flags.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of request payload held at once by all connections together: a WRITE's from
+    /// when its header is read (before its buffer is allocated) until the write completes,
+    /// a READ's until its data is sent. A request waits for budget; none allocates beyond
+    /// it. At least the largest request an export accepts (its max payload).
+    pub inflight_bytes: u64,
+    /// Connections at once, over all listeners (those in the handshake included).
+    pub max_connections: usize,
+    /// Connections at once from one IP address (TCP; a Unix socket's clients are local).
+    pub max_per_client: usize,
+    /// A connection that has not finished the handshake (TLS included) by then is closed.
+    pub handshake_timeout: Duration,
+    /// Once a request's first byte arrives, its header and WRITE payload must follow within
+    /// this, and the client must take each batch of replies within this; else the
+    /// connection is closed (its budget returns).
+    pub io_timeout: Duration,
+    /// Close a connection with nothing in flight that sends nothing for this long. `None`
+    /// (the default): never, as the kernel's client may sit idle for days and takes a
+    /// closed connection for a dead server.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            inflight_bytes: 512 << 20,
+            max_connections: 512,
+            max_per_client: 128,
+            handshake_timeout: Duration::from_secs(30),
+            io_timeout: Duration::from_secs(60),
+            idle_timeout: None,
+        }
+    }
+}
+
+/// Bytes of request payload in flight per connection (reads and writes), within the
+/// server-wide budget, so one connection cannot take it all.
 const INFLIGHT_BUDGET: u32 = 256 << 20;
+/// Socket buffers of a connection in the handshake, and in transmission.
+const HANDSHAKE_BUF: usize = 4096;
+const IO_BUF: usize = 256 * 1024;
+/// Connections beyond the limits being told why at once; more are closed unanswered.
+const REFUSING: usize = 64;
+/// The longest a refused connection is kept to read the reason.
+const REFUSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests in flight per connection.
 const INFLIGHT_REQUESTS: usize = 512;
 /// Requests up to this many bytes are first polled on the connection's reader task.
@@ -88,6 +151,90 @@ pub struct Server<B: Backend> {
     exports: Arc<Vec<(String, Arc<B>)>>,
     stats: Arc<Stats>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: Limits,
+}
+
+/// What every connection of a server shares.
+struct Shared<B> {
+    exports: Arc<Vec<(String, Arc<B>)>>,
+    stats: Arc<Stats>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: Limits,
+    /// The server-wide payload budget, in bytes.
+    budget: Arc<Semaphore>,
+    admission: Arc<Admission>,
+    refusing: Arc<Semaphore>,
+}
+
+/// Counts connections against the limits.
+struct Admission {
+    max: usize,
+    per_client: usize,
+    /// Open connections, and those per client address.
+    open: parking_lot::Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+/// One admitted connection; dropping it frees its place.
+struct Ticket {
+    adm: Arc<Admission>,
+    ip: Option<IpAddr>,
+}
+
+impl Admission {
+    fn admit(self: &Arc<Self>, ip: Option<IpAddr>) -> Result<Ticket, String> {
+        let mut open = self.open.lock();
+        if open.0 >= self.max {
+            return Err(format!(
+                "sbod: the server's connection limit ({}) is reached; try again when a \
+                 connection closes",
+                self.max
+            ));
+        }
+        if let Some(ip) = ip {
+            let n = open.1.get(&ip).copied().unwrap_or(0);
+            if n >= self.per_client {
+                return Err(format!(
+                    "sbod: the limit of {} connections from {ip} is reached; close one first",
+                    self.per_client
+                ));
+            }
+            open.1.insert(ip, n + 1);
+        }
+        open.0 += 1;
+        Ok(Ticket {
+            adm: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut open = self.adm.open.lock();
+        open.0 -= 1;
+        if let Some(ip) = self.ip {
+            if let Some(n) = open.1.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    open.1.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+/// Budget held by one request: returned (and the gauge lowered) on drop.
+struct Held {
+    _conn: OwnedSemaphorePermit,
+    _all: OwnedSemaphorePermit,
+    stats: Arc<Stats>,
+    bytes: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.stats.inflight_bytes.fetch_sub(self.bytes, Relaxed);
+    }
 }
 
 struct Negotiated<B> {
@@ -124,7 +271,14 @@ impl<B: Backend> Server<B> {
             exports: Arc::new(exports),
             stats: Arc::new(Stats::default()),
             tls: None,
+            limits: Limits::default(),
         }
+    }
+
+    /// Serve within these limits instead of the defaults.
+    pub fn with_limits(mut self, limits: Limits) -> Server<B> {
+        self.limits = limits;
+        self
     }
 
     /// Require TLS (NBD_OPT_STARTTLS) before any export is shown or served.
@@ -144,11 +298,45 @@ impl<B: Backend> Server<B> {
         listen: Vec<Listen>,
         shutdown: impl Future<Output = ()> + Send,
     ) -> io::Result<()> {
+        let l = &self.limits;
+        let largest = self.exports.iter().map(|(_, e)| e.info().max_payload).max();
+        if let Some(m) = largest.filter(|&m| (m as u64) > l.inflight_bytes) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the in-flight budget ({} bytes) is below the largest request an export \
+                     accepts ({m} bytes): raise the budget",
+                    l.inflight_bytes
+                ),
+            ));
+        }
+        if l.max_connections == 0 || l.max_per_client == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the connection limits must allow at least one connection",
+            ));
+        }
+        let shared = Arc::new(Shared {
+            exports: self.exports.clone(),
+            stats: self.stats.clone(),
+            tls: self.tls.clone(),
+            limits: l.clone(),
+            budget: Arc::new(Semaphore::new(
+                l.inflight_bytes.min(Semaphore::MAX_PERMITS as u64) as usize,
+            )),
+            admission: Arc::new(Admission {
+                max: l.max_connections,
+                per_client: l.max_per_client,
+                open: Default::default(),
+            }),
+            refusing: Arc::new(Semaphore::new(REFUSING)),
+        });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut accepts = tokio::task::JoinSet::new();
         let conns = Arc::new(tokio::sync::Mutex::new(tokio::task::JoinSet::new()));
         let mut unix_paths = Vec::new();
         for l in &listen {
+            let (shared, mut stop, conns) = (shared.clone(), stop_rx.clone(), conns.clone());
             match l {
                 Listen::Unix(p) => {
                     if p.exists() {
@@ -164,20 +352,13 @@ impl<B: Backend> Server<B> {
                         io::Error::new(e.kind(), format!("binding {}: {e}", p.display()))
                     })?;
                     unix_paths.push(p.clone());
-                    let (exports, stats, mut stop, conns, tls) = (
-                        self.exports.clone(),
-                        self.stats.clone(),
-                        stop_rx.clone(),
-                        conns.clone(),
-                        self.tls.clone(),
-                    );
                     accepts.spawn(async move {
                         loop {
                             tokio::select! {
                                 _ = stop.changed() => break,
-                                r = lst.accept() => if let Ok((s, _)) = r {
-                                    let (exports, stats, stop, tls) = (exports.clone(), stats.clone(), stop.clone(), tls.clone());
-                                    conns.lock().await.spawn(connection(s, exports, stats, stop, tls));
+                                r = lst.accept() => match r {
+                                    Ok((s, _)) => admit(s, None, &shared, &stop, &conns).await,
+                                    Err(e) => accept_failed(e).await,
                                 }
                             }
                         }
@@ -187,21 +368,16 @@ impl<B: Backend> Server<B> {
                     let lst = TcpListener::bind(a)
                         .await
                         .map_err(|e| io::Error::new(e.kind(), format!("binding {a}: {e}")))?;
-                    let (exports, stats, mut stop, conns, tls) = (
-                        self.exports.clone(),
-                        self.stats.clone(),
-                        stop_rx.clone(),
-                        conns.clone(),
-                        self.tls.clone(),
-                    );
                     accepts.spawn(async move {
                         loop {
                             tokio::select! {
                                 _ = stop.changed() => break,
-                                r = lst.accept() => if let Ok((s, _)) = r {
-                                    let _ = s.set_nodelay(true);
-                                    let (exports, stats, stop, tls) = (exports.clone(), stats.clone(), stop.clone(), tls.clone());
-                                    conns.lock().await.spawn(connection(s, exports, stats, stop, tls));
+                                r = lst.accept() => match r {
+                                    Ok((s, peer)) => {
+                                        let _ = s.set_nodelay(true);
+                                        admit(s, Some(peer.ip()), &shared, &stop, &conns).await
+                                    }
+                                    Err(e) => accept_failed(e).await,
                                 }
                             }
                         }
@@ -230,39 +406,122 @@ impl<B: Backend> Server<B> {
     }
 }
 
-async fn connection<S, B>(
-    mut stream: S,
-    exports: Arc<Vec<(String, Arc<B>)>>,
-    stats: Arc<Stats>,
-    stop: watch::Receiver<bool>,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+/// Start serving an accepted connection, or refuse it (with the reason, when few are
+/// being refused at once) if it is beyond the limits.
+async fn admit<S, B>(
+    s: S,
+    ip: Option<IpAddr>,
+    shared: &Arc<Shared<B>>,
+    stop: &watch::Receiver<bool>,
+    conns: &tokio::sync::Mutex<tokio::task::JoinSet<()>>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     B: Backend,
 {
+    match shared.admission.admit(ip) {
+        Ok(ticket) => {
+            let fut = connection(s, shared.clone(), stop.clone(), ticket);
+            let mut set = conns.lock().await;
+            // Finished connections are reaped here: a JoinSet keeps each until joined.
+            while set.try_join_next().is_some() {}
+            set.spawn(fut);
+        }
+        Err(why) => {
+            // Logged the 1st, 2nd, 4th, 8th... time: a flood cannot flood the log.
+            let n = shared.stats.refused.fetch_add(1, Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(client = ?ip, refused = n, "NBD connection refused: {why}");
+            }
+            if let Ok(p) = shared.refusing.clone().try_acquire_owned() {
+                let t = shared.limits.handshake_timeout.min(REFUSE_TIMEOUT);
+                conns.lock().await.spawn(async move {
+                    let _ = timeout(t, refuse(s, why)).await;
+                    drop(p);
+                });
+            }
+        }
+    }
+}
+
+/// An accept that failed (e.g. out of file descriptors): wait a little rather than spin.
+async fn accept_failed(e: io::Error) {
+    tracing::warn!(error = %e, "accepting an NBD connection failed");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Tell a connection beyond the limits why it is refused: every option is answered
+/// NBD_REP_ERR_POLICY with the reason (what libnbd shows its user), until the client gives
+/// up. An EXPORT_NAME cannot be answered but by closing.
+async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, why: String) -> io::Result<()> {
+    greet(&mut s).await?;
+    for _ in 0..8 {
+        let magic = s.read_u64().await?;
+        if magic != IHAVEOPT {
+            break;
+        }
+        let opt = s.read_u32().await?;
+        let len = s.read_u32().await?;
+        if len > MAX_OPTION_LEN {
+            break;
+        }
+        tokio::io::copy(&mut (&mut s).take(len as u64), &mut tokio::io::sink()).await?;
+        match opt {
+            OPT_EXPORT_NAME => break,
+            OPT_ABORT => {
+                s.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                s.flush().await?;
+                break;
+            }
+            _ => {
+                s.write_all(&option_reply(opt, REP_ERR_POLICY, why.as_bytes()))
+                    .await?;
+                s.flush().await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn timed_out(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what.to_string())
+}
+
+async fn connection<S, B>(
+    mut stream: S,
+    shared: Arc<Shared<B>>,
+    stop: watch::Receiver<bool>,
+    ticket: Ticket,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: Backend,
+{
+    let stats = shared.stats.clone();
     stats.connections.fetch_add(1, Relaxed);
     stats.active.fetch_add(1, Relaxed);
     let mut stop2 = stop.clone();
+    // The whole handshake, TLS included, has one deadline.
+    let deadline = Instant::now() + shared.limits.handshake_timeout;
+    let late = || timed_out("the client did not finish the handshake in time");
     // Until the handshake is over, a server shutting down just drops the connection.
     let r = async {
         let no_zeroes = tokio::select! {
-            n = greet(&mut stream) => n?,
+            n = timeout_at(deadline, greet(&mut stream)) => n.map_err(|_| late())??,
             _ = stop2.changed() => return Ok(()),
         };
-        match tls {
-            None => session(stream, no_zeroes, false, exports, stats.clone(), stop).await,
+        match shared.tls.clone() {
+            None => session(stream, no_zeroes, false, &shared, deadline, stop).await,
             Some(acceptor) => {
                 let s = tokio::select! {
-                    s = async {
+                    s = timeout_at(deadline, async {
                         if !require_tls(&mut stream).await? {
                             return Ok(None);
                         }
                         acceptor.accept(stream).await.map(Some)
-                    } => s?,
+                    }) => s.map_err(|_| late())??,
                     _ = stop2.changed() => return Ok(()),
                 };
                 match s {
-                    Some(s) => session(s, no_zeroes, true, exports, stats.clone(), stop).await,
+                    Some(s) => session(s, no_zeroes, true, &shared, deadline, stop).await,
                     None => Ok(()),
                 }
             }
@@ -270,12 +529,19 @@ async fn connection<S, B>(
     }
     .await;
     if let Err(e) = r {
-        if e.kind() == io::ErrorKind::InvalidData {
-            stats.protocol_errors.fetch_add(1, Relaxed);
+        match e.kind() {
+            io::ErrorKind::InvalidData => {
+                stats.protocol_errors.fetch_add(1, Relaxed);
+            }
+            io::ErrorKind::TimedOut => {
+                stats.timeouts.fetch_add(1, Relaxed);
+            }
+            _ => {}
         }
         tracing::debug!(error = %e, "connection ended");
     }
     stats.active.fetch_sub(1, Relaxed);
+    drop(ticket);
 }
 
 /// Negotiate and serve one (possibly TLS) stream.
@@ -283,8 +549,8 @@ async fn session<S, B>(
     stream: S,
     no_zeroes: bool,
     tls_done: bool,
-    exports: Arc<Vec<(String, Arc<B>)>>,
-    stats: Arc<Stats>,
+    shared: &Arc<Shared<B>>,
+    deadline: Instant,
     stop: watch::Receiver<bool>,
 ) -> io::Result<()>
 where
@@ -292,15 +558,28 @@ where
     B: Backend,
 {
     let (r, w) = tokio::io::split(stream);
-    let mut r = BufReader::with_capacity(256 * 1024, r);
-    let mut w = BufWriter::with_capacity(256 * 1024, w);
+    // Small buffers until the handshake is over: a connection that never finishes it
+    // costs little (the transmission's large ones are made after).
+    let mut r = BufReader::with_capacity(HANDSHAKE_BUF, r);
+    let mut w = BufWriter::with_capacity(HANDSHAKE_BUF, w);
     let mut stop2 = stop.clone();
     let hs = tokio::select! {
-        h = handshake(&mut r, &mut w, &exports, no_zeroes, tls_done) => h,
+        h = timeout_at(deadline, handshake(&mut r, &mut w, &shared.exports, no_zeroes, tls_done)) => {
+            h.map_err(|_| timed_out("the client did not finish the handshake in time"))?
+        }
         _ = stop2.changed() => Ok(None),
     };
+    let stats = shared.stats.clone();
     match hs {
-        Ok(Some(neg)) => transmission(r, w, neg, stats, stop).await,
+        Ok(Some(neg)) => {
+            // What the client sent after its GO is read first; the handshake flushed
+            // everything it wrote.
+            debug_assert!(w.buffer().is_empty());
+            let early = std::io::Cursor::new(r.buffer().to_vec());
+            let r = BufReader::with_capacity(IO_BUF, early.chain(r.into_inner()));
+            let w = BufWriter::with_capacity(IO_BUF, w.into_inner());
+            transmission(r, w, neg, shared.clone(), stop).await
+        }
         Ok(None) => Ok(()),
         Err(e) => {
             stats.protocol_errors.fetch_add(1, Relaxed);
@@ -655,7 +934,7 @@ async fn transmission<R, W, B>(
     mut r: BufReader<R>,
     w: BufWriter<W>,
     neg: Negotiated<B>,
-    stats: Arc<Stats>,
+    shared: Arc<Shared<B>>,
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<()>
 where
@@ -664,24 +943,71 @@ where
     B: Backend,
 {
     let neg = Arc::new(neg);
-    let (tx, rx) = mpsc::channel::<Reply<B::Buf>>(1024);
-    let writer = tokio::spawn(write_replies(w, rx, neg.structured));
+    let stats = shared.stats.clone();
+    let limits = &shared.limits;
+    let (tx, rx) = mpsc::channel::<(Reply<B::Buf>, Option<Held>)>(1024);
+    let writer = tokio::spawn(write_replies(w, rx, neg.structured, limits.io_timeout));
     let budget = Arc::new(Semaphore::new(INFLIGHT_BUDGET as usize));
     let slots = Arc::new(Semaphore::new(INFLIGHT_REQUESTS));
+    let most = (INFLIGHT_BUDGET as u64).min(limits.inflight_bytes) as u32;
     let mut result = Ok(());
+    let late = |what: &str| {
+        stats.timeouts.fetch_add(1, Relaxed);
+        Err(timed_out(what))
+    };
     loop {
-        let mut hdr = [0u8; REQUEST_LEN];
-        tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            x = r.read_exact(&mut hdr) => {
-                if let Err(e) = x {
-                    if e.kind() != io::ErrorKind::UnexpectedEof {
-                        result = Err(e);
+        // Wait for the next request: for ever, or as long as the idle timeout allows while
+        // nothing is in flight. The writer ending (the client not taking its replies)
+        // ends the connection.
+        // The fast path: the next request is already buffered (no waiting, no timer).
+        let waited = if !r.buffer().is_empty() {
+            if *stop.borrow() || tx.is_closed() {
+                break;
+            }
+            Some(Ok(false))
+        } else {
+            loop {
+                let idle = async {
+                    match limits.idle_timeout {
+                        Some(t) => tokio::time::sleep(t).await,
+                        None => std::future::pending().await,
                     }
-                    break;
+                };
+                tokio::select! {
+                    biased;
+                    _ = stop.changed() => break None,
+                    _ = tx.closed() => break None,
+                    x = r.fill_buf() => break Some(x.map(|b| b.is_empty())),
+                    _ = idle => if slots.available_permits() == INFLIGHT_REQUESTS {
+                        stats.timeouts.fetch_add(1, Relaxed);
+                        tracing::debug!("closing an idle connection");
+                        break None;
+                    },
                 }
             }
+        };
+        match waited {
+            None | Some(Ok(true)) => break,
+            Some(Err(e)) => {
+                result = Err(e);
+                break;
+            }
+            Some(Ok(false)) => {}
+        }
+        // A request has begun: the rest of its header is due now.
+        let mut hdr = [0u8; REQUEST_LEN];
+        match read_within(&mut r, &mut hdr, limits.io_timeout).await {
+            Err(_) => {
+                result = late("a request header did not arrive in time");
+                break;
+            }
+            Ok(Err(e)) => {
+                if e.kind() != io::ErrorKind::UnexpectedEof {
+                    result = Err(e);
+                }
+                break;
+            }
+            Ok(Ok(_)) => {}
         }
         let Some(req) = parse_request(&hdr) else {
             stats.protocol_errors.fetch_add(1, Relaxed);
@@ -693,32 +1019,28 @@ where
             break;
         }
         let verdict = validate(&req, &neg);
-        // A WRITE's payload follows its header whatever we think of the request.
-        let mut payload = None;
-        if req.kind == CMD_WRITE {
-            if req.length > DRAIN_LIMIT {
-                stats.protocol_errors.fetch_add(1, Relaxed);
-                result = Err(proto_err(format!("write payload of {} bytes", req.length)));
-                break;
-            }
-            if verdict.is_ok() {
-                let mut buf = neg.export.alloc(req.length as usize);
-                if let Err(e) = r.read_exact(buf.as_mut()).await {
-                    result = Err(e);
-                    break;
-                }
-                payload = Some(buf);
-            } else if let Err(e) = tokio::io::copy(
-                &mut (&mut r).take(req.length as u64),
-                &mut tokio::io::sink(),
-            )
-            .await
-            {
-                result = Err(e);
-                break;
-            }
+        if req.kind == CMD_WRITE && req.length > DRAIN_LIMIT {
+            stats.protocol_errors.fetch_add(1, Relaxed);
+            result = Err(proto_err(format!("write payload of {} bytes", req.length)));
+            break;
         }
         if let Err((error, msg)) = verdict {
+            // A WRITE's payload follows its header whatever we think of the request:
+            // consumed without being kept.
+            if req.kind == CMD_WRITE {
+                let (mut from, mut to) = ((&mut r).take(req.length as u64), tokio::io::sink());
+                match timeout(limits.io_timeout, tokio::io::copy(&mut from, &mut to)).await {
+                    Err(_) => {
+                        result = late("a write payload did not arrive in time");
+                        break;
+                    }
+                    Ok(Err(e)) => {
+                        result = Err(e);
+                        break;
+                    }
+                    Ok(Ok(_)) => {}
+                }
+            }
             stats.errors.fetch_add(1, Relaxed);
             let reply = Reply::Err {
                 cookie: req.cookie,
@@ -726,27 +1048,58 @@ where
                 read: req.kind == CMD_READ,
                 msg,
             };
-            if tx.send(reply).await.is_err() {
+            if tx.send((reply, None)).await.is_err() {
                 break;
             }
             continue;
         }
+        // Budget first, then the buffer: no payload is allocated beyond the budget. The
+        // cost never exceeds the budget (it is at least the export's max payload).
         let cost = match req.kind {
             CMD_READ | CMD_WRITE => req.length.max(1),
             _ => 1,
         }
-        .min(INFLIGHT_BUDGET);
-        let permit = budget
-            .clone()
-            .acquire_many_owned(cost)
-            .await
-            .expect("semaphore open");
+        .min(most);
+        let held = tokio::select! {
+            biased;
+            _ = stop.changed() => break,
+            h = async {
+                let c = budget.clone().acquire_many_owned(cost).await;
+                let a = shared.budget.clone().acquire_many_owned(cost).await;
+                (c, a)
+            } => {
+                let (Ok(c), Ok(a)) = h else { break };
+                stats.inflight_bytes.fetch_add(cost as u64, Relaxed);
+                Held { _conn: c, _all: a, stats: stats.clone(), bytes: cost as u64 }
+            }
+        };
+        let mut payload = None;
+        if req.kind == CMD_WRITE {
+            let mut buf = neg.export.alloc(req.length as usize);
+            let got = tokio::select! {
+                biased;
+                _ = stop.changed() => break,
+                x = read_within(&mut r, buf.as_mut(), limits.io_timeout) => x,
+            };
+            match got {
+                Err(_) => {
+                    result = late("a write payload did not arrive in time");
+                    break;
+                }
+                Ok(Err(e)) => {
+                    result = Err(e);
+                    break;
+                }
+                Ok(Ok(_)) => {}
+            }
+            payload = Some(buf);
+        }
         let slot = slots.clone().acquire_owned().await.expect("semaphore open");
         let (neg, tx, stats) = (neg.clone(), tx.clone(), stats.clone());
         let mut work = Box::pin(async move {
             let reply = execute(&neg, req, payload, &stats).await;
-            let _ = tx.send(reply).await;
-            drop(permit);
+            // The budget goes with the reply: a READ's data is held until it is sent.
+            let _ = tx.send((reply, Some(held))).await;
             drop(slot);
         });
         // Poll a small request once here: one that completes without waiting (a member
@@ -766,10 +1119,28 @@ where
     let _ = slots.acquire_many(INFLIGHT_REQUESTS as u32).await;
     drop(tx);
     match writer.await {
-        Ok(Err(e)) if result.is_ok() => result = Err(e),
+        Ok(Err(e)) if result.is_ok() => {
+            if e.kind() == io::ErrorKind::TimedOut {
+                stats.timeouts.fetch_add(1, Relaxed);
+            }
+            result = Err(e)
+        }
         _ => {}
     }
     result
+}
+
+/// `read_exact` within `t`; without a timer when the bytes are already buffered (the
+/// common case for a small request: its header and payload came in one read).
+async fn read_within<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    buf: &mut [u8],
+    t: Duration,
+) -> Result<io::Result<usize>, tokio::time::error::Elapsed> {
+    if r.buffer().len() >= buf.len() {
+        return Ok(r.read_exact(buf).await);
+    }
+    timeout(t, r.read_exact(buf)).await
 }
 
 fn err_code(e: NbdError) -> u32 {
@@ -887,61 +1258,81 @@ async fn read_unaligned<B: Backend>(
     Ok(out)
 }
 
-async fn write_replies<W, Buf>(
+/// Write replies as they come, coalescing those ready together; each reply's budget is
+/// returned once it is written. A client that does not take a batch of replies within
+/// `io_timeout` loses its connection.
+async fn write_replies<W, Buf, H>(
     mut w: BufWriter<W>,
-    mut rx: mpsc::Receiver<Reply<Buf>>,
+    mut rx: mpsc::Receiver<(Reply<Buf>, Option<H>)>,
     structured: bool,
+    io_timeout: Duration,
 ) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
     Buf: AsRef<[u8]>,
 {
     while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some(reply) = next.take() {
-            match reply {
-                Reply::Simple { cookie, error } => {
-                    w.write_all(&simple_reply_header(error, cookie)).await?
-                }
-                Reply::Data {
-                    cookie,
-                    offset,
-                    data,
-                } => {
-                    let d = data.as_ref();
-                    if structured {
-                        let mut h = [0u8; 28];
-                        h[..20].copy_from_slice(&chunk_header(
-                            REPLY_FLAG_DONE,
-                            REPLY_TYPE_OFFSET_DATA,
-                            cookie,
-                            8 + d.len() as u32,
-                        ));
-                        h[20..].copy_from_slice(&offset.to_be_bytes());
-                        w.write_all(&h).await?;
-                    } else {
-                        w.write_all(&simple_reply_header(0, cookie)).await?;
-                    }
-                    w.write_all(d).await?;
-                }
-                Reply::Err {
-                    cookie,
-                    error,
-                    read,
-                    msg,
-                } => {
-                    if structured && read {
-                        w.write_all(&error_chunk(cookie, error, msg)).await?;
-                    } else {
-                        w.write_all(&simple_reply_header(error, cookie)).await?;
-                    }
-                }
+        let batch = async {
+            let mut next = Some(first);
+            while let Some((reply, held)) = next.take() {
+                write_reply(&mut w, reply, structured).await?;
+                drop(held);
+                next = rx.try_recv().ok();
             }
-            next = rx.try_recv().ok();
-        }
-        w.flush().await?;
+            w.flush().await
+        };
+        timeout(io_timeout, batch)
+            .await
+            .map_err(|_| timed_out("the client did not take its replies in time"))??;
     }
     w.flush().await?;
     let _ = w.shutdown().await;
     Ok(())
+}
+
+async fn write_reply<W, Buf>(
+    w: &mut BufWriter<W>,
+    reply: Reply<Buf>,
+    structured: bool,
+) -> io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+    Buf: AsRef<[u8]>,
+{
+    match reply {
+        Reply::Simple { cookie, error } => w.write_all(&simple_reply_header(error, cookie)).await,
+        Reply::Data {
+            cookie,
+            offset,
+            data,
+        } => {
+            let d = data.as_ref();
+            if structured {
+                let mut h = [0u8; 28];
+                h[..20].copy_from_slice(&chunk_header(
+                    REPLY_FLAG_DONE,
+                    REPLY_TYPE_OFFSET_DATA,
+                    cookie,
+                    8 + d.len() as u32,
+                ));
+                h[20..].copy_from_slice(&offset.to_be_bytes());
+                w.write_all(&h).await?;
+            } else {
+                w.write_all(&simple_reply_header(0, cookie)).await?;
+            }
+            w.write_all(d).await
+        }
+        Reply::Err {
+            cookie,
+            error,
+            read,
+            msg,
+        } => {
+            if structured && read {
+                w.write_all(&error_chunk(cookie, error, msg)).await
+            } else {
+                w.write_all(&simple_reply_header(error, cookie)).await
+            }
+        }
+    }
 }

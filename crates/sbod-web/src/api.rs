@@ -256,3 +256,43 @@ async fn action(
         }
     }
 }
+
+/// The largest request body read (the actions' JSON is a few hundred bytes).
+const BODY_LIMIT: usize = 1 << 20;
+
+/// Read a request's whole body within `t` before any handler sees it: a body that never
+/// completes is answered 408 and its connection closed (hyper has no body deadline of its
+/// own), one over [`BODY_LIMIT`] 413.
+pub(crate) async fn body_deadline(
+    axum::extract::State(t): axum::extract::State<std::time::Duration>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(t, axum::body::to_bytes(body, BODY_LIMIT)).await {
+        Ok(Ok(bytes)) => {
+            next.run(axum::extract::Request::from_parts(parts, bytes.into()))
+                .await
+        }
+        Ok(Err(e)) => ApiError(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body unreadable or over {BODY_LIMIT} bytes: {e}"),
+            "body",
+        )
+        .into_response(),
+        Err(_) => {
+            let mut r = ApiError(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request body did not arrive within {t:?}"),
+                "timeout",
+            )
+            .into_response();
+            r.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            r
+        }
+    }
+}

@@ -59,6 +59,11 @@ pub struct Options {
     /// Where the web service's monitor delivers events.
     pub delivery: Delivery,
     pub interval: Duration,
+    /// A request's headers must arrive within this (the next one's too, on a kept-alive
+    /// connection): else the connection is closed.
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this: else 408 and the connection is closed.
+    pub body_timeout: Duration,
 }
 
 /// Check that the listening address and TLS choices go together.
@@ -83,6 +88,18 @@ pub fn check(o: &Options) -> Result<()> {
     Ok(())
 }
 
+/// hyper closes a connection whose request headers do not arrive within `t` (it measures
+/// from when it starts waiting for them, so an idle kept-alive connection is closed too);
+/// the deadline needs a timer, which axum-server does not set. Only HTTP/1 is served.
+fn header_deadline(
+    b: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    t: Duration,
+) {
+    b.http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(t);
+}
+
 /// What the handlers share.
 pub(crate) struct App {
     pub mgr: Manager,
@@ -105,7 +122,10 @@ pub async fn serve(
         token,
         events: parking_lot::Mutex::new(VecDeque::new()),
     });
-    let router = api::router(app.clone());
+    let router = api::router(app.clone()).layer(axum::middleware::from_fn_with_state(
+        o.body_timeout,
+        api::body_deadline,
+    ));
     let handle = axum_server::Handle::new();
     let h = handle.clone();
     let server = async move {
@@ -122,12 +142,16 @@ pub async fn serve(
                             key.display()
                         )
                     })?;
-                axum_server::bind_rustls(o.listen, cfg)
-                    .handle(h)
-                    .serve(svc)
-                    .await
+                // The TLS handshake has its own deadline (axum-server's, 10 s).
+                let mut s = axum_server::bind_rustls(o.listen, cfg);
+                header_deadline(s.http_builder(), o.header_timeout);
+                s.handle(h).serve(svc).await
             }
-            None => axum_server::bind(o.listen).handle(h).serve(svc).await,
+            None => {
+                let mut s = axum_server::bind(o.listen);
+                header_deadline(s.http_builder(), o.header_timeout);
+                s.handle(h).serve(svc).await
+            }
         }
         .with_context(|| format!("serving on {}", o.listen))
     };

@@ -25,6 +25,28 @@ pub struct Snapshot {
 
 type Labels = Vec<(&'static str, String)>;
 
+/// A label value as the exposition format writes it: backslash, double quote and newline
+/// escaped (`\\`, `\"`, `\n`). prometheus-client writes label values raw (its issue 151),
+/// and names reach labels from outside (member paths, failure domains, names read from
+/// superblocks): unescaped, a path holding `"` and a newline forges whole series.
+pub fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Every label value escaped; each family encodes only these.
+fn escaped(labels: &Labels) -> Labels {
+    labels.iter().map(|(k, v)| (*k, escape_label(v))).collect()
+}
+
 fn member_label(m: &MemberStatus) -> String {
     m.path
         .clone()
@@ -39,11 +61,11 @@ struct Family<'a> {
 
 impl Family<'_> {
     fn gauge(&mut self, labels: &Labels, v: f64) -> Result<(), std::fmt::Error> {
-        ConstGauge::new(v).encode(self.enc.encode_family(labels)?)
+        ConstGauge::new(v).encode(self.enc.encode_family(&escaped(labels))?)
     }
 
     fn counter(&mut self, labels: &Labels, v: u64) -> Result<(), std::fmt::Error> {
-        ConstCounter::new(v).encode(self.enc.encode_family(labels)?)
+        ConstCounter::new(v).encode(self.enc.encode_family(&escaped(labels))?)
     }
 }
 
@@ -286,7 +308,7 @@ impl Collector for Snapshot {
                     .collect();
                 // The encoder writes f64::MAX as +Inf.
                 buckets.push((f64::MAX, h.counts.last().copied().unwrap_or(0)));
-                let l = with(arr(s), "op", h.op.clone());
+                let l = escaped(&with(arr(s), "op", h.op.clone()));
                 let mut e = f.enc.encode_family(&l)?;
                 e.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
                     h.sum_secs,
@@ -314,4 +336,25 @@ pub fn render(snap: Snapshot) -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &reg).expect("writing to a String");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_label;
+
+    #[test]
+    fn label_values_are_escaped_as_the_exposition_format_says() {
+        assert_eq!(escape_label("plain /dev/sdb"), "plain /dev/sdb");
+        assert_eq!(
+            escape_label("a\\b\"c\nd"),
+            "a\\\\b\\\"c\\nd",
+            "backslash, quote, newline"
+        );
+        // Nothing of a hostile value can close the quotes it is written in.
+        let v = escape_label("x\"}\nsbod_array_state{array=\"FORGED\"} 1\n");
+        assert!(!v.contains('\n'));
+        assert!(v
+            .split("\\\\")
+            .all(|p| !p.replace("\\\"", "").contains('"')));
+    }
 }

@@ -33,6 +33,8 @@ pub struct ExportArgs {
     /// host.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub limits: crate::serve::NbdLimitArgs,
 }
 
 /// One disk as an export.
@@ -301,6 +303,7 @@ async fn check_disk(dev: &Arc<dyn BlockDev>, path: &str, force: bool) -> Result<
 }
 
 pub async fn export(args: ExportArgs) -> Result<()> {
+    let limits = args.limits.limits()?;
     let listeners = args
         .listen
         .iter()
@@ -373,7 +376,7 @@ pub async fn export(args: ExportArgs) -> Result<()> {
             _ = term.recv() => {}
         }
     };
-    let mut server = sbod_nbd::Server::new(exports.clone());
+    let mut server = sbod_nbd::Server::new(exports.clone()).with_limits(limits);
     if let Some(cfg) = tls {
         server = server.with_tls(cfg);
     }

@@ -31,6 +31,71 @@ pub struct ServeArgs {
     /// rescue what is readable.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub limits: NbdLimitArgs,
+}
+
+/// What keeps NBD clients from exhausting the server (docs/RELIABILITY.md, "Hostile
+/// input"), for `sbod serve` and `sbod export`; each also read from its environment
+/// variable (e.g. in a systemd drop-in).
+#[derive(Args, Debug, Clone)]
+pub struct NbdLimitArgs {
+    /// Bytes of request payload all NBD connections together may hold in memory; a request
+    /// waits for its share (at least 32M: the largest request).
+    #[arg(long, env = "SBOD_NBD_INFLIGHT", default_value = "512M", value_parser = crate::cmd::size_arg, value_name = "SIZE")]
+    pub nbd_inflight: u64,
+    /// NBD connections at once; more are refused with the reason.
+    #[arg(long, env = "SBOD_NBD_MAX_CONNECTIONS", default_value_t = 512, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub nbd_max_connections: u32,
+    /// NBD connections at once from one IP address (TCP).
+    #[arg(long, env = "SBOD_NBD_MAX_PER_CLIENT", default_value_t = 128, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub nbd_max_per_client: u32,
+    /// Seconds a client has to finish the NBD handshake.
+    #[arg(long, env = "SBOD_NBD_HANDSHAKE_TIMEOUT", default_value_t = 30.0, value_name = "SECS", value_parser = secs_arg)]
+    pub nbd_handshake_timeout: f64,
+    /// Seconds a started request's header and write payload have to arrive, and a batch
+    /// of replies has to be taken by the client.
+    #[arg(long, env = "SBOD_NBD_IO_TIMEOUT", default_value_t = 60.0, value_name = "SECS", value_parser = secs_arg)]
+    pub nbd_io_timeout: f64,
+    /// Seconds after which a connection with nothing in flight that sends nothing is
+    /// closed; 0 (the default): never (the kernel's client may sit idle for long).
+    #[arg(long, env = "SBOD_NBD_IDLE_TIMEOUT", default_value_t = 0.0, value_name = "SECS", value_parser = secs_arg)]
+    pub nbd_idle_timeout: f64,
+}
+
+pub(crate) fn secs_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=1e9).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a number of seconds (e.g. 30 or 0.5)")),
+    }
+}
+
+impl NbdLimitArgs {
+    pub fn limits(&self) -> Result<sbod_nbd::server::Limits> {
+        if self.nbd_inflight < 32 << 20 {
+            bail!(
+                "--nbd-inflight {}: at least 32M, the largest request a client may send",
+                sbod_types::size::format_size(self.nbd_inflight)
+            );
+        }
+        let secs = |v: f64, flag: &str| -> Result<std::time::Duration> {
+            if v <= 0.0 {
+                bail!("{flag} must be more than 0 seconds");
+            }
+            Ok(std::time::Duration::from_secs_f64(v))
+        };
+        Ok(sbod_nbd::server::Limits {
+            inflight_bytes: self.nbd_inflight,
+            max_connections: self.nbd_max_connections as usize,
+            max_per_client: self.nbd_max_per_client as usize,
+            handshake_timeout: secs(self.nbd_handshake_timeout, "--nbd-handshake-timeout")?,
+            io_timeout: secs(self.nbd_io_timeout, "--nbd-io-timeout")?,
+            idle_timeout: (self.nbd_idle_timeout > 0.0)
+                .then(|| std::time::Duration::from_secs_f64(self.nbd_idle_timeout)),
+        })
+    }
 }
 
 /// The array as an NBD export, counting client I/O (per-thread shards: no shared lock).
@@ -186,6 +251,7 @@ impl Backend for ArrayExport {
 
 pub async fn serve(args: ServeArgs) -> Result<()> {
     registry::check_name(&args.name)?;
+    let limits = args.limits.limits()?;
     if control::running(&args.name).await {
         bail!("'{}' is already being served", args.name);
     }
@@ -269,7 +335,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         array: array.clone(),
         io,
     });
-    let server = sbod_nbd::Server::new(vec![(args.name.clone(), export)]);
+    let server = sbod_nbd::Server::new(vec![(args.name.clone(), export)]).with_limits(limits);
     let r = server.serve(listeners, shutdown).await;
     let _ = stop_tx.send(true);
     let _ = ctl.await;

@@ -28,6 +28,13 @@ pub struct WebArgs {
     /// Print the API token (made now if there is none) and exit.
     #[arg(long)]
     pub print_token: bool,
+    /// Seconds a client has to send a request's headers (an idle kept-alive connection
+    /// is closed after as long).
+    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = crate::serve::secs_arg)]
+    pub header_timeout: f64,
+    /// Seconds a client has to send a request's body.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS", value_parser = crate::serve::secs_arg)]
+    pub body_timeout: f64,
     #[command(flatten)]
     pub delivery: DeliveryArgs,
 }
@@ -44,6 +51,8 @@ pub async fn web(args: WebArgs) -> Result<()> {
         insecure: args.insecure,
         delivery: args.delivery.delivery()?,
         interval: Duration::from_secs_f64(args.delivery.interval),
+        header_timeout: Duration::from_secs_f64(args.header_timeout.max(0.001)),
+        body_timeout: Duration::from_secs_f64(args.body_timeout.max(0.001)),
     };
     let scheme = if opts.tls.is_some() { "https" } else { "http" };
     let shutdown = async {

@@ -667,3 +667,137 @@ fn tls_and_listening_rules() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&o.stdout).contains("optimal"));
 }
+
+/// A request whose headers never complete is closed at the header deadline; one whose body
+/// never completes is answered 408 and closed at the body deadline; a whole request on the
+/// same server is served meanwhile. Control: each stalled connection was held (not closed
+/// at once) before its deadline.
+#[test]
+fn slow_requests_are_closed() {
+    use std::io::{Read, Write};
+    let mut env = Env::new();
+    let url = env.web(&["--header-timeout", "2", "--body-timeout", "2"]);
+    let addr = url.trim_start_matches("http://").to_string();
+    let open = |s: &mut std::net::TcpStream| {
+        s.set_nonblocking(true).unwrap();
+        let r = s.read(&mut [0u8; 1]);
+        s.set_nonblocking(false).unwrap();
+        matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    };
+    // Read until the server closes; what it sent.
+    let until_closed = |s: &mut std::net::TcpStream| -> String {
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        loop {
+            match s.read(&mut b) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&b[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("the server did not close the slow request: {e}"),
+            }
+        }
+        String::from_utf8_lossy(&got).to_string()
+    };
+
+    let mut headers = std::net::TcpStream::connect(&addr).unwrap();
+    headers
+        .write_all(b"GET /api/v1/arrays HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut body = std::net::TcpStream::connect(&addr).unwrap();
+    body.write_all(
+        b"POST /api/v1/arrays/vol0/scrub HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"ki",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(open(&mut headers), "the half-sent headers were not held");
+    assert!(open(&mut body), "the half-sent body was not held");
+    let (c, _) = get(&format!("{url}/api/v1/arrays"));
+    assert_eq!(
+        c, 200,
+        "a whole request was not served beside the slow ones"
+    );
+
+    let got = until_closed(&mut headers);
+    assert!(!got.contains("200 OK"), "{got}");
+    let got = until_closed(&mut body);
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("\"kind\":\"timeout\""), "{got}");
+}
+
+/// Member paths holding `"`, `\` and newlines (one spelling out a whole forged series) reach
+/// /metrics as label values that Prometheus' parser reads back as exactly those paths,
+/// and no forged series appears. Control: the same path written raw into a label (as
+/// prometheus-client would) does forge the series, so the names are hostile.
+#[test]
+fn hostile_member_paths_cannot_forge_metrics() {
+    let mut env = Env::new();
+    let forged = "sbod_array_state{array=\"FORGED\",state=\"failed\"} 1";
+    let names = [
+        format!("d0\"}} 1\n{forged}\n# x.img"),
+        "d1\\\"\\n.img".to_string(),
+        "d2 \"quoted\" \\.img".to_string(),
+    ];
+    let disks: Vec<String> = names
+        .iter()
+        .map(|n| env.p(n).display().to_string())
+        .collect();
+    let mut args = vec!["create", "vol0", "--level", "raid1", "--size-each", "16M"];
+    args.extend(disks.iter().map(String::as_str));
+    env.ok(&args);
+    let url = env.web(&[]);
+    let (code, text) = curl(&[&format!("{url}/metrics")]);
+    assert_eq!(code, 200);
+    let parse = |text: &str, openmetrics: bool| -> Vec<(String, serde_json::Map<String, Value>)> {
+        let module = if openmetrics {
+            "prometheus_client.openmetrics.parser"
+        } else {
+            "prometheus_client.parser"
+        };
+        let py = format!(
+            "import json, sys\nfrom {module} import text_string_to_metric_families\n\
+             print(json.dumps([[s.name, s.labels] for f in \
+             text_string_to_metric_families(sys.stdin.read()) for s in f.samples]))\n"
+        );
+        let mut c = Command::new(PY)
+            .args(["-c", &py])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let o = c.wait_with_output().unwrap();
+        check(&o, "the Prometheus parser on /metrics");
+        serde_json::from_slice::<Vec<(String, serde_json::Map<String, Value>)>>(&o.stdout).unwrap()
+    };
+    let samples = parse(&text, true);
+    let forged_series = |s: &[(String, serde_json::Map<String, Value>)]| {
+        s.iter()
+            .any(|(_, l)| l.get("array").and_then(Value::as_str) == Some("FORGED"))
+    };
+    assert!(
+        !forged_series(&samples),
+        "a forged series in /metrics:\n{text}"
+    );
+    for d in &disks {
+        let n = samples
+            .iter()
+            .filter(|(name, l)| {
+                name == "sbod_member_size_bytes"
+                    && l.get("member").and_then(Value::as_str) == Some(d.as_str())
+            })
+            .count();
+        assert_eq!(n, 1, "member {d:?} is not read back as itself:\n{text}");
+    }
+    // Control: written raw, the first path forges the series.
+    let raw = format!(
+        "# TYPE sbod_member_size_bytes gauge\nsbod_member_size_bytes{{array=\"vol0\",member=\"{}\"}} 1\n",
+        disks[0]
+    );
+    assert!(
+        forged_series(&parse(&raw, false)),
+        "the hostile path does not forge a series when raw: the test proves nothing"
+    );
+}

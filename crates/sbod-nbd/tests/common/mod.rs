@@ -30,6 +30,15 @@ impl TestServer {
 
     /// A server with several exports; `backend` is the first.
     pub fn start_exports(exports: Vec<(&str, Arc<MemBackend>)>) -> TestServer {
+        Self::start_limited(exports, sbod_nbd::Limits::default(), None)
+    }
+
+    /// A server within `limits`, on its Unix socket and, if given, a TCP address too.
+    pub fn start_limited(
+        exports: Vec<(&str, Arc<MemBackend>)>,
+        limits: sbod_nbd::Limits,
+        tcp: Option<std::net::SocketAddr>,
+    ) -> TestServer {
         let backend = exports[0].1.clone();
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("nbd.sock");
@@ -39,7 +48,8 @@ impl TestServer {
                 .into_iter()
                 .map(|(name, b)| (name.to_string(), b))
                 .collect(),
-        );
+        )
+        .with_limits(limits);
         let stats = server.stats();
         let s2 = sock.clone();
         let thread = std::thread::spawn(move || {
@@ -49,8 +59,10 @@ impl TestServer {
                 .build()
                 .unwrap();
             rt.block_on(async move {
+                let mut listen = vec![Listen::Unix(s2)];
+                listen.extend(tcp.map(Listen::Tcp));
                 server
-                    .serve(vec![Listen::Unix(s2)], async move {
+                    .serve(listen, async move {
                         let _ = rx.await;
                     })
                     .await
