@@ -158,6 +158,12 @@ pub fn load(name: &str) -> Result<Registry> {
 
 /// Record an open array's current members, as `name` (its own name if None).
 pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
+    save(&of_array(array, name))
+}
+
+/// The registration of an open array's current members, as `name` (its own name if None):
+/// what [`save_array`] writes.
+pub fn of_array(array: &Array, name: Option<&str>) -> Registry {
     let name = name.unwrap_or(&array.name);
     let st = array.state();
     let prev = load(name).ok();
@@ -216,14 +222,14 @@ pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
             && !failed.iter().any(|x| x.uuid == f.uuid)
     });
     failed.extend(prev_failed);
-    save(&Registry {
+    Registry {
         name: name.to_string(),
         uuid: array.uuid.to_string(),
         members,
         failed,
         uuids,
         logs,
-    })
+    }
 }
 
 /// Name a member the way the engine knows it: an absolute path, or the uuid of a failed
@@ -242,16 +248,137 @@ pub fn exists(name: &str) -> bool {
     registry_path(name).exists()
 }
 
-/// Write atomically (temp file + rename).
+/// Write atomically (temp file + rename). A write that fails leaves nothing behind: the
+/// old registration stays, and the temp file goes.
 pub fn save(r: &Registry) -> Result<()> {
+    reserve(&r.name)?.commit(r)
+}
+
+/// Room for the registration of one array, taken before a verb changes anything: a temp
+/// file in the state directory, as large as the registration may grow, written and
+/// synced. A verb that cannot have it (the state directory is full, read-only, not
+/// ours) stops there, having changed nothing. [`Reserved::commit`] then writes the new
+/// registration over that room (no new space is needed) and renames it into place;
+/// dropped without a commit, the temp file is removed.
+pub struct Reserved {
+    name: String,
+    tmp: PathBuf,
+    file: Option<std::fs::File>,
+    room: u64,
+}
+
+/// Bytes kept for a registration: twice the present one (it may grow by members given
+/// back, added, or failed and remembered) and some more for a first one.
+fn room_for(present: u64) -> u64 {
+    2 * present + 16 * 1024
+}
+
+/// Take room for `name`'s registration (see [`Reserved`]); the room may be committed for
+/// another name (an array assembled without one takes the name in its superblocks).
+pub fn reserve(name: &str) -> Result<Reserved> {
+    check_name(name)?;
     let dir = arrays_dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let p = registry_path(&r.name);
-    let tmp = dir.join(format!(".{}.json.tmp", r.name));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(r)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &p).with_context(|| format!("writing {}", p.display()))?;
-    Ok(())
+    std::fs::create_dir_all(&dir).map_err(|e| nothing_changed(&dir, "creating", e))?;
+    let present = std::fs::metadata(registry_path(name))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let room = room_for(present);
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.json.{}.{seq}.tmp", std::process::id()));
+    let mut r = Reserved {
+        name: name.to_string(),
+        tmp: tmp.clone(),
+        file: None,
+        room,
+    };
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| nothing_changed(&tmp, "creating", e))?;
+    r.file = Some(f);
+    // Spaces: the JSON written over them later may end in whitespace.
+    let fill = vec![b' '; room as usize];
+    let f = r.file.as_mut().expect("just opened");
+    use std::io::Write;
+    f.write_all(&fill)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| nothing_changed(&tmp, "writing", e))?;
+    Ok(r)
+}
+
+impl Reserved {
+    /// Write `reg` (the registration of the array this room was taken for) and put it in
+    /// place.
+    pub fn commit(mut self, reg: &Registry) -> Result<()> {
+        use std::io::{Seek, Write};
+        let text = serde_json::to_vec_pretty(reg)?;
+        self.name = reg.name.clone();
+        let mut f = self.file.take().expect("a reservation commits once");
+        // Over the room already allocated; a registration larger than the room (many
+        // members at once) needs more space, which the file system may still have.
+        if text.len() as u64 > self.room {
+            tracing::debug!("registration of {} outgrows its room", self.name);
+        }
+        f.seek(std::io::SeekFrom::Start(0))
+            .and_then(|_| f.write_all(&text))
+            .and_then(|()| f.set_len(text.len() as u64))
+            .and_then(|()| f.sync_all())
+            .map_err(|e| state_dir_error(&self.tmp, "writing", e))?;
+        drop(f);
+        let p = registry_path(&self.name);
+        std::fs::rename(&self.tmp, &p).map_err(|e| state_dir_error(&p, "writing", e))?;
+        // The rename is durable once the directory is synced (best effort: it may not
+        // open for reading on every file system).
+        if let Ok(d) = std::fs::File::open(arrays_dir()) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        // Not committed (or the commit failed): the temp file goes.
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
+/// An error of the state directory: which, and what the person can do (free space, make
+/// it writable). Its kind is `Io`.
+fn state_dir_error(p: &Path, what: &str, e: std::io::Error) -> anyhow::Error {
+    state_dir_error_then(p, what, e, "")
+}
+
+/// [`state_dir_error`] before anything was changed: says so.
+fn nothing_changed(p: &Path, what: &str, e: std::io::Error) -> anyhow::Error {
+    state_dir_error_then(p, what, e, "; nothing was changed")
+}
+
+fn state_dir_error_then(p: &Path, what: &str, e: std::io::Error, then: &str) -> anyhow::Error {
+    let dir = state_dir();
+    let fix = match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => format!("free space in {}", dir.display()),
+        Some(libc::EROFS) => format!(
+            "mount {} read-write (or set SBOD_STATE_DIR to a writable directory)",
+            dir.display()
+        ),
+        Some(libc::EACCES) | Some(libc::EPERM) => format!(
+            "run as a user who may write to {} (or set SBOD_STATE_DIR)",
+            dir.display()
+        ),
+        _ => format!("check the file system of {}", dir.display()),
+    };
+    crate::error::err_advised(
+        ErrorKind::Io,
+        format!(
+            "the state directory {} cannot record the array ({what} {}: {e}){then}",
+            dir.display(),
+            p.display()
+        ),
+        vec![sbod_types::Step::say(fix)],
+    )
 }
 
 pub fn forget(name: &str) -> Result<()> {
@@ -259,7 +386,7 @@ pub fn forget(name: &str) -> Result<()> {
     match std::fs::remove_file(&p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => bail!("removing {}: {e}", p.display()),
+        Err(e) => Err(nothing_changed(&p, "removing", e)),
     }
 }
 

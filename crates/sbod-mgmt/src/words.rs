@@ -56,9 +56,9 @@ pub fn step(s: &Step, style: Style) -> String {
             Style::Cli => format!(
                 "serve it (sbod serve {array}, or systemctl start sbod@{array}) and try again"
             ),
-            Style::Api => {
-                format!("serve it (start its service, sbod@{array}, on the host) and try again")
-            }
+            Style::Api => format!(
+                "serve it on the host (`sbod serve {array}`, or its service sbod@{array}) and try again"
+            ),
         },
         Step::Option { name, does } => format!("use {} to {does}", setting(name, style)),
         Step::Command {
@@ -144,6 +144,6 @@ mod tests {
             "use \"name\" to register it under another name"
         );
         assert!(step(&Step::serve("vol0"), Style::Cli).contains("sbod serve vol0"));
-        assert!(!step(&Step::serve("vol0"), Style::Api).contains("sbod serve"));
+        assert!(step(&Step::serve("vol0"), Style::Api).contains("on the host"));
     }
 }
