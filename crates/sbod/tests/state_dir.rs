@@ -256,13 +256,13 @@ fn each_verb_happens_whole_or_not_at_all(how: Broken) {
             &["replace", name, &m[1], &new, "--size", "64M"],
             name,
             m,
-            &[new.clone()],
+            std::slice::from_ref(&new),
         );
         r.refused(
             &["add", name, &new, "--size", "64M"],
             name,
             m,
-            &[new.clone()],
+            std::slice::from_ref(&new),
         );
     }
     r.refused(&["remove", "vs", &vs[4]], "vs", &vs, &[]);
@@ -387,7 +387,7 @@ fn replace_on_a_served_array_with_the_state_directory_full() {
         &["replace", "vs", &vs[1], &new, "--size", "64M"],
         "vs",
         &vs,
-        &[new.clone()],
+        std::slice::from_ref(&new),
     );
     r.sbod.ok(&["stop", "vs"]);
     if let Some((_, mut c)) = r.procs.0.pop() {
