@@ -641,16 +641,16 @@ impl Array {
                 Some(m) => {
                     let why = match (s.state, s.out) {
                         (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
-                            "stale: it missed writes and is recovered from the others".to_string()
+                            "stale".to_string()
                         }
                         (SlotState::Rebuilding, _) => format!(
-                            "a new member or a replacement, rebuilt up to {} of {}",
+                            "slot {i}, a new member or a replacement, rebuilt up to {} of {}",
                             crate::layout::human(s.recovery.load(Ordering::Acquire)),
                             crate::layout::human(g.member_size)
                         ),
                         (state, _) => format!("{state:?}").to_lowercase(),
                     };
-                    here.push(format!("{} (slot {i}, {why})", m.path));
+                    here.push(format!("{} ({why})", m.path));
                 }
             }
         }
