@@ -261,6 +261,7 @@ pub fn save(r: &Registry) -> Result<()> {
 /// registration over that room (no new space is needed) and renames it into place;
 /// dropped without a commit, the temp file is removed.
 pub struct Reserved {
+    dir: PathBuf,
     name: String,
     tmp: PathBuf,
     file: Option<std::fs::File>,
@@ -277,9 +278,14 @@ fn room_for(present: u64) -> u64 {
 /// another name (an array assembled without one takes the name in its superblocks).
 pub fn reserve(name: &str) -> Result<Reserved> {
     check_name(name)?;
-    let dir = arrays_dir();
+    reserve_in(&arrays_dir(), name)
+}
+
+/// [`reserve`] in the folder `dir` (the state directory's `arrays/`).
+fn reserve_in(dir: &Path, name: &str) -> Result<Reserved> {
+    let dir = dir.to_path_buf();
     std::fs::create_dir_all(&dir).map_err(|e| nothing_changed(&dir, "creating", e))?;
-    let present = std::fs::metadata(registry_path(name))
+    let present = std::fs::metadata(dir.join(format!("{name}.json")))
         .map(|m| m.len())
         .unwrap_or(0);
     let room = room_for(present);
@@ -287,6 +293,7 @@ pub fn reserve(name: &str) -> Result<Reserved> {
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.json.{}.{seq}.tmp", std::process::id()));
     let mut r = Reserved {
+        dir: dir.clone(),
         name: name.to_string(),
         tmp: tmp.clone(),
         file: None,
@@ -327,11 +334,11 @@ impl Reserved {
             .and_then(|()| f.sync_all())
             .map_err(|e| state_dir_error(&self.tmp, "writing", e))?;
         drop(f);
-        let p = registry_path(&self.name);
+        let p = self.dir.join(format!("{}.json", self.name));
         std::fs::rename(&self.tmp, &p).map_err(|e| state_dir_error(&p, "writing", e))?;
         // The rename is durable once the directory is synced (best effort: it may not
         // open for reading on every file system).
-        if let Ok(d) = std::fs::File::open(arrays_dir()) {
+        if let Ok(d) = std::fs::File::open(&self.dir) {
             let _ = d.sync_all();
         }
         Ok(())
@@ -421,4 +428,87 @@ pub fn absolute(p: &Path) -> Result<String> {
         err(kind, format!("{}: {e}", p.display()))
     })?;
     Ok(abs.to_string_lossy().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// A small tmpfs, unmounted when the test ends (also on failure).
+    struct Tmpfs(tempfile::TempDir);
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0.path()).status();
+        }
+    }
+
+    fn temp_files(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
+    /// The room taken before a verb is enough to record it after, though the file system
+    /// filled up in between; and with the file system full, no room is taken and nothing
+    /// is left behind.
+    #[test]
+    fn room_taken_before_the_disk_fills_still_records() {
+        let t = Tmpfs(tempfile::tempdir().unwrap());
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
+            .arg(t.0.path())
+            .output()
+            .expect("mount is installed");
+        assert!(
+            o.status.success(),
+            "this test mounts a tmpfs: run it as root ({})",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let dir = t.0.path().join("arrays");
+        let room = reserve_in(&dir, "v").unwrap();
+        // Fill the file system.
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(t.0.path().join("filler")).unwrap();
+            while f.write_all(&[7u8; 4096]).is_ok() {}
+        }
+        // Negative control: it really is full.
+        assert!(std::fs::write(t.0.path().join("probe"), [1u8; 4096]).is_err());
+        let reg = Registry {
+            name: "v".into(),
+            uuid: "u".repeat(36),
+            members: (0..16)
+                .map(|i| format!("/dev/disk/by-id/member-{i:04}"))
+                .collect(),
+            failed: Vec::new(),
+            uuids: Default::default(),
+            logs: Vec::new(),
+        };
+        room.commit(&reg)
+            .expect("the room taken before holds the record");
+        let back: Registry =
+            serde_json::from_slice(&std::fs::read(dir.join("v.json")).unwrap()).unwrap();
+        assert_eq!(back, reg);
+        assert_eq!(temp_files(&dir), Vec::<String>::new());
+        // Full: no room is taken, the error says so and what to do, nothing is left.
+        let e = reserve_in(&dir, "v")
+            .err()
+            .expect("a full file system has no room");
+        let text = crate::words::message(&e, crate::words::Style::Cli);
+        assert!(
+            text.contains("nothing was changed") && text.contains("free space"),
+            "{text}"
+        );
+        assert_eq!(temp_files(&dir), Vec::<String>::new());
+        assert_eq!(
+            back,
+            serde_json::from_slice::<Registry>(&std::fs::read(dir.join("v.json")).unwrap())
+                .unwrap()
+        );
+    }
 }
