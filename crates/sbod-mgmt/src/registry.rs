@@ -289,6 +289,7 @@ fn reserve_in(dir: &Path, name: &str) -> Result<Reserved> {
         .map(|m| m.len())
         .unwrap_or(0);
     let room = room_for(present);
+    remove_orphans(&dir, name);
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.json.{}.{seq}.tmp", std::process::id()));
@@ -313,6 +314,27 @@ fn reserve_in(dir: &Path, name: &str) -> Result<Reserved> {
         .and_then(|()| f.sync_all())
         .map_err(|e| nothing_changed(&tmp, "writing", e))?;
     Ok(r)
+}
+
+/// Temp files of `name` left by a process that died between taking room and recording
+/// (SIGKILL): removed. The process id is in the name; one still alive keeps its own.
+fn remove_orphans(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.json.");
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        let Some(rest) = n.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp")) else {
+            continue;
+        };
+        let pid = rest.split('.').next().and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 impl Reserved {
@@ -470,7 +492,12 @@ mod tests {
             String::from_utf8_lossy(&o.stderr)
         );
         let dir = t.0.path().join("arrays");
+        std::fs::create_dir_all(&dir).unwrap();
+        // A temp file left by a process that died (no such pid) goes at the next reserve.
+        let orphan = dir.join(format!(".v.json.{}.0.tmp", u32::MAX - 1));
+        std::fs::write(&orphan, b"  ").unwrap();
         let room = reserve_in(&dir, "v").unwrap();
+        assert!(!orphan.exists(), "an orphaned temp file stays");
         // Fill the file system.
         {
             use std::io::Write;
