@@ -2,12 +2,13 @@
 //! socket with it, and the CLI uses it on an array nothing serves. Each verb is written
 //! once, here.
 
-use crate::error::{err, ErrorKind};
+use crate::error::{err, err_advised, ErrorKind};
 use crate::metrics::IoStats;
 use crate::{members, registry};
 use anyhow::Result;
 use sbod_core::Array;
 use sbod_types::control::{Request, SetReply};
+use sbod_types::Step;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -32,32 +33,98 @@ impl Local {
         }
     }
 
-    fn save(&self) -> Result<()> {
-        registry::save_array(&self.array, Some(&self.name))
+    /// Record the membership after a change `done` (in words: "d3.img failed") that has
+    /// happened on the members, in the room taken before it. The members' superblocks
+    /// are the truth; if the registration cannot be written, the error says that the
+    /// change happened and only the registration is behind, and how it catches up.
+    fn record(&self, room: registry::Reserved, done: &str, new_member: Option<&str>) -> Result<()> {
+        let reg = registry::of_array(&self.array, Some(&self.name));
+        room.commit(&reg).map_err(|e| {
+            let mut advice = crate::error::advice_of(&e);
+            let served = self.on_stop.is_some();
+            advice.push(Step::say(match (new_member, served) {
+                (_, true) => {
+                    "the serving process records it again when the array stops".to_string()
+                }
+                (Some(p), false) => format!(
+                    "until it is recorded, the array starts only with {p} named with its other members (assembling it registers it again)"
+                ),
+                (None, false) => {
+                    "the next start records it again from the members' superblocks".to_string()
+                }
+            }));
+            err_advised(
+                ErrorKind::Io,
+                format!(
+                    "{}: {done} (on the members: that has happened), but the registration was not updated: {e:#}",
+                    self.name
+                ),
+                advice,
+            )
+        })
+    }
+
+    /// After a change: recorded if it happened; if it was refused or failed, what it may
+    /// have changed on the way is recorded as well as can be, and its error returned.
+    fn record_after<T>(
+        &self,
+        room: registry::Reserved,
+        r: sbod_core::Result<T>,
+        done: &str,
+        new_member: Option<&str>,
+    ) -> Result<T> {
+        match r {
+            Ok(v) => {
+                self.record(room, done, new_member)?;
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = room.commit(&registry::of_array(&self.array, Some(&self.name)));
+                Err(e.into())
+            }
+        }
     }
 
     /// Execute one request. Member names are absolute paths or uuids (see
-    /// [`registry::member_ref`]); membership changes are recorded in the registry.
+    /// [`registry::member_ref`]); membership changes are recorded in the registry, in room
+    /// taken before anything changes (a full or read-only state directory refuses the
+    /// request, changing nothing).
     pub async fn call(&self, req: Request) -> Result<Value> {
+        let room = if changes_membership(&req) {
+            Some(registry::reserve(&self.name)?)
+        } else {
+            None
+        };
+        self.call_with(req, room).await
+    }
+
+    /// [`Local::call`] with the registration's room already taken (`None` for requests
+    /// that change no membership), by a caller that takes it before opening the array.
+    pub async fn call_with(&self, req: Request, room: Option<registry::Reserved>) -> Result<Value> {
         let a = &self.array;
+        let room = || {
+            room.ok_or_else(|| {
+                anyhow::anyhow!("internal: a membership change without room for its record")
+            })
+        };
         Ok(match req {
             Request::Status => serde_json::to_value(a.status())?,
             Request::Fail { member, force } => {
+                let room = room()?;
                 let r = a.fail(&member, force).await;
-                self.save()?;
-                r?;
+                self.record_after(room, r, &format!("{member} failed"), None)?;
                 Value::Null
             }
             Request::Remove { member } if a.is_log_device(&member) => {
+                let room = room()?;
                 let r = a.remove_log(&member).await;
-                self.save()?;
-                r?;
+                self.record_after(room, r, &format!("log device {member} removed"), None)?;
                 Value::Null
             }
             Request::Remove { member } => {
+                let room = room()?;
                 let r = a.remove(&member).await;
-                self.save()?;
-                r?;
+                self.record_after(room, r, &format!("{member} removed"), None)?;
                 Value::Null
             }
             Request::Add {
@@ -65,27 +132,32 @@ impl Local {
                 domain,
                 force,
             } => {
+                let room = room()?;
                 // A failed member the array still holds open goes back on that handle
                 // (opening it again would meet its own lock).
                 let spec = match a.held_device(&member) {
                     Some(s) => s,
                     None => members::open(&member, &domain)?,
                 };
-                let outcome = a.add(spec, force).await?;
-                self.save()?;
+                let r = a.add(spec, force).await;
+                let outcome =
+                    self.record_after(room, r, &format!("{member} added"), Some(&member))?;
                 serde_json::to_value(outcome)?
             }
             Request::AddLog { device, force } => {
+                let room = room()?;
                 let spec = members::open(&device, "")?;
                 let r = a.add_log(spec, force).await;
-                self.save()?;
-                r?;
+                let done = format!("log device {device} added");
+                self.record_after(room, r, &done, Some(&device))?;
                 Value::Null
             }
             Request::Replace { old, new, force } => {
+                let room = room()?;
                 let spec = members::open(&new, "")?;
-                a.replace(&old, spec, force).await?;
-                self.save()?;
+                let r = a.replace(&old, spec, force).await;
+                let done = format!("{new} is being rebuilt to replace {old}");
+                self.record_after(room, r, &done, Some(&new))?;
                 Value::Null
             }
             Request::Scrub { repair } => serde_json::to_value(a.start_scrub(repair)?.status())?,
@@ -132,4 +204,16 @@ impl Local {
             },
         })
     }
+}
+
+/// Requests that change who is a member (recorded in the registration).
+pub fn changes_membership(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Fail { .. }
+            | Request::Remove { .. }
+            | Request::Add { .. }
+            | Request::AddLog { .. }
+            | Request::Replace { .. }
+    )
 }

@@ -6,6 +6,7 @@
 use crate::control;
 use crate::error::{err, err_advised, ErrorKind};
 use crate::local::Local;
+use crate::words::Style;
 use crate::{members, registry};
 use anyhow::{anyhow, bail, Context, Result};
 use sbod_core::array::read_superblock;
@@ -17,7 +18,7 @@ use sbod_types::control::{
 };
 use sbod_types::{
     human, ArrayStatus, AssemblyReport, LogDevState, MemberState, ProcessKind, ProcessStatus,
-    Status, SyncMode,
+    Status, Step, SyncMode,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,10 @@ pub trait Reporter: Send + Sync {
     fn progress(&self, _what: &str, _done: u64, _total: u64) {}
     /// The long work is over.
     fn progress_done(&self) {}
+    /// Whose words notes use for steps (see [`crate::words`]).
+    fn style(&self) -> Style {
+        Style::Cli
+    }
 }
 
 /// Reports through `tracing` (services).
@@ -111,7 +116,7 @@ impl Manager {
             self.reporter.note(&format!("warning: {p}: {why}"));
         }
         if !opts.read_only {
-            for line in report_lines(&a, Some(&reg)) {
+            for line in report_lines(&a, Some(&reg), self.reporter.style()) {
                 self.reporter.note(&format!("{name}: {line}"));
             }
         }
@@ -189,12 +194,10 @@ impl Manager {
 
     fn refuse_offline(&self, name: &str, what: &str) -> Result<()> {
         if self.offline == Offline::Refuse {
-            return Err(err(
+            return Err(err_advised(
                 ErrorKind::Conflict,
-                format!(
-                    "'{name}' is not served, and {what} runs in the serving process: start it \
-                     (`sbod serve {name}` or `systemctl start sbod@{name}`) and try again"
-                ),
+                format!("'{name}' is not served, and {what} runs in the serving process"),
+                vec![Step::serve(name)],
             ));
         }
         Ok(())
@@ -284,8 +287,13 @@ impl Manager {
         if self.remote(name, &req).await?.is_some() {
             return Ok(Via::Served);
         }
+        // Room for the record before the array is opened (a start writes the members'
+        // superblocks): a full or read-only state directory changes nothing.
+        registry::load(name)?;
+        let room = registry::reserve(name)?;
         let l = self.open_for_change(name).await?;
-        self.with_offline(l, async |l| l.call(req).await).await?;
+        self.with_offline(l, async |l| l.call_with(req, Some(room)).await)
+            .await?;
         Ok(Via::Offline)
     }
 
@@ -300,7 +308,7 @@ impl Manager {
         created: &mut Vec<String>,
     ) -> Result<Vec<String>> {
         if let Some(sz) = size {
-            check_member_size("--size", sz, 4096)?;
+            check_member_size("size", sz, 4096)?;
         }
         let space = members::space_needed(paths, size)?;
         if preallocate {
@@ -341,9 +349,54 @@ impl Manager {
         let mut created = Vec::new();
         let r = self.add_new(name, a, served, &mut created).await;
         if r.is_err() {
-            members::remove_created(&created);
+            self.remove_unused(name, served, &created).await;
         }
         r
+    }
+
+    /// After a failed verb, remove the member files it created, but never one the array
+    /// uses: a server that answered with an error, or went away, may have taken it. When
+    /// the server cannot say, the files stay (and a note says so).
+    async fn remove_unused(&self, name: &str, served: bool, created: &[String]) {
+        if created.is_empty() {
+            return;
+        }
+        if !served {
+            members::remove_created(created);
+            return;
+        }
+        let used: Option<Vec<String>> = match self.remote(name, &Request::Status).await {
+            Ok(Some(v)) => serde_json::from_value::<Status>(v).ok().map(|s| {
+                let mut u: Vec<String> = s.members.iter().filter_map(|m| m.path.clone()).collect();
+                if let Some(l) = &s.log {
+                    u.extend(l.devices.iter().filter_map(|d| d.path.clone()));
+                }
+                u
+            }),
+            _ => None,
+        };
+        match used {
+            Some(used) => {
+                let (keep, gone): (Vec<String>, Vec<String>) =
+                    created.iter().cloned().partition(|c| {
+                        let abs = members::canonical(c).unwrap_or_else(|_| c.clone());
+                        used.contains(&abs)
+                            || used.iter().any(|u| u.starts_with(&format!("{abs}/")))
+                    });
+                for k in &keep {
+                    self.reporter
+                        .note(&format!("{name}: {k} is kept: the array uses it"));
+                }
+                members::remove_created(&gone);
+            }
+            None => {
+                for k in created {
+                    self.reporter.note(&format!(
+                        "{name}: {k} is kept: the server could not say whether the array uses it"
+                    ));
+                }
+            }
+        }
     }
 
     async fn add_new(
@@ -383,6 +436,7 @@ impl Manager {
             }
             return Ok((Via::Served, out));
         }
+        let mut room = Some(registry::reserve(name)?);
         let l = self.open_for_change(name).await?;
         self.with_offline(l, async |l| {
             for p in &paths {
@@ -391,7 +445,11 @@ impl Manager {
                     out.push((p.clone(), Added::Back));
                     continue;
                 }
-                let v = l.call(req(p)).await?;
+                let room = match room.take() {
+                    Some(r) => r,
+                    None => registry::reserve(name)?,
+                };
+                let v = l.call_with(req(p), Some(room)).await?;
                 keep(created, p);
                 let o = match a.log {
                     true => Added::Log,
@@ -418,7 +476,7 @@ impl Manager {
         let mut created = Vec::new();
         let r = self.replace_with(name, a, wait, served, &mut created).await;
         if r.is_err() {
-            members::remove_created(&created);
+            self.remove_unused(name, served, &created).await;
         }
         r
     }
@@ -460,9 +518,10 @@ impl Manager {
             }
             return Ok(Via::Served);
         }
+        let room = registry::reserve(name)?;
         let l = self.open_for_change(name).await?;
         self.with_offline(l, async |l| {
-            l.call(req).await?;
+            l.call_with(req, Some(room)).await?;
             keep(created, &new);
             self.rebuild_here(l).await
         })
@@ -479,7 +538,16 @@ impl Manager {
             .with_progress(&l.array, "rebuild", l.array.rebuild_now())
             .await;
         l.call(Request::Status).await?;
-        registry::save_array(&l.array, Some(&l.name))?;
+        // The change itself was recorded; this only brings the record up to date (a
+        // replaced member retired). Behind, it still starts the array, which records it
+        // again.
+        if let Err(e) = registry::save_array(&l.array, Some(&l.name)) {
+            self.reporter.note(&format!(
+                "{}: warning: the registration was not brought up to date after the rebuild ({}); the next start does it",
+                l.name,
+                crate::words::message(&e, self.reporter.style())
+            ));
+        }
         r
     }
 
@@ -530,17 +598,27 @@ impl Manager {
         }
         registry::load(name)?;
         if a.rebuild_min_rate.is_some() || a.rebuild_max_rate.is_some() {
-            return Err(err(
+            return Err(err_advised(
                 ErrorKind::Conflict,
-                format!(
-                    "{name} is not running: rebuild rates apply to a served array (sbod serve {name}); --sync is recorded on the members and works either way"
-                ),
+                format!("{name} is not running: rebuild rates apply to a served array"),
+                vec![
+                    Step::serve(name),
+                    Step::option(
+                        "sync",
+                        "set the sync mode alone (it is recorded on the members, served or not)",
+                    ),
+                ],
             ));
         }
         if a.sync.is_none() {
-            return Err(err(
+            return Err(err_advised(
                 ErrorKind::Invalid,
-                "nothing to set: give --sync, --rebuild-min-rate or --rebuild-max-rate",
+                "nothing to set",
+                vec![
+                    Step::option("sync", "set the sync mode"),
+                    Step::option("rebuild_min_rate", "set the rebuild's rate floor"),
+                    Step::option("rebuild_max_rate", "set the rebuild's rate ceiling"),
+                ],
             ));
         }
         let l = self.open_for_change(name).await?;
@@ -568,9 +646,10 @@ impl Manager {
     pub async fn forget(&self, name: &str) -> Result<()> {
         registry::load(name)?;
         if control::running(name).await {
-            return Err(err(
+            return Err(err_advised(
                 ErrorKind::Conflict,
-                format!("{name} is being served; stop it first"),
+                format!("{name} is being served"),
+                vec![Step::on_array("stop", name)],
             ));
         }
         registry::forget(name)
@@ -580,28 +659,35 @@ impl Manager {
     pub async fn create(&self, a: &CreateArgs) -> Result<Status> {
         registry::check_name(&a.name)?;
         if registry::exists(&a.name) {
-            return Err(err(
+            return Err(err_advised(
                 ErrorKind::Conflict,
-                format!(
-                    "an array named '{0}' is already registered; choose another name, or `sbod \
-                     stop {0}` and remove its registration with `sbod forget {0}`",
-                    a.name
-                ),
+                format!("an array named '{}' is already registered", a.name),
+                vec![
+                    Step::say("choose another name"),
+                    Step::say(format!(
+                        "stop '{}' and remove its registration (its members keep their superblocks)",
+                        a.name
+                    )),
+                    Step::on_array("forget", &a.name),
+                ],
             ));
         }
         if !a.domains.is_empty() && a.domains.len() != a.members.len() {
-            bail!(
-                "--domains lists {} labels for {} members: give one label per member, in order",
-                a.domains.len(),
-                a.members.len()
-            );
+            return Err(anyhow::Error::new(sbod_core::Error::BadSetting {
+                setting: "domains",
+                value: format!("({} labels)", a.domains.len()),
+                why: format!(
+                    "give one label per member, in order ({} members)",
+                    a.members.len()
+                ),
+            }));
         }
         // Every value is checked before a file is created or a member touched.
         spec_of(a, false).check(a.members.len())?;
         let logs = check_logs(&a.log, &a.members)?;
         let size_each = a.size_each.map(|s| s.0);
         if let Some(sz) = size_each {
-            check_member_size("--size-each", sz, a.chunk.0)?;
+            check_member_size("size_each", sz, a.chunk.0)?;
         } else {
             for m in &a.members {
                 members::check_exists(m)?;
@@ -611,11 +697,25 @@ impl Manager {
         if a.preallocate {
             members::check_preallocate(&space)?;
         }
+        // Room for the registration before a file is made or a member written: a full or
+        // read-only state directory refuses the create here, changing nothing.
+        let room = registry::reserve(&a.name)?;
         let created = match size_each {
             Some(sz) => members::create_files(&a.members, sz)?,
             None => Vec::new(),
         };
         let fresh = a.members.iter().all(|m| created.contains(m));
+        // What the superblock area of the devices that were there before held, to put it
+        // back if the array cannot be made whole (created and registered).
+        let mut devices = a.members.clone();
+        devices.extend(logs.iter().cloned());
+        let heads = match members::save_heads(&devices, &created) {
+            Ok(h) => h,
+            Err(e) => {
+                members::remove_created(&created);
+                return Err(e);
+            }
+        };
         let r = async {
             if a.preallocate {
                 members::preallocate(&a.members)?;
@@ -640,18 +740,32 @@ impl Manager {
             }
             .await;
             if let Err(e) = r {
-                // Nothing is registered: the members are removed with the files created.
                 array.close().await.ok();
                 return Err(e);
             }
-            registry::save_array(&array, None)?;
+            let reg = registry::of_array(&array, None);
             let status = array.status();
             array.close().await?;
+            room.commit(&reg)?;
             Ok(status)
         }
         .await;
-        if r.is_err() {
+        if let Err(e) = r {
+            // Not made whole: undone. The files made go, the devices that were there get
+            // their superblock area back (no sbod superblock of this array is left).
+            let bad = members::restore_heads(&heads);
             members::remove_created(&created);
+            if !bad.is_empty() {
+                return Err(e.context(format!(
+                    "'{}' was not created, and the superblocks it wrote could not all be taken back ({}): wipe those devices' first 64 KiB before using them",
+                    a.name,
+                    bad.join("; ")
+                )));
+            }
+            return Err(e.context(format!(
+                "'{}' was not created (nothing was changed)",
+                a.name
+            )));
         }
         r
     }
@@ -662,6 +776,12 @@ impl Manager {
         &self,
         a: &AssembleArgs,
     ) -> Result<(Status, AssemblyReport, Vec<String>)> {
+        if let Some(n) = &a.name {
+            registry::check_name(n)?;
+        }
+        // Room for the registration before the members are opened (a start writes their
+        // superblocks): a full or read-only state directory changes nothing.
+        let room = registry::reserve(a.name.as_deref().unwrap_or("assembled"))?;
         let mut specs = Vec::new();
         for m in &a.members {
             let abs = members::canonical(m)?;
@@ -691,20 +811,24 @@ impl Manager {
             let reg = registry::load(&name).ok();
             if let Some(reg) = &reg {
                 if reg.uuid != l.array.uuid.to_string() && !a.force {
-                    return Err(err(
+                    return Err(err_advised(
                         ErrorKind::Conflict,
                         format!(
-                            "'{name}' is already registered for another array ({}); use --name \
-                             to pick another name or --force to replace the registration",
+                            "'{name}' is already registered for another array ({})",
                             reg.uuid
                         ),
+                        vec![
+                            Step::option("name", "register this one under another name"),
+                            Step::force("replace the registration"),
+                        ],
                     ));
                 }
             }
             if control::running(&name).await {
-                return Err(err(
+                return Err(err_advised(
                     ErrorKind::Conflict,
-                    format!("'{name}' is being served right now; stop it first"),
+                    format!("'{name}' is being served right now"),
+                    vec![Step::on_array("stop", &name)],
                 ));
             }
             let rep = l.array.report();
@@ -722,8 +846,13 @@ impl Manager {
             }
             let mut st = l.array.status();
             st.name = name.clone();
-            let lines = report_lines(&l.array, reg.as_ref());
-            registry::save_array(&l.array, Some(&name))?;
+            let lines = report_lines(&l.array, reg.as_ref(), self.reporter.style());
+            room.commit(&registry::of_array(&l.array, Some(&name)))
+                .map_err(|e| {
+                    e.context(format!(
+                        "'{name}' was assembled (its members record the start), but not registered"
+                    ))
+                })?;
             Ok((st, rep, lines))
         })
         .await
@@ -924,13 +1053,11 @@ pub enum Added {
 /// canonical paths.
 fn check_logs(logs: &[String], members: &[String]) -> Result<Vec<String>> {
     if logs.len() > 2 {
-        return Err(err(
-            ErrorKind::Invalid,
-            format!(
-                "--log given {} times: a log is one device, or two for a mirrored log",
-                logs.len()
-            ),
-        ));
+        return Err(anyhow::Error::new(sbod_core::Error::BadSetting {
+            setting: "log",
+            value: format!("(given {} times)", logs.len()),
+            why: "a log is one device, or two for a mirrored log".into(),
+        }));
     }
     // Members may not exist yet (--size-each): compare absolute names.
     let name = |p: &str| {
@@ -981,27 +1108,27 @@ fn spec_of(a: &CreateArgs, fresh: bool) -> CreateSpec {
 
 /// A size for member files sbod creates: room for the metadata and a chunk, and no more
 /// than a member may hold.
-fn check_member_size(opt: &str, size: u64, chunk: u64) -> Result<()> {
+/// `setting` is named as the API names it ("size_each"); each client words it.
+fn check_member_size(setting: &'static str, size: u64, chunk: u64) -> Result<()> {
     let min = (1 << 20) + chunk.max(4096) * 2;
+    let bad = |why: String| {
+        anyhow::Error::new(sbod_core::Error::BadSetting {
+            setting,
+            value: human(size),
+            why,
+        })
+    };
     if size < min {
-        return Err(err(
-            ErrorKind::Invalid,
-            format!(
-                "{opt} {}: a member needs room for sbod's metadata (about 1 MiB) and data; give at least {}",
-                human(size),
-                human(min.div_ceil(1 << 20) * (1 << 20))
-            ),
-        ));
+        return Err(bad(format!(
+            "a member needs room for sbod's metadata (about 1 MiB) and data; give at least {}",
+            human(min.div_ceil(1 << 20) * (1 << 20))
+        )));
     }
     if size > sbod_core::array::MAX_MEMBER_DATA {
-        return Err(err(
-            ErrorKind::Invalid,
-            format!(
-                "{opt} {}: at most {} per member",
-                human(size),
-                human(sbod_core::array::MAX_MEMBER_DATA)
-            ),
-        ));
+        return Err(bad(format!(
+            "at most {} per member",
+            human(sbod_core::array::MAX_MEMBER_DATA)
+        )));
     }
     Ok(())
 }
@@ -1020,7 +1147,7 @@ pub fn explain(e: sbod_core::Error, reg: Option<&registry::Registry>) -> anyhow:
 
 /// What assembly found that the user should know: members missing, stale ones being
 /// recovered, a split brain forced, a rescue.
-pub fn report_lines(a: &Array, reg: Option<&registry::Registry>) -> Vec<String> {
+pub fn report_lines(a: &Array, reg: Option<&registry::Registry>, style: Style) -> Vec<String> {
     let rep = a.report();
     let st = a.state();
     let mut out = Vec::new();
@@ -1040,9 +1167,12 @@ pub fn report_lines(a: &Array, reg: Option<&registry::Registry>) -> Vec<String> 
                 d.path.as_deref().unwrap_or(&d.uuid),
                 d.state,
                 if l.devices.iter().any(|x| x.state == LogDevState::Active) {
-                    ": the log runs on the other device alone"
+                    ": the log runs on the other device alone".to_string()
                 } else {
-                    ": writes take the in-pool path (`sbod add NAME --log DEV` gives it a log again)"
+                    format!(
+                        ": writes take the in-pool path; {}",
+                        crate::words::step(&Step::AddLog, style)
+                    )
                 }
             ));
         }
@@ -1054,8 +1184,8 @@ pub fn report_lines(a: &Array, reg: Option<&registry::Registry>) -> Vec<String> 
             .and_then(|e| reg.and_then(|r| r.failed_path(&e.uuid.to_string())))
             .unwrap_or_else(|| format!("the member of slot {i}"));
         out.push(format!(
-            "{who} (slot {i}) is missing: running degraded without it (it is resynced from the write-intent bitmap when it comes back: `sbod add {} {who}`, or at the next start)",
-            a.name
+            "{who} (slot {i}) is missing: running degraded without it (it is resynced from the write-intent bitmap when it comes back, at the next start, or: {})",
+            crate::words::step(&Step::command("add", &a.name, &who), style)
         ));
     }
     for s in &rep.stale {

@@ -133,6 +133,50 @@ pub fn remove_created(created: &[String]) {
     }
 }
 
+/// Bytes at the start of a device that hold sbod's superblocks (both copies of a
+/// member's, or a log device's): what [`save_heads`] keeps.
+pub const HEAD: usize = 64 * 1024;
+
+/// The first [`HEAD`] bytes of each local path that exists and is not in `skip` (files
+/// made for this command), to put back with [`restore_heads`] if a create cannot finish:
+/// a member that had no sbod superblock has none again, one that had another array's
+/// (`--force`) has that one back. Remote members are not kept (they are reached through
+/// the engine only).
+pub fn save_heads(paths: &[String], skip: &[String]) -> Result<Vec<(String, Vec<u8>)>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    for p in paths {
+        if sbod_remote::is_uri(p) || skip.contains(p) {
+            continue;
+        }
+        let mut f = std::fs::File::open(p).with_context(|| format!("reading {p}"))?;
+        let mut buf = Vec::with_capacity(HEAD);
+        f.by_ref()
+            .take(HEAD as u64)
+            .read_to_end(&mut buf)
+            .with_context(|| format!("reading {p}"))?;
+        out.push((p.clone(), buf));
+    }
+    Ok(out)
+}
+
+/// Put back what [`save_heads`] kept (after the array was closed). Returns what could not
+/// be put back, in words.
+pub fn restore_heads(heads: &[(String, Vec<u8>)]) -> Vec<String> {
+    use std::os::unix::fs::FileExt;
+    let mut bad = Vec::new();
+    for (p, buf) in heads {
+        let r = std::fs::OpenOptions::new()
+            .write(true)
+            .open(p)
+            .and_then(|f| f.write_all_at(buf, 0).and_then(|()| f.sync_all()));
+        if let Err(e) = r {
+            bad.push(format!("{p}: {e}"));
+        }
+    }
+    bad
+}
+
 /// Check a path names something sbod can use before doing anything.
 pub fn check_exists(p: &str) -> Result<()> {
     if sbod_remote::is_uri(p) {

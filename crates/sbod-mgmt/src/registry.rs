@@ -158,6 +158,12 @@ pub fn load(name: &str) -> Result<Registry> {
 
 /// Record an open array's current members, as `name` (its own name if None).
 pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
+    save(&of_array(array, name))
+}
+
+/// The registration of an open array's current members, as `name` (its own name if None):
+/// what [`save_array`] writes.
+pub fn of_array(array: &Array, name: Option<&str>) -> Registry {
     let name = name.unwrap_or(&array.name);
     let st = array.state();
     let prev = load(name).ok();
@@ -216,14 +222,14 @@ pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
             && !failed.iter().any(|x| x.uuid == f.uuid)
     });
     failed.extend(prev_failed);
-    save(&Registry {
+    Registry {
         name: name.to_string(),
         uuid: array.uuid.to_string(),
         members,
         failed,
         uuids,
         logs,
-    })
+    }
 }
 
 /// Name a member the way the engine knows it: an absolute path, or the uuid of a failed
@@ -242,16 +248,166 @@ pub fn exists(name: &str) -> bool {
     registry_path(name).exists()
 }
 
-/// Write atomically (temp file + rename).
+/// Write atomically (temp file + rename). A write that fails leaves nothing behind: the
+/// old registration stays, and the temp file goes.
 pub fn save(r: &Registry) -> Result<()> {
-    let dir = arrays_dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let p = registry_path(&r.name);
-    let tmp = dir.join(format!(".{}.json.tmp", r.name));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(r)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &p).with_context(|| format!("writing {}", p.display()))?;
-    Ok(())
+    reserve(&r.name)?.commit(r)
+}
+
+/// Room for the registration of one array, taken before a verb changes anything: a temp
+/// file in the state directory, as large as the registration may grow, written and
+/// synced. A verb that cannot have it (the state directory is full, read-only, not
+/// ours) stops there, having changed nothing. [`Reserved::commit`] then writes the new
+/// registration over that room (no new space is needed) and renames it into place;
+/// dropped without a commit, the temp file is removed.
+pub struct Reserved {
+    dir: PathBuf,
+    name: String,
+    tmp: PathBuf,
+    file: Option<std::fs::File>,
+    room: u64,
+}
+
+/// Bytes kept for a registration: twice the present one (it may grow by members given
+/// back, added, or failed and remembered) and some more for a first one.
+fn room_for(present: u64) -> u64 {
+    2 * present + 16 * 1024
+}
+
+/// Take room for `name`'s registration (see [`Reserved`]); the room may be committed for
+/// another name (an array assembled without one takes the name in its superblocks).
+pub fn reserve(name: &str) -> Result<Reserved> {
+    check_name(name)?;
+    reserve_in(&arrays_dir(), name)
+}
+
+/// [`reserve`] in the folder `dir` (the state directory's `arrays/`).
+fn reserve_in(dir: &Path, name: &str) -> Result<Reserved> {
+    let dir = dir.to_path_buf();
+    std::fs::create_dir_all(&dir).map_err(|e| nothing_changed(&dir, "creating", e))?;
+    let present = std::fs::metadata(dir.join(format!("{name}.json")))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let room = room_for(present);
+    remove_orphans(&dir, name);
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.json.{}.{seq}.tmp", std::process::id()));
+    let mut r = Reserved {
+        dir: dir.clone(),
+        name: name.to_string(),
+        tmp: tmp.clone(),
+        file: None,
+        room,
+    };
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| nothing_changed(&tmp, "creating", e))?;
+    r.file = Some(f);
+    // Spaces: the JSON written over them later may end in whitespace.
+    let fill = vec![b' '; room as usize];
+    let f = r.file.as_mut().expect("just opened");
+    use std::io::Write;
+    f.write_all(&fill)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| nothing_changed(&tmp, "writing", e))?;
+    Ok(r)
+}
+
+/// Temp files of `name` left by a process that died between taking room and recording
+/// (SIGKILL): removed. The process id is in the name; one still alive keeps its own.
+fn remove_orphans(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.json.");
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        let Some(rest) = n.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp")) else {
+            continue;
+        };
+        let pid = rest.split('.').next().and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+impl Reserved {
+    /// Write `reg` (the registration of the array this room was taken for) and put it in
+    /// place.
+    pub fn commit(mut self, reg: &Registry) -> Result<()> {
+        use std::io::{Seek, Write};
+        let text = serde_json::to_vec_pretty(reg)?;
+        self.name = reg.name.clone();
+        let mut f = self.file.take().expect("a reservation commits once");
+        // Over the room already allocated; a registration larger than the room (many
+        // members at once) needs more space, which the file system may still have.
+        if text.len() as u64 > self.room {
+            tracing::debug!("registration of {} outgrows its room", self.name);
+        }
+        f.seek(std::io::SeekFrom::Start(0))
+            .and_then(|_| f.write_all(&text))
+            .and_then(|()| f.set_len(text.len() as u64))
+            .and_then(|()| f.sync_all())
+            .map_err(|e| state_dir_error(&self.tmp, "writing", e))?;
+        drop(f);
+        let p = self.dir.join(format!("{}.json", self.name));
+        std::fs::rename(&self.tmp, &p).map_err(|e| state_dir_error(&p, "writing", e))?;
+        // The rename is durable once the directory is synced (best effort: it may not
+        // open for reading on every file system).
+        if let Ok(d) = std::fs::File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        // Not committed (or the commit failed): the temp file goes.
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
+/// An error of the state directory: which, and what the person can do (free space, make
+/// it writable). Its kind is `Io`.
+fn state_dir_error(p: &Path, what: &str, e: std::io::Error) -> anyhow::Error {
+    state_dir_error_then(p, what, e, "")
+}
+
+/// [`state_dir_error`] before anything was changed: says so.
+fn nothing_changed(p: &Path, what: &str, e: std::io::Error) -> anyhow::Error {
+    state_dir_error_then(p, what, e, "; nothing was changed")
+}
+
+fn state_dir_error_then(p: &Path, what: &str, e: std::io::Error, then: &str) -> anyhow::Error {
+    let dir = state_dir();
+    let fix = match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => format!("free space in {}", dir.display()),
+        Some(libc::EROFS) => format!(
+            "mount {} read-write (or set SBOD_STATE_DIR to a writable directory)",
+            dir.display()
+        ),
+        Some(libc::EACCES) | Some(libc::EPERM) => format!(
+            "run as a user who may write to {} (or set SBOD_STATE_DIR)",
+            dir.display()
+        ),
+        _ => format!("check the file system of {}", dir.display()),
+    };
+    crate::error::err_advised(
+        ErrorKind::Io,
+        format!(
+            "the state directory {} cannot record the array ({what} {}: {e}){then}",
+            dir.display(),
+            p.display()
+        ),
+        vec![sbod_types::Step::say(fix)],
+    )
 }
 
 pub fn forget(name: &str) -> Result<()> {
@@ -259,7 +415,7 @@ pub fn forget(name: &str) -> Result<()> {
     match std::fs::remove_file(&p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => bail!("removing {}: {e}", p.display()),
+        Err(e) => Err(nothing_changed(&p, "removing", e)),
     }
 }
 
@@ -294,4 +450,92 @@ pub fn absolute(p: &Path) -> Result<String> {
         err(kind, format!("{}: {e}", p.display()))
     })?;
     Ok(abs.to_string_lossy().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// A small tmpfs, unmounted when the test ends (also on failure).
+    struct Tmpfs(tempfile::TempDir);
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0.path()).status();
+        }
+    }
+
+    fn temp_files(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
+    /// The room taken before a verb is enough to record it after, though the file system
+    /// filled up in between; and with the file system full, no room is taken and nothing
+    /// is left behind.
+    #[test]
+    fn room_taken_before_the_disk_fills_still_records() {
+        let t = Tmpfs(tempfile::tempdir().unwrap());
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
+            .arg(t.0.path())
+            .output()
+            .expect("mount is installed");
+        assert!(
+            o.status.success(),
+            "this test mounts a tmpfs: run it as root ({})",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let dir = t.0.path().join("arrays");
+        std::fs::create_dir_all(&dir).unwrap();
+        // A temp file left by a process that died (no such pid) goes at the next reserve.
+        let orphan = dir.join(format!(".v.json.{}.0.tmp", u32::MAX - 1));
+        std::fs::write(&orphan, b"  ").unwrap();
+        let room = reserve_in(&dir, "v").unwrap();
+        assert!(!orphan.exists(), "an orphaned temp file stays");
+        // Fill the file system.
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(t.0.path().join("filler")).unwrap();
+            while f.write_all(&[7u8; 4096]).is_ok() {}
+        }
+        // Negative control: it really is full.
+        assert!(std::fs::write(t.0.path().join("probe"), [1u8; 4096]).is_err());
+        let reg = Registry {
+            name: "v".into(),
+            uuid: "u".repeat(36),
+            members: (0..16)
+                .map(|i| format!("/dev/disk/by-id/member-{i:04}"))
+                .collect(),
+            failed: Vec::new(),
+            uuids: Default::default(),
+            logs: Vec::new(),
+        };
+        room.commit(&reg)
+            .expect("the room taken before holds the record");
+        let back: Registry =
+            serde_json::from_slice(&std::fs::read(dir.join("v.json")).unwrap()).unwrap();
+        assert_eq!(back, reg);
+        assert_eq!(temp_files(&dir), Vec::<String>::new());
+        // Full: no room is taken, the error says so and what to do, nothing is left.
+        let e = reserve_in(&dir, "v")
+            .err()
+            .expect("a full file system has no room");
+        let text = crate::words::message(&e, crate::words::Style::Cli);
+        assert!(
+            text.contains("nothing was changed") && text.contains("free space"),
+            "{text}"
+        );
+        assert_eq!(temp_files(&dir), Vec::<String>::new());
+        assert_eq!(
+            back,
+            serde_json::from_slice::<Registry>(&std::fs::read(dir.join("v.json")).unwrap())
+                .unwrap()
+        );
+    }
 }

@@ -48,6 +48,19 @@ pub fn step(s: &Step, style: Style) -> String {
             Style::Cli => "add a log device (sbod add NAME --log DEV, an SSD): it journals every write, and with one such an array starts with --degraded alone".into(),
             Style::Api => "add a log device (an SSD, the \"log\" of the add action): it journals every write, and with one such an array starts degraded".into(),
         },
+        Step::Command { verb, array, member } if member.is_empty() => match style {
+            Style::Cli => format!("{verb} it (sbod {verb} {array})"),
+            Style::Api => format!("{verb} it (POST /api/v1/arrays/{array}/{verb})"),
+        },
+        Step::Serve { array } => match style {
+            Style::Cli => format!(
+                "serve it (sbod serve {array}, or systemctl start sbod@{array}) and try again"
+            ),
+            Style::Api => format!(
+                "serve it on the host (`sbod serve {array}`, or its service sbod@{array}) and try again"
+            ),
+        },
+        Step::Option { name, does } => format!("use {} to {does}", setting(name, style)),
         Step::Command {
             verb,
             array,
@@ -115,5 +128,22 @@ mod tests {
         assert!(message(&e, Style::Api).contains("\"bitmap_region\" 0"));
         let fail = step(&Step::command("fail", "vol0", "d3.img"), Style::Cli);
         assert_eq!(fail, "fail it first (sbod fail vol0 d3.img)");
+        let stop = Step::on_array("stop", "vol0");
+        assert_eq!(step(&stop, Style::Cli), "stop it (sbod stop vol0)");
+        assert_eq!(
+            step(&stop, Style::Api),
+            "stop it (POST /api/v1/arrays/vol0/stop)"
+        );
+        let name = Step::option("name", "register it under another name");
+        assert_eq!(
+            step(&name, Style::Cli),
+            "use --name to register it under another name"
+        );
+        assert_eq!(
+            step(&name, Style::Api),
+            "use \"name\" to register it under another name"
+        );
+        assert!(step(&Step::serve("vol0"), Style::Cli).contains("sbod serve vol0"));
+        assert!(step(&Step::serve("vol0"), Style::Api).contains("on the host"));
     }
 }

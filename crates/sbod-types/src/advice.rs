@@ -23,12 +23,19 @@ pub enum Step {
     Examine,
     /// Give the array a log device: it journals every write, which closes the write hole.
     AddLog,
-    /// Another command first: `verb` (fail, replace, add, remove) on `member` of `array`.
+    /// Another command first: `verb` (fail, replace, add, remove) on `member` of `array`;
+    /// with no member, on the array itself (stop, forget).
     Command {
         verb: String,
         array: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         member: String,
     },
+    /// Serve the array (start its serving process), then try again.
+    Serve { array: String },
+    /// Give an option of the request (`name`, as the API's field: "rebuild_min_rate"),
+    /// which then does `does`.
+    Option { name: String, does: String },
 }
 
 impl Step {
@@ -42,6 +49,24 @@ impl Step {
 
     pub fn degraded(does: impl Into<String>) -> Step {
         Step::Degraded { does: does.into() }
+    }
+
+    /// `verb` on the array itself (stop, forget).
+    pub fn on_array(verb: &str, array: &str) -> Step {
+        Step::command(verb, array, "")
+    }
+
+    pub fn serve(array: &str) -> Step {
+        Step::Serve {
+            array: array.into(),
+        }
+    }
+
+    pub fn option(name: &str, does: impl Into<String>) -> Step {
+        Step::Option {
+            name: name.into(),
+            does: does.into(),
+        }
     }
 
     pub fn command(verb: &str, array: &str, member: &str) -> Step {

@@ -264,6 +264,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let registered = registry::load(&args.name)
         .map(|r| r.members)
         .unwrap_or_default();
+    // Room for the registration before the members are opened (a start writes their
+    // superblocks): a full or read-only state directory changes nothing.
+    registry::load(&args.name)?;
+    let room = registry::reserve(&args.name)?;
     let opened = cmd::manager()
         .open_offline(
             &args.name,
@@ -276,7 +280,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .await?;
     let array = opened.array.clone();
     if !array.is_read_only() {
-        registry::save_array(&array, Some(&args.name))?;
+        if let Err(e) = room.commit(&registry::of_array(&array, Some(&args.name))) {
+            array.close().await.ok();
+            return Err(e.context(format!(
+                "'{}' was not served (stopped again cleanly)",
+                args.name
+            )));
+        }
     }
     let io = Arc::new(IoStats::default());
     let on_stop = Arc::new(tokio::sync::Notify::new());
@@ -340,8 +350,16 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let _ = stop_tx.send(true);
     let _ = ctl.await;
     let _ = watcher.await;
+    // The registration is brought up to date; if it cannot be, the array is still
+    // closed cleanly (its members are the truth), and the next start records it.
     if !array.is_read_only() {
-        registry::save_array(&array, Some(&args.name))?;
+        if let Err(e) = registry::save_array(&array, Some(&args.name)) {
+            eprintln!(
+                "sbod: warning: {}: the registration was not brought up to date ({}); the next start does it",
+                args.name,
+                sbod_mgmt::words::message(&e, sbod_mgmt::words::Style::Cli)
+            );
+        }
     }
     let closed = array.close().await;
     let _ = std::fs::remove_file(&sock);

@@ -622,39 +622,64 @@ impl Array {
         if dirty.is_empty() || !matches!(g.scheme(), Scheme::Parity { m, .. } if m > 0) {
             return Ok(());
         }
-        let mut at_risk = Vec::new();
+        // Who must be rebuilt from that parity, and why: a slot whose member is not here
+        // (bringing it back closes the hole: its data is read, not rebuilt), or a member
+        // that is here but holds no current data there yet (stale, or being rebuilt: a
+        // replacement or a new member), for which nothing but parity holds that data.
+        let mut missing = Vec::new();
+        let mut here = Vec::new();
         for (i, s) in st.slots.iter().enumerate() {
             let risky = dirty.iter().any(|&r| {
                 let end = ((r + 1) * sb.bitmap_region).min(g.member_size);
                 s.readable(end).is_none()
             });
-            if risky {
-                let why = match (s.state, s.out) {
-                    (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
-                        "stale".to_string()
-                    }
-                    (state, _) => format!("{state:?}").to_lowercase(),
-                };
-                at_risk.push(match &s.member {
-                    Some(m) => format!("{} ({why})", m.path),
-                    None => format!("slot {i} (missing)"),
-                });
+            if !risky {
+                continue;
+            }
+            match &s.member {
+                None => missing.push(format!("slot {i} (missing)")),
+                Some(m) => {
+                    let why = match (s.state, s.out) {
+                        (SlotState::Rebuilding, Some(o)) if o.reason == OutReason::Stale => {
+                            "stale".to_string()
+                        }
+                        (SlotState::Rebuilding, _) => format!(
+                            "slot {i}, a new member or a replacement, rebuilt up to {} of {}",
+                            crate::layout::human(s.recovery.load(Ordering::Acquire)),
+                            crate::layout::human(g.member_size)
+                        ),
+                        (state, _) => format!("{state:?}").to_lowercase(),
+                    };
+                    here.push(format!("{} ({why})", m.path));
+                }
             }
         }
-        if at_risk.is_empty() {
+        if missing.is_empty() && here.is_empty() {
             return Ok(());
         }
         let (more, log) = crate::log::attach::write_hole_hint(sb);
-        let mut msg = Msg::new(format!(
-            "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} held there cannot be rebuilt reliably (the RAID write hole){more}",
+        let at_risk: Vec<String> = missing.iter().chain(here.iter()).cloned().collect();
+        let mut text = format!(
+            "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} must hold there cannot be rebuilt reliably (the RAID write hole){more}",
             sb.name,
             dirty.len(),
             at_risk.join(", ")
-        ))
-        .or(Step::say("assemble it with all its members"))
-        .or(Step::force(
-            "start anyway, accepting that those members' data in those regions may be wrong",
-        ));
+        );
+        if missing.is_empty() {
+            text.push_str(
+                "; every member is here: none holds that data but the parity, so no member is missing that would help",
+            );
+        }
+        let mut msg = Msg::new(text);
+        if !missing.is_empty() {
+            msg = msg.or(Step::say(
+                "bring back the member(s) of the missing slot(s) and start again: their data is read, not rebuilt",
+            ));
+        }
+        msg = msg.or(Step::force(format!(
+            "start anyway, rebuilding {} from that parity: blocks written there just before the crash may read wrong (old, or mixed) afterwards; the rest of the volume is not affected",
+            if here.is_empty() && missing.len() == 1 { "that slot" } else { "them" }
+        )));
         msg.advice.extend(log);
         Err(Error::Refused(msg))
     }
