@@ -102,6 +102,18 @@ pub(crate) fn matches(cur: u32, t: u32, zt: u32, zeroed: bool) -> bool {
     }
 }
 
+/// Does the stored tag `cur` positively vouch for a block whose tag is `t` (`zt`: the tag
+/// of zeros there)? Stricter than [`matches`]: "unknown", and "never written" where that
+/// may hold anything, vouch for nothing. (Judging between members that both fail their
+/// tags takes a tag that names the data.)
+pub(crate) fn vouches(cur: u32, t: u32, zt: u32, zeroed: bool) -> bool {
+    match cur {
+        UNWRITTEN => zeroed && t == zt,
+        UNKNOWN => false,
+        c => c == t,
+    }
+}
+
 /// The tag of the 4 KiB `data` at member block `block` (member data offset / 4096).
 pub fn tag(block: u64, data: &[u8]) -> u32 {
     debug_assert_eq!(data.len() as u64, BLOCK);

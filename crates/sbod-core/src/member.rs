@@ -17,7 +17,13 @@ pub struct MemberStats {
     pub write_bytes: AtomicU64,
     pub read_errors: AtomicU64,
     pub write_errors: AtomicU64,
+    /// Blocks it returned wrong (they failed their checksums, and redundancy showed the
+    /// data wrong, or could not say).
     pub checksum_errors: AtomicU64,
+    /// Blocks whose checksum (tag) was wrong over right data (redundancy showed the data
+    /// right): the tag was rewritten. Damage to the tag region, never held against the
+    /// member.
+    pub tag_errors: AtomicU64,
     /// Sectors rewritten after a read error or a scrub found them bad.
     pub repaired: AtomicU64,
     /// Foreground requests submitted (background processes watch this to yield).

@@ -36,6 +36,7 @@ fn process(kind: ProcessKind, mismatches: u64, elapsed: f64) -> ProcessStatus {
         eta_secs: None,
         mismatches,
         repaired: 0,
+        tags_repaired: 0,
         finished: true,
         cancelled: false,
         error: None,

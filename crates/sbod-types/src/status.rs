@@ -150,7 +150,13 @@ pub struct MemberStatus {
     pub size: u64,
     pub read_errors: u64,
     pub write_errors: u64,
+    /// Blocks it returned that failed their checksums and that redundancy showed wrong
+    /// (or could not judge: no redundancy). Past `max_checksum_errors` it is failed.
     pub checksum_errors: u64,
+    /// Checksums (tags) found damaged over right data and rewritten ("tags repaired"):
+    /// damage to the member's tag region, never held against it.
+    #[serde(default)]
+    pub tag_errors: u64,
     pub repaired: u64,
     pub reads: u64,
     pub writes: u64,
@@ -191,6 +197,9 @@ pub struct ProcessStatus {
     pub eta_secs: Option<f64>,
     pub mismatches: u64,
     pub repaired: u64,
+    /// Checksums (tags) found damaged over right data and rewritten (not mismatches).
+    #[serde(default)]
+    pub tags_repaired: u64,
     pub finished: bool,
     pub cancelled: bool,
     pub error: Option<String>,

@@ -187,7 +187,7 @@ impl Collector for Snapshot {
         let mut f = family(
             &mut enc,
             "sbod_member_errors",
-            "Errors seen on each member, by kind (read, write, checksum)",
+            "Errors seen on each member, by kind (read, write, checksum; tag: checksums found damaged over right data and rewritten)",
             MetricType::Counter,
         )?;
         for (s, _) in &self.arrays {
@@ -196,6 +196,7 @@ impl Collector for Snapshot {
                     ("read", m.read_errors),
                     ("write", m.write_errors),
                     ("checksum", m.checksum_errors),
+                    ("tag", m.tag_errors),
                 ] {
                     f.counter(&with(mem(s, m), "kind", k.into()), v)?;
                 }

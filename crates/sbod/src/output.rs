@@ -67,8 +67,8 @@ pub fn print_status(s: &Status, running: bool) {
         .unwrap_or(4)
         .max(6);
     println!(
-        "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6}",
-        "slot", "group", "member", "state", "domain", "size", "read", "write", "cksum"
+        "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6} {:>6}",
+        "slot", "group", "member", "state", "domain", "size", "read", "write", "cksum", "tags"
     );
     for m in &s.members {
         let slot = m.slot.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
@@ -83,7 +83,7 @@ pub fn print_status(s: &Status, running: bool) {
             state = format!("{state} {:.0}%", 100.0 * r as f64 / m.size as f64);
         }
         println!(
-            "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6}",
+            "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6} {:>6}",
             slot,
             group,
             path,
@@ -96,7 +96,8 @@ pub fn print_status(s: &Status, running: bool) {
             },
             m.read_errors,
             m.write_errors,
-            m.checksum_errors
+            m.checksum_errors,
+            m.tag_errors
         );
     }
     for m in &s.members {
@@ -231,6 +232,12 @@ pub fn print_scrub(name: &str, p: &ProcessStatus) {
             String::new()
         }
     );
+    if p.tags_repaired > 0 {
+        println!(
+            "  {} damaged checksum(s) over right data rewritten (tags repaired; the data was not wrong)",
+            p.tags_repaired
+        );
+    }
     for r in &p.regions {
         println!(
             "  group {} at member offset {} (volume offset {}): {} block(s)",

@@ -625,7 +625,9 @@ impl DataPath {
         }
     }
 
-    /// Issue reads concurrently; count errors. True if all succeeded.
+    /// Issue reads concurrently; count errors. True if all succeeded. (A write's reads: one
+    /// that fails sends the write to its degraded plan, which reads the stripe again and
+    /// judges a checksum mismatch there, see `DataPath::heal`; only other errors count now.)
     pub(crate) async fn read_all(
         &self,
         reads: Vec<(Arc<Member>, u64, SharedBuf)>,
@@ -638,7 +640,7 @@ impl DataPath {
         let mut ok = true;
         for (m, r) in futures::future::join_all(futs).await {
             if let Err(e) = r {
-                self.note_read_error(&m, &e).await;
+                self.note_read_error_to_heal(&m, &e).await;
                 ok = false;
             }
         }

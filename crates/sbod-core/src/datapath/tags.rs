@@ -244,11 +244,18 @@ impl DataPath {
             .any(|m| m.tags.dirty_in(from, to))
     }
 
-    /// A member returned data that failed its tags (`note_read_error`). Counted as
-    /// checksum errors, one per block; past `max_checksum_errors` the member is failed,
-    /// where its group can do without it (without redundancy its reads answer EIO and it
-    /// stays: failing it would fail the array and all the good data with it).
+    /// A member returned data that failed its tags and nothing can judge which is wrong
+    /// (`note_read_error`: no redundancy, or none left to rebuild from). Counted as
+    /// checksum errors, one per block (see [`DataPath::note_data_errors`]).
     pub(super) async fn note_checksum_error(&self, m: &Arc<Member>, x: &Mismatch) {
+        self.note_data_errors(m, x).await
+    }
+
+    /// Blocks of `m` known (or taken) to hold wrong data. Counted as checksum errors; past
+    /// `max_checksum_errors` the member is failed, where its group can do without it
+    /// (without redundancy its reads answer EIO and it stays: failing it would fail the
+    /// array and all the good data with it).
+    pub(crate) async fn note_data_errors(&self, m: &Arc<Member>, x: &Mismatch) {
         let n = x.blocks.len() as u64;
         let total = m.stats.checksum_errors.fetch_add(n, Ordering::Relaxed) + n;
         tracing::warn!(member = %m.path, blocks = n, total, "{x}");
@@ -260,6 +267,111 @@ impl DataPath {
         if total > max && self.geometry.redundancy() > 0 {
             self.fail_member(m, crate::reason::checksums(total)).await;
         }
+    }
+
+    /// Blocks of `m` whose tag was found wrong over right data (redundancy rebuilt the
+    /// bytes the member holds): damage to its tag region, counted apart and never held
+    /// against it (the tags are rewritten by the caller).
+    pub(crate) fn note_tag_errors(&self, m: &Arc<Member>, n: u64, off: u64) {
+        if n == 0 {
+            return;
+        }
+        let total = m.stats.tag_errors.fetch_add(n, Ordering::Relaxed) + n;
+        tracing::warn!(member = %m.path, blocks = n, total, offset = off, "checksums damaged over right data: rewritten (the member's tag region was damaged, not its data)");
+    }
+
+    /// A member read failed, and the caller will rebuild what the member should hold
+    /// from redundancy and hand it to [`DataPath::heal`], which judges a checksum
+    /// mismatch then (a damaged tag, or wrong data). Other errors are counted now.
+    pub(crate) async fn note_read_error_to_heal(&self, m: &Arc<Member>, e: &io::Error) {
+        if integrity::mismatch_of(e).is_none() {
+            self.note_read_error(m, e).await;
+        }
+    }
+
+    /// A read error noted by [`DataPath::note_read_error_to_heal`] that will not be healed
+    /// after all (nothing left to rebuild from, or too little to rebuild from: the client
+    /// gets EIO). A checksum mismatch is counted as checksum errors, but fails nobody:
+    /// nothing judged whether the data or its tag is wrong (another member failing the
+    /// same row may be the wrong one), and taking a member out for what may be a damaged
+    /// tag would cost the redundancy that judges it.
+    pub(crate) async fn unhealed(&self, m: &Arc<Member>, e: &io::Error) {
+        if let Some(x) = integrity::mismatch_of(e) {
+            let n = x.blocks.len() as u64;
+            let total = m.stats.checksum_errors.fetch_add(n, Ordering::Relaxed) + n;
+            tracing::warn!(member = %m.path, blocks = n, total, "{x}; nothing left to tell wrong data from a damaged checksum: not returned");
+        }
+    }
+
+    /// Heal member data `[off, off+len)` of `m` whose read failed (`e`) with `good`, what
+    /// redundancy says it holds (rebuilt under the stripe lock, which the caller holds).
+    /// An I/O error: `good` is written back ([`DataPath::repair`]). A checksum mismatch is
+    /// judged block by block against the member's own bytes, read again: a block that
+    /// fails its tag but equals `good` has right data under a damaged tag (its tag is
+    /// rewritten, counted as a tag error, the member not blamed); one that differs holds
+    /// wrong data (a checksum error, counted towards failing the member, and rewritten).
+    /// So damage to a tag region never fails a healthy member, while wrong data still
+    /// does. True if the member holds `good` with tags that vouch for it.
+    pub(crate) async fn heal(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        good: SharedBuf,
+        class: IoClass,
+        e: &io::Error,
+    ) -> bool {
+        let Some(layout) = self.integrity else {
+            return self.repair(m, off, good, class).await;
+        };
+        if integrity::mismatch_of(e).is_none() {
+            return self.repair(m, off, good, class).await;
+        }
+        if !self.in_service(m) {
+            self.note_read_error(m, e).await;
+            return false;
+        }
+        let len = good.len();
+        let raw = AlignedBuf::for_overwrite(len).into_shared();
+        if let Err(re) = self.mread_raw(m, off, raw.clone(), class).await {
+            // Unreadable now: judged as the I/O error it is, and rewritten.
+            self.note_read_error(m, &re).await;
+            return self.repair(m, off, good, class).await;
+        }
+        // SAFETY: the read completed; the buffers are ours.
+        let (raw_s, good_s) = unsafe { (raw.as_slice(), good.as_slice()) };
+        let bad = match m.tags.check(&m.dev, &layout, off, raw_s).await {
+            Ok(bad) => bad,
+            Err(_) => {
+                // Its tags cannot be read: nothing to judge by; rewritten as before.
+                self.note_read_error(m, e).await;
+                return self.repair(m, off, good, class).await;
+            }
+        };
+        let block = |b: u64| {
+            let at = (b - off) as usize;
+            at..at + BLOCK as usize
+        };
+        let (tags, data): (Vec<u64>, Vec<u64>) = bad
+            .into_iter()
+            .partition(|&b| raw_s[block(b)] == good_s[block(b)]);
+        self.note_tag_errors(m, tags.len() as u64, off);
+        if !data.is_empty() {
+            self.note_data_errors(m, &Mismatch { blocks: data }).await;
+        }
+        if raw_s == good_s {
+            // The data is right: only tags to rewrite (no data write).
+            if tags.is_empty() {
+                return true;
+            }
+            return match self.retag(m, off, good_s).await {
+                Ok(()) => true,
+                Err(re) => {
+                    self.note_read_error(m, &re).await;
+                    false
+                }
+            };
+        }
+        self.repair(m, off, good, class).await
     }
 
     /// Vouch for data rebuilt from redundancy to replace member data `[off, off+len)` of

@@ -41,20 +41,33 @@ async fn read_copies(
             format!("group {} has no readable copy", addr.group).into(),
         ));
     }
-    let mut bad = Vec::new();
+    // Copies that failed, with their error: a checksum mismatch is judged once a good
+    // copy is found (`DataPath::heal`: a damaged tag, or wrong data).
+    let mut bad: Vec<(Arc<Member>, std::io::Error)> = Vec::new();
     for m in &order {
         match dp.mread(m, moff, dst.clone(), IoClass::Foreground).await {
             Ok(()) => {
-                if !bad.is_empty() && !locked {
+                if locked {
+                    // The lock is held and `dst` was read under it: heal here (a write
+                    // follows that rewrites every copy, but the judgement counts).
+                    for (m, e) in bad {
+                        dp.heal(&m, moff, dst.clone(), IoClass::Foreground, &e)
+                            .await;
+                    }
+                } else if !bad.is_empty() {
                     repair_copies(dp, addr, moff, &dst, bad).await;
                 }
                 return Ok(());
             }
             Err(e) => {
-                dp.note_read_error(m, &e).await;
-                bad.push(m.clone());
+                dp.note_read_error_to_heal(m, &e).await;
+                bad.push((m.clone(), e));
             }
         }
+    }
+    // No copy to judge them by: mismatches count as wrong data.
+    for (m, e) in &bad {
+        dp.unhealed(m, e).await;
     }
     Err(Error::Failed(
         format!(
@@ -65,37 +78,52 @@ async fn read_copies(
     ))
 }
 
-/// Rewrite copies that failed to read, from a good copy read again under the lock.
+/// Heal copies that failed to read from a good copy read again under the lock (see
+/// `DataPath::heal`: a damaged tag is rewritten, wrong data rewritten and counted).
 async fn repair_copies(
     dp: &DataPath,
     addr: StripeAddr,
     moff: u64,
     good: &SharedBuf,
-    bad: Vec<Arc<Member>>,
+    bad: Vec<(Arc<Member>, std::io::Error)>,
 ) {
     let _lock = dp.locks.lock(addr.group, addr.stripe).await;
     let st = dp.state.load_full();
     let len = good.len() as u64;
-    let Some(src) = dp
+    let mut bad = bad;
+    let others: Vec<Arc<Member>> = dp
         .map
         .group_slots(addr.group)
         .filter_map(|slot| st.slots[slot].readable(moff + len))
-        .find(|m| !bad.iter().any(|b| Arc::ptr_eq(b, m)))
+        .filter(|m| !bad.iter().any(|(b, _)| Arc::ptr_eq(b, m)))
         .cloned()
-    else {
-        return;
-    };
+        .collect();
+    // The first of the other copies that reads (one that fails joins the ones healed).
     let fresh = AlignedBuf::for_overwrite(len as usize).into_shared();
-    if dp
-        .mread(&src, moff, fresh.clone(), IoClass::Foreground)
-        .await
-        .is_err()
-    {
-        return;
+    let mut read = false;
+    for src in others {
+        match dp
+            .mread(&src, moff, fresh.clone(), IoClass::Foreground)
+            .await
+        {
+            Ok(()) => {
+                read = true;
+                break;
+            }
+            Err(e) => {
+                dp.note_read_error_to_heal(&src, &e).await;
+                bad.push((src, e));
+            }
+        }
     }
-    for m in bad {
-        dp.repair(&m, moff, fresh.clone(), IoClass::Foreground)
-            .await;
+    for (m, e) in bad {
+        match read {
+            true => {
+                dp.heal(&m, moff, fresh.clone(), IoClass::Foreground, &e)
+                    .await;
+            }
+            false => dp.unhealed(&m, &e).await,
+        }
     }
 }
 
@@ -189,13 +217,27 @@ impl Family for Mirror {
         let st = dp.state.load_full();
         let base = dp.map.stripe_offset(addr.stripe);
         let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
+        let mut bad: Vec<(Arc<Member>, std::io::Error)> = Vec::new();
         for slot in dp.map.group_slots(addr.group) {
             if let Some(m) = st.slots[slot].readable(base + len) {
                 match dp.mread(m, base, buf.clone(), IoClass::Background).await {
-                    Ok(()) => return Ok(targets.iter().map(|_| buf.clone()).collect()),
-                    Err(e) => dp.note_read_error(m, &e).await,
+                    Ok(()) => {
+                        // Sources that failed are healed from it (the stripe is locked).
+                        for (m, e) in bad {
+                            dp.heal(&m, base, buf.clone(), IoClass::Background, &e)
+                                .await;
+                        }
+                        return Ok(targets.iter().map(|_| buf.clone()).collect());
+                    }
+                    Err(e) => {
+                        dp.note_read_error_to_heal(m, &e).await;
+                        bad.push((m.clone(), e));
+                    }
                 }
             }
+        }
+        for (m, e) in &bad {
+            dp.unhealed(m, e).await;
         }
         Err(Error::Failed(
             format!(

@@ -140,6 +140,10 @@ pub(crate) struct Gathered {
     pub bufs: Vec<Option<SharedBuf>>,
     /// Shards that were missing or unreadable and have been reconstructed.
     pub stale: Vec<usize>,
+    /// Shards whose member failed to read, with the error: healed once the caller has
+    /// what they should hold ([`Parity::heal_gathered`]), where a checksum mismatch is
+    /// judged (a damaged tag, or wrong data), or given up ([`Parity::unhealed`]).
+    pub failed: Vec<(usize, Arc<Member>, std::io::Error)>,
 }
 
 /// The codec failed on buffers the engine sized: a fault of the engine, never of the
@@ -169,8 +173,8 @@ impl Parity {
             match dp.mread(m, p.moff, dst.clone(), IoClass::Foreground).await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
-                    dp.note_read_error(m, &e).await;
-                    bad = Some(m.clone());
+                    dp.note_read_error_to_heal(m, &e).await;
+                    bad = Some((m.clone(), e));
                 }
             }
         }
@@ -179,14 +183,39 @@ impl Parity {
     }
 
     /// Reconstruct one piece of a data chunk from the rest of its stripe, with the stripe
-    /// lock held. With `repair`, write the result back to the member that failed to read it.
+    /// lock held. With `repair` (the member whose read failed, and how), heal it with the
+    /// result (see `DataPath::heal`: a damaged tag is told from wrong data there).
     async fn reconstruct_locked(
         &self,
         dp: &DataPath,
         p: Extent,
         dst: SharedBuf,
-        repair: Option<Arc<Member>>,
+        repair: Option<(Arc<Member>, std::io::Error)>,
     ) -> Result<()> {
+        let r = self.reconstruct_inner(dp, p, &dst, repair.as_ref()).await;
+        match (r, repair) {
+            (Ok(out), Some((m, e))) => {
+                dp.heal(&m, p.moff, out, IoClass::Foreground, &e).await;
+                Ok(())
+            }
+            (Ok(_), None) => Ok(()),
+            (Err(x), repair) => {
+                if let Some((m, e)) = repair {
+                    dp.unhealed(&m, &e).await;
+                }
+                Err(x)
+            }
+        }
+    }
+
+    /// `reconstruct_locked`'s rebuild: `dst` filled, and the rebuilt piece returned.
+    async fn reconstruct_inner(
+        &self,
+        dp: &DataPath,
+        p: Extent,
+        dst: &SharedBuf,
+        repair: Option<&(Arc<Member>, std::io::Error)>,
+    ) -> Result<SharedBuf> {
         dp.failed()?;
         let st = dp.state.load_full();
         // Beyond the initial resync's progress, parity is only known to match the data in
@@ -204,21 +233,71 @@ impl Parity {
                 p.len,
                 &[p.index],
                 IoClass::Foreground,
-                repair.as_ref(),
+                repair.map(|(m, _)| m),
             )
             .await?;
         let out = shards.bufs[p.index].as_ref().expect("reconstructed");
-        if let Some(m) = &repair {
+        if let Some((m, _)) = repair {
             // With checksums: only a rebuild that matches them (or shows them wrong).
-            dp.tags_vouch(m, p.moff, slice_of(out), slice_of(&dst))
-                .await?;
+            if let Err(x) = dp.tags_vouch(m, p.moff, slice_of(out), slice_of(dst)).await {
+                self.unhealed(dp, &shards).await;
+                return Err(x);
+            }
         }
-        slice_mut(&dst).copy_from_slice(slice_of(out));
-        if let Some(m) = repair {
-            let fix = AlignedBuf::from_slice(slice_of(out)).into_shared();
-            dp.repair(&m, p.moff, fix, IoClass::Foreground).await;
+        slice_mut(dst).copy_from_slice(slice_of(out));
+        let fix = AlignedBuf::from_slice(slice_of(out)).into_shared();
+        let base = dp.map.stripe_offset(p.addr.stripe);
+        self.heal_gathered(dp, base, p.chunk_off, &shards, IoClass::Foreground)
+            .await;
+        Ok(fix)
+    }
+
+    /// Heal the members whose reads failed in a gather (`g.failed`, rows `[off, ...)` of
+    /// the stripe at member offset `base`) from what they should hold: a data shard as
+    /// gathered (rebuilt), a parity shard encoded from the data. With the stripe locked.
+    pub(crate) async fn heal_gathered(
+        &self,
+        dp: &DataPath,
+        base: u64,
+        off: u64,
+        g: &Gathered,
+        class: IoClass,
+    ) {
+        if g.failed.is_empty() {
+            return;
         }
-        Ok(())
+        let len = g.bufs.iter().flatten().next().map_or(0, |b| b.len());
+        let parity: Option<Vec<SharedBuf>> = match g.failed.iter().any(|(s, _, _)| *s >= self.k) {
+            true => {
+                let data: Option<Vec<SharedBuf>> = g.bufs[..self.k].iter().cloned().collect();
+                let par: Vec<SharedBuf> = (0..self.m)
+                    .map(|_| AlignedBuf::for_overwrite(len).into_shared())
+                    .collect();
+                data.and_then(|d| self.encode(&d, &par).ok()).map(|_| par)
+            }
+            false => None,
+        };
+        for (s, m, e) in &g.failed {
+            let want = match *s < self.k {
+                true => g.bufs[*s].clone(),
+                false => parity.as_ref().map(|p| p[*s - self.k].clone()),
+            };
+            match want {
+                Some(b) => {
+                    let b = AlignedBuf::from_slice(slice_of(&b)).into_shared();
+                    dp.heal(m, base + off, b, class, e).await;
+                }
+                None => dp.unhealed(m, e).await,
+            }
+        }
+    }
+
+    /// The failed reads of a gather whose result is not used: mismatches count as
+    /// checksum errors, as nothing judged them.
+    pub(crate) async fn unhealed(&self, dp: &DataPath, g: &Gathered) {
+        for (_, m, e) in &g.failed {
+            dp.unhealed(m, e).await;
+        }
     }
 
     /// The pieces of one stripe with a member out of service: the rows they span are
@@ -272,8 +351,13 @@ impl Parity {
                     Ok(()) => slice_of(&raw),
                     Err(_) => &[][..],
                 };
-                dp.tags_vouch(m, base + r0, slice_of(rebuilt), as_read)
-                    .await?;
+                if let Err(x) = dp
+                    .tags_vouch(m, base + r0, slice_of(rebuilt), as_read)
+                    .await
+                {
+                    self.unhealed(dp, &g).await;
+                    return Err(x);
+                }
             }
         }
         for p in &pieces {
@@ -282,11 +366,10 @@ impl Parity {
             let dst = out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
             slice_mut(&dst).copy_from_slice(&slice_of(src)[at..at + p.len as usize]);
         }
-        for (m, rebuilt) in fixes {
-            let fix = AlignedBuf::from_slice(slice_of(rebuilt));
-            dp.repair(m, base + r0, fix.into_shared(), IoClass::Foreground)
-                .await;
-        }
+        // Members whose reads failed: healed (a damaged tag rewritten, wrong data
+        // rewritten and counted).
+        self.heal_gathered(dp, base, r0, &g, IoClass::Foreground)
+            .await;
         Ok(())
     }
 
@@ -463,8 +546,8 @@ impl Parity {
                         continue;
                     }
                     Err(e) => {
-                        dp.note_read_error(m, &e).await;
-                        bad = Some(m.clone());
+                        dp.note_read_error_to_heal(m, &e).await;
+                        bad = Some((m.clone(), e));
                     }
                 }
             }
@@ -589,6 +672,10 @@ impl Parity {
                     None,
                 )
                 .await?;
+            // Members whose reads failed: judged and healed from the rows as they are
+            // (before the new data goes into the gathered buffers); the write follows.
+            self.heal_gathered(dp, base, r0, &shards, IoClass::Foreground)
+                .await;
             // A stripe with a member missing is only consistent while every write to it
             // reaches every member: a write refused for space on one member would leave
             // the missing member's data impossible to rebuild. So keep the old rows, and
@@ -787,6 +874,7 @@ impl Parity {
         let mut bufs: Vec<Option<SharedBuf>> = vec![None; n];
         let mut tried = vec![false; n];
         let mut got = 0usize;
+        let mut failed: Vec<(usize, Arc<Member>, std::io::Error)> = Vec::new();
         loop {
             // Pick untried readable shards, data first, until we could have k.
             let mut batch = Vec::new();
@@ -822,7 +910,10 @@ impl Parity {
                         bufs[s] = Some(b);
                         got += 1;
                     }
-                    Err(e) => dp.note_read_error(&mem, &e).await,
+                    Err(e) => {
+                        dp.note_read_error_to_heal(&mem, &e).await;
+                        failed.push((s, mem, e));
+                    }
                 }
             }
             if got >= k {
@@ -830,6 +921,9 @@ impl Parity {
             }
         }
         if got < k {
+            for (_, m, e) in &failed {
+                dp.unhealed(m, e).await;
+            }
             return Err(Error::Failed(
                 format!(
                     "group {} stripe {}: only {got} of {n} chunks readable, {k} needed",
@@ -859,6 +953,9 @@ impl Parity {
         {
             // Parity here may not match the data (a write reached some members only):
             // what it would rebuild is not known to be the data. An error, never guesses.
+            for (_, m, e) in &failed {
+                dp.unhealed(m, e).await;
+            }
             return Err(DataPath::unsynced_error(addr.group, addr.stripe));
         }
         if !stale.is_empty() {
@@ -879,7 +976,11 @@ impl Parity {
                 bufs[*s] = Some(work[*s].clone());
             }
         }
-        Ok(Gathered { bufs, stale })
+        Ok(Gathered {
+            bufs,
+            stale,
+            failed,
+        })
     }
 
     /// Whole stripes of zeros: every member's chunk is zeroed (parity of zeros is zeros).
@@ -1032,6 +1133,9 @@ impl Family for Parity {
         let g = self
             .gather(dp, &st, addr, 0, len, &want, IoClass::Background, None)
             .await?;
+        let base = dp.map.stripe_offset(addr.stripe);
+        self.heal_gathered(dp, base, 0, &g, IoClass::Background)
+            .await;
         Ok(want
             .iter()
             .map(|&s| g.bufs[s].clone().expect("gathered"))

@@ -97,6 +97,28 @@ fn the_superblock_record_round_trips_and_is_checked() {
     assert!(TagLayout::from_extensions(&[bad], &g, 68 * 1024).is_err());
 }
 
+/// Judging between members that both fail their tags takes a tag that names the data:
+/// "unknown" vouches for nothing, "never written" only for zeros where the members were
+/// zero at creation (and for nothing elsewhere), any other tag for the data it is the tag
+/// of, at that address.
+#[test]
+fn only_a_tag_that_names_the_data_vouches_for_it() {
+    let d = block_of(3);
+    let (t, zt) = (tag(9, &d), zero_tag(9));
+    assert!(vouches(t, t, zt, false));
+    assert!(!vouches(tag(10, &d), t, zt, false), "another address");
+    assert!(!vouches(tag(9, &block_of(4)), t, zt, true), "other data");
+    assert!(!vouches(UNKNOWN, t, zt, true));
+    assert!(matches(UNKNOWN, t, zt, true), "while a read accepts it");
+    assert!(!vouches(UNWRITTEN, t, zt, false));
+    assert!(matches(UNWRITTEN, t, zt, false), "while a read accepts it");
+    assert!(!vouches(UNWRITTEN, t, zt, true));
+    assert!(
+        vouches(UNWRITTEN, zt, zt, true),
+        "zeros, never written, zeroed"
+    );
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

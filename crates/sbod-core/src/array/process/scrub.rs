@@ -10,6 +10,7 @@ use crate::datapath::WriteFault;
 use crate::dev::IoClass;
 use crate::error::{Error, Result};
 use crate::family::CheckMode;
+use crate::integrity::BLOCK;
 use crate::placement::StripeAddr;
 use crate::reason;
 use crate::superblock::SlotState;
@@ -23,6 +24,8 @@ use std::time::{Duration, Instant};
 struct StripeCheck {
     mismatched_blocks: u64,
     repaired_blocks: u64,
+    /// Checksums found damaged over right data, rewritten.
+    tags_repaired: u64,
     /// Resync: a member is missing, nothing was done.
     skipped: bool,
     /// Members a check took out for returning wrong data.
@@ -165,6 +168,8 @@ impl Array {
                     }
                 }
                 h.repaired.fetch_add(c.repaired_blocks, Ordering::Relaxed);
+                h.tags_repaired
+                    .fetch_add(c.tags_repaired, Ordering::Relaxed);
             }
             h.done.store(w_end * chunk, Ordering::Relaxed);
             throttle
@@ -233,21 +238,66 @@ impl Array {
         // Blocks that failed their checksums: rebuilt row by row from the other members
         // (the rest of their chunk is good), found like mismatches and rewritten below.
         let mut bad_rows = Vec::new();
+        // Their errors: judged once the rows are rebuilt (a damaged tag, or wrong data).
+        let mut mismatched = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
             if let Err(e) = r {
-                self.note_read_error(&members[i], &e).await;
                 match crate::integrity::mismatch_of(&e) {
                     // Not from parity that a resync is about to recompute.
                     Some(x) if mode != CheckMode::Resync => {
                         bad_rows.push((i, x.blocks.iter().map(|b| b - base).collect()));
+                        mismatched.push((i, e));
                         continue;
                     }
-                    _ => {}
+                    _ => self.note_read_error(&members[i], &e).await,
                 }
                 unreadable.push(i);
             }
         }
-        let healed = self.heal_rows(addr, &bufs, &unreadable, &bad_rows)?;
+        // The stored tags of the chunks that failed them (to judge a row that more
+        // members fail than the group survives: some may be right data, wrong tags).
+        let mut tags: Vec<Option<Vec<u32>>> = vec![None; members.len()];
+        for (i, _) in &bad_rows {
+            tags[*i] = self.member_tags(&members[*i], base, chunk).await.ok();
+        }
+        let (healed, retag) = match self.heal_rows(addr, &bufs, &unreadable, &bad_rows, &tags) {
+            Ok(h) => h,
+            Err(x) => {
+                // Too little to judge them by: counted, nobody failed for them.
+                for (i, e) in &mismatched {
+                    self.unhealed(&members[*i], e).await;
+                }
+                return Err(x);
+            }
+        };
+        // Blocks rebuilt different from what their member holds: wrong data (counted
+        // towards failing it); rebuilt the same: right data under a damaged tag (the tag
+        // is rewritten, counted apart, the member not blamed).
+        for (i, _) in &mismatched {
+            let blocks: Vec<u64> = healed
+                .iter()
+                .filter(|(j, _, _)| j == i)
+                .map(|(_, row, _)| base + row)
+                .collect();
+            if !blocks.is_empty() {
+                self.note_data_errors(&members[*i], &crate::integrity::Mismatch { blocks })
+                    .await;
+            }
+        }
+        let mut tags_repaired = 0;
+        for (i, row) in retag {
+            let m = &members[i];
+            let at = row as usize..(row + BLOCK) as usize;
+            // SAFETY: the reads completed; the stripe lock is held.
+            let data = &unsafe { bufs[i].as_slice() }[at];
+            match self.retag(m, base + row, data).await {
+                Ok(()) => {
+                    self.note_tag_errors(m, 1, base + row);
+                    tags_repaired += 1;
+                }
+                Err(e) => self.note_read_error(m, &e).await,
+            }
+        }
         // The crash resync of mirrors: which rows of each copy match their checksums.
         let vouched = match raw {
             true => self.rows_vouched(&members, base, &bufs).await,
@@ -269,6 +319,7 @@ impl Array {
         }
         let mut out = StripeCheck {
             mismatched_blocks: judged.mismatched_blocks + healed.len() as u64,
+            tags_repaired,
             ..Default::default()
         };
         let blame = judged.blame;

@@ -18,26 +18,56 @@ impl Array {
     /// their checksums (`bad`: position in the group, row offsets in the chunk), row by row
     /// from the other members' rows, into `bufs`: a chunk with one bad block keeps its
     /// other rows, so bad blocks on several members are healed as long as no row has more
-    /// than the group survives. Returns the rows to rewrite (position, row offset, data).
+    /// than the group survives. Returns the rows to rewrite (position, row offset, data),
+    /// and the rows whose member holds what the others rebuild: right data under a damaged
+    /// checksum, for their tags to be rewritten (position, row offset).
+    ///
+    /// A row that more members fail than the group survives may still be judged: some of
+    /// them may hold right data under damaged tags. `tags` (by position: the stored tags of
+    /// the chunk, for the members that failed them) lets each choice of members to rebuild
+    /// (the rest of those that failed taken as they are) be tried: one whose every rebuilt
+    /// block is named by its member's own stored tag is the data (a CRC names it; taking
+    /// wrong bytes as right would need rebuilt garbage to match a CRC), and the members
+    /// taken as they are had damaged tags. If no choice is, the row is an error.
+    #[allow(clippy::type_complexity)]
     pub(super) fn heal_rows(
         &self,
         addr: StripeAddr,
         bufs: &[SharedBuf],
         unreadable: &[usize],
         bad: &[(usize, Vec<u64>)],
-    ) -> Result<Vec<(usize, u64, SharedBuf)>> {
+        tags: &[Option<Vec<u32>>],
+    ) -> Result<(Vec<(usize, u64, SharedBuf)>, Vec<(usize, u64)>)> {
         let mut rows: Vec<u64> = bad.iter().flat_map(|(_, r)| r.iter().copied()).collect();
         rows.sort_unstable();
         rows.dedup();
         let w = bufs.len();
         let mut out = Vec::new();
+        let mut tags_out = Vec::new();
         for r in rows {
-            let lost: Vec<usize> = (0..w)
+            let mut lost: Vec<usize> = (0..w)
                 .filter(|i| {
                     unreadable.contains(i) || bad.iter().any(|(p, rs)| p == i && rs.contains(&r))
                 })
                 .collect();
             if lost.len() > self.geometry.redundancy() {
+                if let Some(s) = self.judge_row(addr, bufs, r, &lost, unreadable, tags) {
+                    // Rebuild `s`; the others that failed hold right data (their tags
+                    // are rewritten below, as rows rebuilt as they are).
+                    let mut work: Vec<Vec<u8>> =
+                        bufs.iter().map(|b| row_of(b, r).to_vec()).collect();
+                    self.family.heal_row(self, addr, &mut work, &s)?;
+                    for &i in lost.iter().filter(|i| !unreadable.contains(i)) {
+                        if row_of(&bufs[i], r) == &work[i][..] {
+                            tags_out.push((i, r));
+                            continue;
+                        }
+                        row_of(&bufs[i], r).copy_from_slice(&work[i]);
+                        out.push((i, r, AlignedBuf::from_slice(&work[i]).into_shared()));
+                    }
+                    lost.clear();
+                    continue;
+                }
                 return Err(Error::Failed(
                     format!(
                         "group {} stripe {}, row at {r}: {} of {w} members unreadable or failing their checksums",
@@ -51,11 +81,84 @@ impl Array {
             let mut work: Vec<Vec<u8>> = bufs.iter().map(|b| row_of(b, r).to_vec()).collect();
             self.family.heal_row(self, addr, &mut work, &lost)?;
             for &i in lost.iter().filter(|i| !unreadable.contains(i)) {
+                if row_of(&bufs[i], r) == &work[i][..] {
+                    // Rebuilt as it is: the data is right, its checksum is not.
+                    tags_out.push((i, r));
+                    continue;
+                }
                 row_of(&bufs[i], r).copy_from_slice(&work[i]);
                 out.push((i, r, AlignedBuf::from_slice(&work[i]).into_shared()));
             }
         }
-        Ok(out)
+        Ok((out, tags_out))
+    }
+
+    /// Which of the members `lost` at row `r` (more than the group survives) to rebuild:
+    /// the unreadable ones and some that failed their tags, the others taken as they are,
+    /// such that every block rebuilt for a member that failed its tags is named by that
+    /// member's stored tag (see [`Array::heal_rows`]). None if no choice is.
+    fn judge_row(
+        &self,
+        addr: StripeAddr,
+        bufs: &[SharedBuf],
+        r: u64,
+        lost: &[usize],
+        unreadable: &[usize],
+        tags: &[Option<Vec<u32>>],
+    ) -> Option<Vec<usize>> {
+        let zeroed = self.tag_layout()?.zeroed;
+        let red = self.geometry.redundancy();
+        let gone: Vec<usize> = lost
+            .iter()
+            .copied()
+            .filter(|i| unreadable.contains(i))
+            .collect();
+        let suspects: Vec<usize> = lost
+            .iter()
+            .copied()
+            .filter(|i| !unreadable.contains(i))
+            .collect();
+        if gone.len() >= red || suspects.len() > 16 {
+            return None;
+        }
+        let b = (self.map.stripe_offset(addr.stripe) + r) / BLOCK;
+        let (zt, row) = (crate::integrity::zero_tag(b), (r / BLOCK) as usize);
+        // Choices of suspects to rebuild, fewest first (trusting as many as can be).
+        let room = red - gone.len();
+        for size in 1..=room.min(suspects.len()) {
+            for mask in 0u32..(1 << suspects.len()) {
+                if mask.count_ones() as usize != size {
+                    continue;
+                }
+                let pick: Vec<usize> = (0..suspects.len())
+                    .filter(|j| mask & (1 << j) != 0)
+                    .map(|j| suspects[j])
+                    .collect();
+                let mut s = gone.clone();
+                s.extend(&pick);
+                let mut work: Vec<Vec<u8>> = bufs.iter().map(|x| row_of(x, r).to_vec()).collect();
+                if self.family.heal_row(self, addr, &mut work, &s).is_err() {
+                    continue;
+                }
+                let named = pick.iter().all(|&i| {
+                    tags.get(i)
+                        .and_then(|t| t.as_ref())
+                        .and_then(|t| t.get(row))
+                        .is_some_and(|&cur| {
+                            crate::integrity::vouches(
+                                cur,
+                                crate::integrity::tag(b, &work[i]),
+                                zt,
+                                zeroed,
+                            )
+                        })
+                });
+                if named {
+                    return Some(s);
+                }
+            }
+        }
+        None
     }
 
     /// After a crash, retag bitmap regions of an array without redundancy (raid0,
