@@ -176,7 +176,7 @@ impl std::fmt::Display for MissingMembers {
 }
 
 impl Error {
-    /// The same error again, for each of several callers it reaches (a gathered stripe
+    /// The same error again, for each of several callers it reaches (a coalesced stripe
     /// write's riders): errors are not `Clone`, an I/O error's payload is not.
     ///
     /// The match names every variant (no catch-all): a new variant must decide here how it
