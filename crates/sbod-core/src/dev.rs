@@ -274,7 +274,6 @@ pub async fn plugged<F: Future>(f: F) -> F::Output {
     .await
 }
 
-pub mod fault;
 pub mod file;
 pub mod mem;
 pub mod uring;

@@ -41,6 +41,16 @@ pub mod signature;
 pub mod superblock;
 pub mod sync;
 
+// The fault and power-cut devices (`crates/sbod-testkit`), for the unit tests that need
+// them, compiled into the engine's own test build: through the testkit crate they would
+// bring a second copy of the engine's types. See `sbod_testkit`'s documentation.
+#[cfg(test)]
+extern crate self as sbod_core;
+#[cfg(test)]
+#[allow(dead_code)] // only the power-cut device is used here
+#[path = "../../sbod-testkit/src/fault.rs"]
+pub(crate) mod fault;
+
 /// The background processes' handles and statuses.
 pub mod process {
     pub use crate::array::process::{MismatchRegion, ProcessHandle, ProcessKind, ProcessStatus};

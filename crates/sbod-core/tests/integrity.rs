@@ -6,10 +6,10 @@
 
 mod torture_util;
 
-use sbod_core::dev::fault::{self, FaultDev, FaultPlan};
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::integrity::Kind;
 use sbod_core::{AlignedBuf, Array, CreateSpec, Level};
+use sbod_testkit::fault::{self, FaultDev, FaultPlan};
 use std::sync::Arc;
 use torture_util::{pattern, specs, BLOCK, CHUNK, MIB};
 

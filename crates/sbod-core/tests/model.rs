@@ -4,9 +4,9 @@
 //! combination of lost members reconstructing exactly.
 
 use proptest::prelude::*;
-use sbod_core::dev::fault::{FaultDev, SpacePool};
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Error, Level, MemberSpec};
+use sbod_testkit::fault::{FaultDev, SpacePool};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
