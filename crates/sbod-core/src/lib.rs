@@ -40,6 +40,7 @@ pub mod reason;
 pub mod signature;
 pub mod superblock;
 pub mod sync;
+pub mod tuning;
 
 // The fault and power-cut devices (`crates/sbod-testkit`), for the unit tests that need
 // them, compiled into the engine's own test build: through the testkit crate they would

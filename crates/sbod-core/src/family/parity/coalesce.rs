@@ -60,18 +60,14 @@ pub(super) const COALESCE_MIN_WRITE: u64 = 32 << 10;
 
 impl Coalescer {
     pub(super) fn new() -> Coalescer {
-        // `SBOD_GATHER_US` (microseconds, 0: off) for A/B benchmarks.
-        let us = std::env::var("SBOD_GATHER_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1000u64);
         Coalescer {
             shards: (0..COALESCE_SHARDS).map(|_| Mutex::default()).collect(),
             writes: AtomicUsize::new(0),
             misses: AtomicUsize::new(0),
             probes: AtomicUsize::new(0),
             ids: AtomicU64::new(0),
-            wait: Duration::from_micros(us),
+            // `SBOD_GATHER_US` (0: off), for A/B benchmarks.
+            wait: crate::tuning::coalesce_wait(),
         }
     }
 
