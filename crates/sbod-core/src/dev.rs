@@ -223,10 +223,9 @@ pub mod plug {
         })
     }
 
-    /// Plugging is on unless `SBOD_PLUG=0` (for A/B benchmarks). Read once.
+    /// Plugging is on unless `SBOD_PLUG=0` (for A/B benchmarks; [`crate::tuning`]).
     fn enabled() -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| std::env::var("SBOD_PLUG").map_or(true, |v| v != "0"))
+        crate::tuning::plug()
     }
 
     /// A plug held on this thread until dropped (nests; the outermost release wakes).
@@ -274,7 +273,6 @@ pub async fn plugged<F: Future>(f: F) -> F::Output {
     .await
 }
 
-pub mod fault;
 pub mod file;
 pub mod mem;
 pub mod uring;
@@ -295,27 +293,19 @@ pub enum Backend {
 }
 
 /// The environment variable that forces a backend (`uring`, `threads` or `inline`) for
-/// every member this process opens, for tests and benchmarks. A forced backend that cannot be set up
-/// is an error, never a silent fallback.
-pub const BACKEND_ENV: &str = "SBOD_IO";
+/// every member this process opens, for tests and benchmarks (read once, [`crate::tuning`]).
+/// A forced backend that cannot be set up is an error, never a silent fallback.
+pub const BACKEND_ENV: &str = crate::tuning::IO_BACKEND;
 
 impl Backend {
     /// The backend forced by `SBOD_IO`, if any.
     pub fn forced() -> io::Result<Option<Backend>> {
-        match std::env::var(BACKEND_ENV) {
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Ok(v) if v.is_empty() => Ok(None),
-            Ok(v) if v.eq_ignore_ascii_case("uring") => Ok(Some(Backend::Uring)),
-            Ok(v) if v.eq_ignore_ascii_case("threads") => Ok(Some(Backend::Threads)),
-            Ok(v) if v.eq_ignore_ascii_case("inline") => Ok(Some(Backend::Inline)),
-            Ok(v) => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{BACKEND_ENV}={v}: expected \"uring\", \"threads\" or \"inline\""),
-            )),
-            Err(e) => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{BACKEND_ENV}: {e}"),
-            )),
+        match crate::tuning::io_backend() {
+            Ok(None) => Ok(None),
+            Ok(Some("uring")) => Ok(Some(Backend::Uring)),
+            Ok(Some("threads")) => Ok(Some(Backend::Threads)),
+            Ok(Some(_)) => Ok(Some(Backend::Inline)),
+            Err(e) => Err(io::Error::new(io::ErrorKind::InvalidInput, e)),
         }
     }
 }

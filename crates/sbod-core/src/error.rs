@@ -176,8 +176,11 @@ impl std::fmt::Display for MissingMembers {
 }
 
 impl Error {
-    /// The same error again, for each of several callers it reaches (a gathered stripe
+    /// The same error again, for each of several callers it reaches (a coalesced stripe
     /// write's riders): errors are not `Clone`, an I/O error's payload is not.
+    ///
+    /// The match names every variant (no catch-all): a new variant must decide here how it
+    /// is repeated, instead of silently becoming `Failed`.
     pub(crate) fn again(&self) -> Error {
         match self {
             Error::Failed(m) => Error::Failed(m.clone()),
@@ -196,7 +199,17 @@ impl Error {
                     None => std::io::Error::new(source.kind(), source.to_string()),
                 },
             },
-            other => Error::Failed(other.to_string().into()),
+            Error::SplitBrain(m) => Error::SplitBrain(m.clone()),
+            Error::MissingMembers(m) => Error::MissingMembers(m.clone()),
+            Error::BadSetting {
+                setting,
+                value,
+                why,
+            } => Error::BadSetting {
+                setting,
+                value: value.clone(),
+                why: why.clone(),
+            },
         }
     }
 
@@ -227,3 +240,55 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `again` keeps the kind and the words of every variant.
+    #[test]
+    fn again_keeps_kind_and_message() {
+        let all = vec![
+            Error::Failed(Msg::new("f").or(Step::Examine)),
+            Error::Invalid("i".into()),
+            Error::BadSetting {
+                setting: "chunk",
+                value: "3".into(),
+                why: "not a power of two".into(),
+            },
+            Error::Refused("r".into()),
+            Error::Codec("c".into()),
+            Error::io("ctx", io::Error::from_raw_os_error(libc::EIO)),
+            Error::io("ctx", io::Error::other("no os error")),
+            Error::NoSpace("n".into()),
+            Error::ShutDown,
+            Error::Busy("b".into()),
+            Error::MissingMembers(MissingMembers {
+                array: "a".into(),
+                slots: vec![MissingSlot {
+                    slot: 1,
+                    group: 0,
+                    uuid: None,
+                }],
+                ignored: Vec::new(),
+            }),
+            Error::SplitBrain("s".into()),
+            Error::WouldFail("w".into()),
+            Error::ReadOnly("ro".into()),
+        ];
+        for e in &all {
+            let a = e.again();
+            assert_eq!(
+                std::mem::discriminant(e),
+                std::mem::discriminant(&a),
+                "{e:?} became {a:?}"
+            );
+            assert_eq!(e.to_string(), a.to_string());
+            assert_eq!(e.advice(), a.advice());
+            if let (Error::Io { source: x, .. }, Error::Io { source: y, .. }) = (e, &a) {
+                assert_eq!(x.raw_os_error(), y.raw_os_error());
+                assert_eq!(x.kind(), y.kind());
+            }
+        }
+    }
+}

@@ -190,6 +190,14 @@ impl Placement {
         }
     }
 
+    /// A mirror group's slots in the order a read tries them: from a copy chosen by the
+    /// stripe, so that reads spread over the copies.
+    pub fn copies_from(&self, addr: StripeAddr) -> impl Iterator<Item = usize> {
+        let slots = self.group_slots(addr.group);
+        let w = slots.len();
+        (0..w).map(move |i| slots.start + (i + addr.stripe as usize) % w)
+    }
+
     /// The slot holding `shard` of a stripe.
     pub fn slot(&self, addr: StripeAddr, shard: usize) -> usize {
         self.group_slots(addr.group).start + self.position(addr.stripe, shard)

@@ -6,10 +6,10 @@
 
 mod torture_util;
 
-use sbod_core::dev::fault::{self, FaultDev, FaultPlan};
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::integrity::Kind;
 use sbod_core::{AlignedBuf, Array, CreateSpec, Level};
+use sbod_testkit::fault::{self, FaultDev, FaultPlan};
 use std::sync::Arc;
 use torture_util::{blocks_of, pattern, specs, BLOCK, CHUNK, MIB};
 
@@ -519,7 +519,7 @@ fn damaged_tags_do_not_fail_a_healthy_member() {
 /// fired). `SBOD_TORTURE_ITERS` rounds per level (default 2), `SBOD_TORTURE_SEED` replays.
 #[test]
 fn torture_tag_and_data_damage() {
-    use sbod_core::dev::fault::Rng;
+    use sbod_testkit::fault::Rng;
     use torture_util::decode;
     let seed = torture_util::seed();
     let rounds = torture_util::iters(2);

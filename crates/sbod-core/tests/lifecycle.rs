@@ -18,7 +18,7 @@
 mod torture_util;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::error::Step;
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Error, MemberSpec};
@@ -855,7 +855,11 @@ fn lives_of_an_array_never_return_wrong_data() {
     let fig = Mutex::new(Figures::default());
     let mut runner = TestRunner::new(Config {
         cases,
-        failure_persistence: None,
+        // A failure found once is kept (next to this file) and tried first on every run.
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        source_file: Some(file!()),
         ..Config::default()
     });
     let strat = (

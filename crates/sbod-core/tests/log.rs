@@ -10,10 +10,10 @@
 mod torture_util;
 
 use sbod_core::buf::AlignedBuf;
-use sbod_core::dev::fault::{read_all, write_all, FaultDev, PowerCutDev, PowerSupply, Rng};
 use sbod_core::dev::{self, BlockDev, BoxFut, IoClass, MemDev};
 use sbod_core::log::format::{self, RING_START};
 use sbod_core::log::{self as slog, Data, Log, LogDevice, LogError, LogHost, Write};
+use sbod_testkit::fault::{read_all, write_all, FaultDev, PowerCutDev, PowerSupply, Rng};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -7,10 +7,10 @@
 
 mod torture_util;
 
-use sbod_core::dev::fault::{PowerCutDev, PowerSupply, Rng};
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::error::Step;
 use sbod_core::{AlignedBuf, Array, AssembleOptions, Error, MemberSpec};
+use sbod_testkit::fault::{PowerCutDev, PowerSupply, Rng};
 use std::sync::Arc;
 use std::time::Duration;
 use torture_util::*;
@@ -279,7 +279,7 @@ fn a_journaling_log_that_cannot_be_found_is_refused_unless_forced() {
 /// in-pool path; a restart needs neither log device nor --force.
 #[test]
 fn a_failed_log_degrades_to_the_in_pool_path() {
-    use sbod_core::dev::fault::FaultDev;
+    use sbod_testkit::fault::FaultDev;
     rt(2).block_on(async {
         let l = layout("raid5");
         let mems: Vec<Arc<MemDev>> = (0..l.members)

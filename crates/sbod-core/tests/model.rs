@@ -4,9 +4,9 @@
 //! combination of lost members reconstructing exactly.
 
 use proptest::prelude::*;
-use sbod_core::dev::fault::{FaultDev, SpacePool};
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Error, Level, MemberSpec};
+use sbod_testkit::fault::{FaultDev, SpacePool};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -844,7 +844,7 @@ proptest! {
 
 /// A member in memory whose requests complete later, on another turn of the runtime (as a
 /// real queue's do): concurrent client writes are then in flight together, and partial
-/// stripes can meet (see `family/parity.rs`, `Gathering`).
+/// stripes can meet (see `family/parity/coalesce.rs`).
 struct Later(Arc<MemDev>);
 
 impl BlockDev for Later {
@@ -881,10 +881,10 @@ async fn create_later(g: &Geo, devs: &[Arc<MemDev>]) -> Arc<Array> {
 
 /// A sequential stream of 1 MiB writes over raid6 of 8 with 64 KiB chunks (384 KiB
 /// stripes) splits a stripe between every other pair of neighbours: written together (in
-/// flight together, as a client at QD > 1 sends them) the halves are gathered into full
+/// flight together, as a client at QD > 1 sends them) the halves are coalesced into full
 /// stripes, and nothing is read from the members.
 #[test]
-fn a_sequential_stream_gathers_its_split_stripes() {
+fn a_sequential_stream_coalesces_its_split_stripes() {
     rt().block_on(async {
         let g = Geo {
             level: Level::Raid6,
@@ -960,13 +960,13 @@ fn round_strategy() -> impl Strategy<Value = Round> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
-    /// Sequential streams of concurrent writes (whose split stripes the engine gathers
+    /// Sequential streams of concurrent writes (whose split stripes the engine coalesces
     /// across requests) in flight together with a read, a flush and a member failing:
     /// every write is acknowledged (the array survives the failures it is given), a read
     /// during the stream returns for each block its bytes before or after the stream's
     /// write, and every acknowledged byte reads back, after more failures too.
     #[test]
-    fn gathered_streams_match_model(
+    fn coalesced_streams_match_model(
         g in geo_strategy().prop_filter("parity levels", |g| matches!(g.level, Level::Raid5 | Level::Raid6 | Level::Ec { .. })),
         rounds in proptest::collection::vec(round_strategy(), 1..8),
     ) {

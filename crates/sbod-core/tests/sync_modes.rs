@@ -17,8 +17,8 @@
 
 mod torture_util;
 
-use sbod_core::dev::fault::{PowerCutDev, PowerSupply, Rng};
 use sbod_core::{AlignedBuf, Array, AssembleOptions};
+use sbod_testkit::fault::{PowerCutDev, PowerSupply, Rng};
 use sbod_types::SyncMode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

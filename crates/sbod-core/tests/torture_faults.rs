@@ -9,9 +9,9 @@
 
 mod torture_util;
 
-use sbod_core::dev::fault::{FaultCounts, FaultDev, FaultPlan, Rng};
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::{AlignedBuf, Array, Error, MemberSpec};
+use sbod_testkit::fault::{FaultCounts, FaultDev, FaultPlan, Rng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

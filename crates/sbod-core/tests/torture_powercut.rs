@@ -19,9 +19,9 @@
 
 mod torture_util;
 
-use sbod_core::dev::fault::{CutReport, PowerCutDev, PowerSupply, Rng};
 use sbod_core::error::Step;
 use sbod_core::{AlignedBuf, Array, AssembleOptions};
+use sbod_testkit::fault::{CutReport, PowerCutDev, PowerSupply, Rng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -807,7 +807,7 @@ fn a_rebuild_is_durable_before_it_is_recorded() {
 /// back every write acknowledged while the log ran, and every FUA write.
 #[test]
 fn a_log_that_fails_under_writers_loses_nothing() {
-    use sbod_core::dev::fault::FaultDev;
+    use sbod_testkit::fault::FaultDev;
     let seed0 = seed();
     let rng = Rng::new(seed0);
     let (mut failed, mut degraded) = (0, 0);

@@ -6,11 +6,11 @@
 mod torture_util;
 use torture_util::pattern;
 
-use sbod_core::dev::fault::{FaultDev, SpacePool};
 use sbod_core::dev::{self, file, BlockDev, MemDev};
 use sbod_core::error::Step;
 use sbod_core::placement::StripeAddr;
 use sbod_core::{AlignedBuf, Array, CreateSpec, Error, Level, MemberSpec};
+use sbod_testkit::fault::{FaultDev, SpacePool};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -401,7 +401,7 @@ fn contiguous_requests_merge_and_keep_their_outcomes() {
 /// the requests wait together until the plug is released, then go as merged I/Os, each
 /// with its own outcome. Nested plugs release at the outermost.
 #[test]
-fn a_plug_gathers_requests_for_one_wake_up() {
+fn a_plug_batches_requests_for_one_wake_up() {
     if sbod_core::dev::uring::available().is_err() {
         eprintln!("io_uring not usable here: nothing to test");
         return;

@@ -11,7 +11,7 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use sbod_nbd::proto::*;
 use sbod_nbd::MemBackend;
 use std::io::{Read, Write};
@@ -352,7 +352,11 @@ fn fuzzed_sessions_harm_nothing() {
     let fig = Figures::default();
     let mut runner = TestRunner::new(Config {
         cases,
-        failure_persistence: None,
+        // A failure found once is kept (next to this file) and tried first on every run.
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        source_file: Some(file!()),
         ..Config::default()
     });
     let r = runner.run(&session(), |s| play(&sock, &s, &fig));

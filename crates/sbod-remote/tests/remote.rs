@@ -202,14 +202,13 @@ fn members_opened_in_a_runtime_run_their_tasks_there() {
 
 #[test]
 fn nbdkit_exports_work_as_members() {
-    if std::process::Command::new("nbdkit")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIP: nbdkit is not installed (scripts/deps.sh installs it)");
-        return;
-    }
+    assert!(
+        std::process::Command::new("nbdkit")
+            .arg("--version")
+            .output()
+            .is_ok(),
+        "nbdkit is not installed: run scripts/deps.sh (it installs nbdkit)"
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("disk.img");
     std::fs::File::create(&file)

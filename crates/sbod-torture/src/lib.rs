@@ -8,7 +8,7 @@
 //! resync having covered only the regions being written.
 
 use anyhow::{anyhow, bail, Context, Result};
-use sbod_core::dev::fault::Rng;
+use sbod_testkit::fault::Rng;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fs::File;

@@ -282,13 +282,12 @@ fn fio_loop(
 
 #[test]
 fn raid6_over_three_nodes_across_network_namespaces() {
-    let mut net = match Netns::new() {
-        Ok(n) => n,
-        Err(why) => {
-            eprintln!("SKIP: network namespaces are not available here ({why})");
-            return;
-        }
-    };
+    let mut net = Netns::new().unwrap_or_else(|why| {
+        panic!(
+            "network namespaces are not available here ({why}): run as root with iproute2 \
+             installed (apt-get install iproute2)"
+        )
+    });
     for t in ["nbdcopy", "nbdinfo", "fio", "nbdkit"] {
         need(t);
     }

@@ -49,10 +49,9 @@ const MERGE_REQS: usize = 64;
 const MERGE_LOOKBACK: usize = 8;
 
 /// Merge neighbouring requests (on unless `SBOD_URING_MERGE=0`, which exists for A/B
-/// benchmarks: scripts/bench-members.sh, docs/PERFORMANCE.md). Read once.
+/// benchmarks: scripts/bench-members.sh, docs/PERFORMANCE.md). Read once ([`crate::tuning`]).
 fn merging() -> bool {
-    static M: OnceLock<bool> = OnceLock::new();
-    *M.get_or_init(|| std::env::var("SBOD_URING_MERGE").map_or(true, |v| v != "0"))
+    crate::tuning::uring_merge()
 }
 
 /// State shared between submitters, `close()` and the ring thread.

@@ -26,12 +26,9 @@ async fn read_copies(
 ) -> Result<()> {
     let st = dp.state.load_full();
     let len = dst.len() as u64;
-    let slots = dp.map.group_slots(addr.group);
-    let w = slots.len();
     // Spread reads over the copies: start at a copy chosen by the stripe.
     let mut order: Vec<Arc<Member>> = Vec::new();
-    for i in 0..w {
-        let slot = slots.start + (i + addr.stripe as usize) % w;
+    for slot in dp.map.copies_from(addr) {
         if let Some(m) = st.slots[slot].readable(moff + len) {
             order.push(m.clone());
         }

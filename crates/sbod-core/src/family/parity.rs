@@ -6,7 +6,9 @@
 //! the stripe lock. A read of a missing or unreadable chunk reconstructs it from the rest
 //! of its stripe under the lock, and rewrites it on a member that failed to read it.
 
-use super::plan::{gather, Plan, Shape, Strategy};
+mod coalesce;
+
+use super::plan::{Plan, Shape, Strategy};
 use super::{CheckMode, Family, Judgement, Patch, BLOCK};
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::datapath::{all_done, slice_mut, slice_of, DataPath, Target};
@@ -15,115 +17,17 @@ use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::member::{Member, State};
 use crate::placement::{Extent, StripeAddr};
-use parking_lot::Mutex;
+use coalesce::{Coalescer, Writing, COALESCE_MIN_WRITE};
 use sbod_codec::Codec;
-use std::collections::HashMap;
-use std::ops::Range;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::oneshot;
 
 pub(crate) struct Parity {
     codec: Arc<Codec>,
     k: usize,
     m: usize,
-    /// Partial stripes waiting for the write that completes them (see [`Gathering`]).
-    gathering: Gathering,
-}
-
-/// Partial stripes gathered across client requests, as md's stripe cache does: the tail
-/// of one sequential request and the head of the next (a 1 MiB stream over a 384 KiB
-/// stripe splits one stripe in three) are written together as one full stripe, with
-/// parity from the new data alone, instead of each reading the other's half first (4
-/// member reads per MiB on raid6 of 8) and waiting for the other on the stripe lock.
-///
-/// A partial stripe at the edge of a large request waits briefly, holding nothing (no
-/// lock, no region), for a neighbouring write to the same stripe; a write that finds it
-/// waiting adds its pieces, and whoever completes the stripe (or the first whose wait
-/// runs out) writes everything gathered in one stripe write and hands each the outcome.
-/// Nobody is acknowledged before the write carrying its bytes completed on the members,
-/// so what a read or a FLUSH sees, and what survives a fault, is as for separate writes.
-/// Writes only join when their bytes do not overlap. Sharded like the stripe locks: no
-/// table is shared by unrelated stripes' writes.
-struct Gathering {
-    shards: Vec<Mutex<HashMap<(usize, u64), Open>>>,
-    /// Client writes in progress: with one (a client waiting for each write before the
-    /// next) nobody can complete a stripe, so nothing waits.
-    writes: AtomicUsize,
-    /// Waits in a row that ran out with nobody joining (no sequential stream): waiting
-    /// stops, but for a probe now and then.
-    misses: AtomicUsize,
-    probes: AtomicUsize,
-    ids: AtomicU64,
-    wait: Duration,
-}
-
-/// A partial stripe waiting for more.
-struct Open {
-    id: u64,
-    written: Vec<Option<Range<u64>>>,
-    pieces: Vec<NewData>,
-    fua: bool,
-    waiting: Vec<oneshot::Sender<Result<()>>>,
-}
-
-const GATHER_SHARDS: usize = 64;
-/// Smaller client writes are never gathered (random I/O).
-const GATHER_MIN_WRITE: u64 = 32 << 10;
-
-impl Gathering {
-    fn new() -> Gathering {
-        // `SBOD_GATHER_US` (microseconds, 0: off) for A/B benchmarks.
-        let us = std::env::var("SBOD_GATHER_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1000u64);
-        Gathering {
-            shards: (0..GATHER_SHARDS).map(|_| Mutex::default()).collect(),
-            writes: AtomicUsize::new(0),
-            misses: AtomicUsize::new(0),
-            probes: AtomicUsize::new(0),
-            ids: AtomicU64::new(0),
-            wait: Duration::from_micros(us),
-        }
-    }
-
-    fn shard(&self, key: &(usize, u64)) -> &Mutex<HashMap<(usize, u64), Open>> {
-        let h = (key.1 ^ (key.0 as u64).rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        &self.shards[(h >> 58) as usize % GATHER_SHARDS]
-    }
-
-    /// Whether a new partial stripe should wait for company.
-    fn worth_waiting(&self) -> bool {
-        if self.wait.is_zero() || self.writes.load(Ordering::Relaxed) < 2 {
-            return false;
-        }
-        self.misses.load(Ordering::Relaxed) < 8
-            || self
-                .probes
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(64)
-    }
-}
-
-/// Counts a client write in progress while alive.
-struct Writing<'a>(&'a AtomicUsize);
-
-impl Drop for Writing<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// What becomes of a partial stripe offered for gathering.
-enum Joined {
-    /// Write these pieces (everything gathered) and tell the others.
-    Run(Open),
-    /// Wait for whoever writes it (id of the open entry).
-    Wait(u64, oneshot::Receiver<Result<()>>),
-    /// Write on its own.
-    Alone,
+    /// Partial stripes waiting for the write that completes them (see [`coalesce`]).
+    coalescer: Coalescer,
 }
 
 /// A piece of new data destined for one data chunk of a stripe.
@@ -134,14 +38,14 @@ struct NewData {
     src: SharedBuf,
 }
 
-/// Shards gathered for a stripe's row range.
-pub(crate) struct Gathered {
+/// A stripe's shards read (and the missing ones rebuilt) for a row range.
+pub(crate) struct Shards {
     /// Per shard (codec order): the rows, for every present or reconstructed shard.
     pub bufs: Vec<Option<SharedBuf>>,
     /// Shards that were missing or unreadable and have been reconstructed.
     pub stale: Vec<usize>,
     /// Shards whose member failed to read, with the error: healed once the caller has
-    /// what they should hold ([`Parity::heal_gathered`]), where a checksum mismatch is
+    /// what they should hold ([`Parity::heal_shards`]), where a checksum mismatch is
     /// judged (a damaged tag, or wrong data), or given up ([`Parity::unhealed`]).
     pub failed: Vec<(usize, Arc<Member>, std::io::Error)>,
 }
@@ -162,7 +66,7 @@ impl Parity {
             k: codec.k(),
             m: codec.m(),
             codec: Arc::new(codec),
-            gathering: Gathering::new(),
+            coalescer: Coalescer::new(),
         })
     }
 
@@ -225,7 +129,7 @@ impl Parity {
         // the members held before creation (zeros on members sbod created), as md does
         // after an interrupted initial sync.
         let shards = self
-            .gather(
+            .read_shards(
                 dp,
                 &st,
                 p.addr,
@@ -247,7 +151,7 @@ impl Parity {
         slice_mut(dst).copy_from_slice(slice_of(out));
         let fix = AlignedBuf::from_slice(slice_of(out)).into_shared();
         let base = dp.map.stripe_offset(p.addr.stripe);
-        self.heal_gathered(dp, base, p.chunk_off, &shards, IoClass::Foreground)
+        self.heal_shards(dp, base, p.chunk_off, &shards, IoClass::Foreground)
             .await;
         Ok(fix)
     }
@@ -255,12 +159,12 @@ impl Parity {
     /// Heal the members whose reads failed in a gather (`g.failed`, rows `[off, ...)` of
     /// the stripe at member offset `base`) from what they should hold: a data shard as
     /// gathered (rebuilt), a parity shard encoded from the data. With the stripe locked.
-    pub(crate) async fn heal_gathered(
+    pub(crate) async fn heal_shards(
         &self,
         dp: &DataPath,
         base: u64,
         off: u64,
-        g: &Gathered,
+        g: &Shards,
         class: IoClass,
     ) {
         if g.failed.is_empty() {
@@ -294,14 +198,14 @@ impl Parity {
 
     /// The failed reads of a gather whose result is not used: mismatches count as
     /// checksum errors, as nothing judged them.
-    pub(crate) async fn unhealed(&self, dp: &DataPath, g: &Gathered) {
+    pub(crate) async fn unhealed(&self, dp: &DataPath, g: &Shards) {
         for (_, m, e) in &g.failed {
             dp.unhealed(m, e).await;
         }
     }
 
     /// The pieces of one stripe with a member out of service: the rows they span are
-    /// gathered once under the stripe lock (each surviving chunk read once), rebuilt, and
+    /// read once under the stripe lock (each surviving chunk read once), rebuilt, and
     /// copied out. A data chunk that failed to read is rewritten on its member.
     async fn read_degraded(
         &self,
@@ -322,7 +226,7 @@ impl Parity {
         let base = dp.map.stripe_offset(addr.stripe);
         let want: Vec<usize> = pieces.iter().map(|p| p.index).collect();
         let g = self
-            .gather(dp, &st, addr, r0, r1 - r0, &want, IoClass::Foreground, None)
+            .read_shards(dp, &st, addr, r0, r1 - r0, &want, IoClass::Foreground, None)
             .await?;
         // Data chunks rebuilt although their member is in service: it failed to read.
         // With checksums, each must match that member's tags before it is returned or
@@ -361,14 +265,14 @@ impl Parity {
             }
         }
         for p in &pieces {
-            let src = g.bufs[p.index].as_ref().expect("gathered");
+            let src = g.bufs[p.index].as_ref().expect("read or rebuilt");
             let at = (p.chunk_off - r0) as usize;
             let dst = out.slice(p.buf_off as usize..(p.buf_off + p.len) as usize);
             slice_mut(&dst).copy_from_slice(&slice_of(src)[at..at + p.len as usize]);
         }
         // Members whose reads failed: healed (a damaged tag rewritten, wrong data
         // rewritten and counted).
-        self.heal_gathered(dp, base, r0, &g, IoClass::Foreground)
+        self.heal_shards(dp, base, r0, &g, IoClass::Foreground)
             .await;
         Ok(())
     }
@@ -377,136 +281,6 @@ impl Parity {
         let dr: Vec<&[u8]> = rows.iter().map(slice_of).collect();
         let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
         self.codec.encode(&dr, &mut p).map_err(codec_err)
-    }
-
-    /// A partial stripe write offered for gathering with its neighbours (see
-    /// [`Gathering`]); `wait`: it may wait for them.
-    async fn write_gathered(
-        &self,
-        dp: &DataPath,
-        addr: StripeAddr,
-        new: Vec<NewData>,
-        fua: bool,
-        wait: bool,
-    ) -> Result<()> {
-        let g = &self.gathering;
-        let chunk = dp.geometry.chunk as u64;
-        let key = (addr.group, addr.stripe);
-        let mut mine: Vec<Option<Range<u64>>> = vec![None; self.k];
-        for d in &new {
-            mine[d.index] = Some(d.chunk_off..d.chunk_off + d.src.len() as u64);
-        }
-        let joined = {
-            let mut sh = g.shard(&key).lock();
-            match sh.get_mut(&key) {
-                Some(open) => match gather::join(&open.written, &mine) {
-                    Some(union) => {
-                        open.written = union;
-                        open.pieces.extend(new.iter().cloned());
-                        open.fua |= fua;
-                        if gather::whole(self.k, chunk, &open.written) {
-                            Joined::Run(sh.remove(&key).expect("open"))
-                        } else {
-                            let (tx, rx) = oneshot::channel();
-                            open.waiting.push(tx);
-                            Joined::Wait(open.id, rx)
-                        }
-                    }
-                    None => Joined::Alone,
-                },
-                None if wait && gather::edge(self.k, chunk, &mine) => {
-                    let id = g.ids.fetch_add(1, Ordering::Relaxed);
-                    let (tx, rx) = oneshot::channel();
-                    sh.insert(
-                        key,
-                        Open {
-                            id,
-                            written: mine,
-                            pieces: new.clone(),
-                            fua,
-                            waiting: vec![tx],
-                        },
-                    );
-                    Joined::Wait(id, rx)
-                }
-                None => Joined::Alone,
-            }
-        };
-        let (id, mut rx) = match joined {
-            Joined::Alone => return self.write_stripe(dp, addr, new, fua, Vec::new()).await,
-            Joined::Run(open) => {
-                g.misses.store(0, Ordering::Relaxed);
-                return self.run_gathered(dp, addr, open).await;
-            }
-            Joined::Wait(id, rx) => (id, rx),
-        };
-        let got = match tokio::time::timeout(g.wait, &mut rx).await {
-            Ok(got) => got,
-            Err(_) => {
-                // Nobody completed it in time: whoever comes first writes what there is.
-                let taken = {
-                    let mut sh = g.shard(&key).lock();
-                    match sh.get(&key) {
-                        Some(open) if open.id == id => sh.remove(&key),
-                        _ => None,
-                    }
-                };
-                match taken {
-                    Some(open) => {
-                        if open.waiting.len() == 1 {
-                            g.misses.fetch_add(1, Ordering::Relaxed);
-                        }
-                        return self.run_gathered(dp, addr, open).await;
-                    }
-                    None => rx.await,
-                }
-            }
-        };
-        match got {
-            Ok(r) => r,
-            // Whoever took our pieces went away before telling (its future was dropped):
-            // write them ourselves. Rewriting bytes that may have landed is harmless.
-            Err(_) => self.write_stripe(dp, addr, new, fua, Vec::new()).await,
-        }
-    }
-
-    /// Write everything gathered for a stripe as one stripe write; every write that rode
-    /// in it gets its outcome.
-    async fn run_gathered(&self, dp: &DataPath, addr: StripeAddr, open: Open) -> Result<()> {
-        let Open {
-            written,
-            mut pieces,
-            fua,
-            waiting,
-            ..
-        } = open;
-        // One piece per data chunk: where two writes met inside a chunk, their bytes are
-        // copied into one buffer (at most a chunk per gathered stripe).
-        let mut new = Vec::with_capacity(self.k);
-        pieces.sort_by_key(|d| (d.index, d.chunk_off));
-        for (i, w) in written.iter().enumerate() {
-            let Some(w) = w else { continue };
-            let mine: Vec<&NewData> = pieces.iter().filter(|d| d.index == i).collect();
-            if let [one] = mine[..] {
-                new.push(one.clone());
-                continue;
-            }
-            let buf = AlignedBuf::for_overwrite((w.end - w.start) as usize).into_shared();
-            for d in mine {
-                let at = (d.chunk_off - w.start) as usize;
-                slice_mut(&buf)[at..at + d.src.len()].copy_from_slice(slice_of(&d.src));
-            }
-            new.push(NewData {
-                index: i,
-                chunk_off: w.start,
-                src: buf,
-            });
-        }
-        let r = self.write_stripe(dp, addr, new, fua, Vec::new()).await;
-        for tx in waiting {
-            let _ = tx.send(r.as_ref().map(|_| ()).map_err(Error::again));
-        }
-        r
     }
 
     /// Write new data into one stripe: plan, then execute.
@@ -661,7 +435,7 @@ impl Parity {
             // Degraded (or a read failed): rebuild the rows from what survives.
             let want: Vec<usize> = (0..k).filter(|&i| readable(i).is_none()).collect();
             let shards = self
-                .gather(
+                .read_shards(
                     dp,
                     st,
                     addr,
@@ -674,7 +448,7 @@ impl Parity {
                 .await?;
             // Members whose reads failed: judged and healed from the rows as they are
             // (before the new data goes into the gathered buffers); the write follows.
-            self.heal_gathered(dp, base, r0, &shards, IoClass::Foreground)
+            self.heal_shards(dp, base, r0, &shards, IoClass::Foreground)
                 .await;
             // A stripe with a member missing is only consistent while every write to it
             // reaches every member: a write refused for space on one member would leave
@@ -682,7 +456,7 @@ impl Parity {
             // write them back if that happens.
             let old_rows: Vec<SharedBuf> = (0..k)
                 .map(|i| {
-                    let b = shards.bufs[i].as_ref().expect("data gathered");
+                    let b = shards.bufs[i].as_ref().expect("data read");
                     if by_index[i].is_some() {
                         AlignedBuf::from_slice(slice_of(b)).into_shared()
                     } else {
@@ -692,7 +466,7 @@ impl Parity {
                 .collect();
             let data: Vec<SharedBuf> = (0..k)
                 .map(|i| {
-                    let b = shards.bufs[i].as_ref().expect("data gathered").clone();
+                    let b = shards.bufs[i].as_ref().expect("data read").clone();
                     if let Some(d) = by_index[i] {
                         let off = (d.chunk_off - r0) as usize;
                         slice_mut(&b)[off..off + d.src.len()].copy_from_slice(slice_of(&d.src));
@@ -857,7 +631,7 @@ impl Parity {
     /// whose failed read the caller is reconstructing (never read again: each bad block is
     /// counted once, and a rebuild is never made from what failed).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn gather(
+    pub(crate) async fn read_shards(
         &self,
         dp: &DataPath,
         st: &State,
@@ -867,7 +641,7 @@ impl Parity {
         want: &[usize],
         class: IoClass,
         avoid: Option<&Arc<Member>>,
-    ) -> Result<Gathered> {
+    ) -> Result<Shards> {
         let (k, m) = (self.k, self.m);
         let n = k + m;
         let base = dp.map.stripe_offset(addr.stripe);
@@ -976,7 +750,7 @@ impl Parity {
                 bufs[*s] = Some(work[*s].clone());
             }
         }
-        Ok(Gathered {
+        Ok(Shards {
             bufs,
             stale,
             failed,
@@ -1062,19 +836,19 @@ impl Family for Parity {
                 _ => stripes.push((p.addr, vec![nd], mine.into_iter().map(|x| (0, x)).collect())),
             }
         }
-        let g = &self.gathering;
+        let g = &self.coalescer;
         g.writes.fetch_add(1, Ordering::Relaxed);
         let _writing = Writing(&g.writes);
         let chunk = dp.geometry.chunk as u64;
         // Small writes (random I/O) go their own way; larger ones' partial stripes without
-        // partial blocks meet their neighbours (see `Gathering`). Blocks written in part
+        // partial blocks meet their neighbours (see [`coalesce`]). Blocks written in part
         // are merged under the stripe lock alone.
-        let large = data.len() as u64 >= GATHER_MIN_WRITE;
+        let large = data.len() as u64 >= COALESCE_MIN_WRITE;
         let wait = large && g.worth_waiting();
         let futs = stripes.into_iter().map(|(a, v, pp)| async move {
             let partial = v.len() < self.k || v.iter().any(|d| d.src.len() as u64 != chunk);
             if large && partial && pp.is_empty() {
-                self.write_gathered(dp, a, v, fua, wait).await
+                self.write_coalesced(dp, a, v, fua, wait).await
             } else {
                 self.write_stripe(dp, a, v, fua, pp).await
             }
@@ -1131,14 +905,14 @@ impl Family for Parity {
             .map(|(slot, _)| dp.map.shard_at(addr.stripe, *slot))
             .collect();
         let g = self
-            .gather(dp, &st, addr, 0, len, &want, IoClass::Background, None)
+            .read_shards(dp, &st, addr, 0, len, &want, IoClass::Background, None)
             .await?;
         let base = dp.map.stripe_offset(addr.stripe);
-        self.heal_gathered(dp, base, 0, &g, IoClass::Background)
+        self.heal_shards(dp, base, 0, &g, IoClass::Background)
             .await;
         Ok(want
             .iter()
-            .map(|&s| g.bufs[s].clone().expect("gathered"))
+            .map(|&s| g.bufs[s].clone().expect("read or rebuilt"))
             .collect())
     }
 

@@ -55,7 +55,7 @@ pub(crate) struct Plan {
     pub rows: Range<u64>,
     /// Member reads before parity can be computed: (shard, byte range within its chunk).
     /// Empty for `Full`; for `Degraded` the reads are chosen at run time from what
-    /// answers (see `parity::gather`).
+    /// answers (see `Parity::read_shards`).
     pub reads: Vec<(usize, Range<u64>)>,
     /// Parity follows from the data alone afterwards (`Full`, reconstruct-write,
     /// degraded): over whole rows of the chunk this makes an inconsistent stripe
@@ -166,12 +166,12 @@ impl Shape {
     }
 }
 
-/// Gathering partial stripes across client requests (as md's stripe cache does): a
+/// The range decisions of write coalescing (`parity/coalesce.rs`; as md's stripe cache does): a
 /// sequential stream of requests that are not multiples of the stripe splits stripes
 /// between neighbouring requests; the halves written together make a full stripe that
 /// reads nothing. These decide from the written ranges alone (per data chunk, in codec
 /// order, as [`Shape::written`]).
-pub(crate) mod gather {
+pub(crate) mod written {
     use std::ops::Range;
 
     /// The stripe's data in volume order: chunk `i`'s range `r` is `i * chunk + r`.
@@ -345,8 +345,8 @@ mod tests {
     }
 
     #[test]
-    fn split_stripes_gather_into_full_ones() {
-        use super::gather::{edge, join, whole};
+    fn split_stripes_coalesce_into_full_ones() {
+        use super::written::{edge, join, whole};
         // raid6 of 8 (k = 6), 64K chunks, 1 MiB requests: a tail (chunks 2.. and the end
         // of chunk 1) and the next request's head (chunk 0 and the start of chunk 1).
         let mut tail = vec![Some(0..C); 6];
@@ -383,7 +383,7 @@ mod tests {
             a in proptest::collection::vec(proptest::option::of((0u64..16, 1u64..17)), 6),
             b in proptest::collection::vec(proptest::option::of((0u64..16, 1u64..17)), 6),
         ) {
-            use super::gather::{edge, join, whole};
+            use super::written::{edge, join, whole};
             let blk = |p: &Option<(u64, u64)>| p.map(|(s, n)| s * 4096..(s + n).min(16) * 4096);
             let a: Vec<_> = a.iter().take(k).map(blk).collect();
             let b: Vec<_> = b.iter().take(k).map(blk).collect();

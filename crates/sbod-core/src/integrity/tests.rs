@@ -1,6 +1,6 @@
 use super::*;
-use crate::dev::fault::{PowerCutDev, PowerSupply};
 use crate::dev::MemDev;
+use crate::fault::{PowerCutDev, PowerSupply};
 use proptest::prelude::*;
 
 fn block_of(seed: u64) -> Vec<u8> {

@@ -2,9 +2,9 @@
 //! a power cut is judged against, iteration counts and the figures each test reports.
 #![allow(dead_code)]
 
-use sbod_core::dev::fault::{PowerCutDev, PowerSupply};
 use sbod_core::dev::BlockDev;
 use sbod_core::{Array, CreateSpec, Level, MemberSpec};
+use sbod_testkit::fault::{PowerCutDev, PowerSupply};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,0 +1,153 @@
+//! The engine's tuning knobs, in one place: environment variables for A/B benchmarks and
+//! tests, each read once per process, with its default, range and meaning. None changes
+//! what is stored or what a read returns; each changes only how the engine's work is
+//! batched or queued. docs/ENGINE.md ("Tuning knobs") lists them in one table, and
+//! [`knobs`] gives their current values (for status output).
+//!
+//! A setting a person chooses per array (sync mode, checksums, bitmap region...) is in
+//! the array's settings and its superblock, not here.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// One knob: its variable, default, range and meaning, and the value in force.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Knob {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub range: &'static str,
+    pub meaning: &'static str,
+    /// The value this process runs with (the default unless the variable sets another).
+    pub value: String,
+}
+
+/// How long a partial stripe at the edge of a large write waits for the neighbouring
+/// write that completes it (write coalescing, `family/parity/coalesce.rs`).
+pub const COALESCE_WAIT: &str = "SBOD_GATHER_US";
+/// Batch member requests issued on one thread into one wake-up of each member's queue.
+pub const PLUG: &str = "SBOD_PLUG";
+/// Merge neighbouring requests into one I/O on io_uring members.
+pub const URING_MERGE: &str = "SBOD_URING_MERGE";
+/// Force a member queue backend for every member the process opens.
+pub const IO_BACKEND: &str = "SBOD_IO";
+/// Bytes of checksum tags each member keeps cached.
+pub const TAG_CACHE: &str = "SBOD_TAG_CACHE";
+
+/// Default of [`COALESCE_WAIT`], in microseconds.
+pub const COALESCE_WAIT_DEFAULT_US: u64 = 1000;
+/// Default of [`TAG_CACHE`]: 16 MiB of tags per member, the tags of 16 GiB of its data.
+pub const TAG_CACHE_DEFAULT: u64 = 16 << 20;
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// `0` turns it off; anything else (or nothing) leaves it on.
+fn on_unless_zero(name: &str) -> bool {
+    var(name).is_none_or(|v| v != "0")
+}
+
+/// How long write coalescing waits (zero: it is off). Unparsable values give the default.
+pub fn coalesce_wait() -> Duration {
+    static V: OnceLock<Duration> = OnceLock::new();
+    *V.get_or_init(|| {
+        let us = var(COALESCE_WAIT)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(COALESCE_WAIT_DEFAULT_US);
+        Duration::from_micros(us)
+    })
+}
+
+/// Whether plugging batches a thread's member requests.
+pub fn plug() -> bool {
+    static V: OnceLock<bool> = OnceLock::new();
+    *V.get_or_init(|| on_unless_zero(PLUG))
+}
+
+/// Whether io_uring members merge neighbouring requests.
+pub fn uring_merge() -> bool {
+    static V: OnceLock<bool> = OnceLock::new();
+    *V.get_or_init(|| on_unless_zero(URING_MERGE))
+}
+
+/// The member backend forced for every member: `uring`, `threads` or `inline` (lower
+/// case), none when unset or empty, or what is wrong with the value (an error at every
+/// member open, never a silent fallback).
+pub fn io_backend() -> Result<Option<&'static str>, String> {
+    static V: OnceLock<Result<Option<&'static str>, String>> = OnceLock::new();
+    V.get_or_init(|| match std::env::var(IO_BACKEND) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => ["uring", "threads", "inline"]
+            .into_iter()
+            .find(|b| v.eq_ignore_ascii_case(b))
+            .map(Some)
+            .ok_or_else(|| {
+                format!("{IO_BACKEND}={v}: expected \"uring\", \"threads\" or \"inline\"")
+            }),
+        Err(e) => Err(format!("{IO_BACKEND}: {e}")),
+    })
+    .clone()
+}
+
+/// Bytes of tags each member may keep cached (sizes as `16M`, `1G` or bytes; unparsable
+/// values give the default).
+pub fn tag_cache_bytes() -> u64 {
+    static V: OnceLock<u64> = OnceLock::new();
+    *V.get_or_init(|| {
+        var(TAG_CACHE)
+            .and_then(|v| sbod_types::parse_size(&v).ok())
+            .unwrap_or(TAG_CACHE_DEFAULT)
+    })
+}
+
+/// Every knob with the value in force, in the order of docs/ENGINE.md's table.
+pub fn knobs() -> Vec<Knob> {
+    vec![
+        Knob {
+            name: COALESCE_WAIT,
+            default: "1000",
+            range: "microseconds, 0 (off) and up",
+            meaning: "how long a partial stripe at the edge of a write of 32 KiB or more waits \
+                      for the neighbouring write that completes it (write coalescing, parity \
+                      levels)",
+            value: coalesce_wait().as_micros().to_string(),
+        },
+        Knob {
+            name: PLUG,
+            default: "1",
+            range: "0 (off) or 1",
+            meaning: "batch the member requests of one client request into one wake-up of \
+                      each member's queue",
+            value: u8::from(plug()).to_string(),
+        },
+        Knob {
+            name: URING_MERGE,
+            default: "1",
+            range: "0 (off) or 1",
+            meaning: "merge neighbouring requests into one I/O on io_uring members (at most \
+                      2 MiB, 64 requests)",
+            value: u8::from(uring_merge()).to_string(),
+        },
+        Knob {
+            name: IO_BACKEND,
+            default: "(chosen per member)",
+            range: "uring, threads or inline",
+            meaning: "force one member queue for every member this process opens (a forced \
+                      backend that cannot be set up is an error)",
+            value: match io_backend() {
+                Ok(Some(b)) => b.to_string(),
+                Ok(None) => "(chosen per member)".to_string(),
+                Err(e) => format!("invalid: {e}"),
+            },
+        },
+        Knob {
+            name: TAG_CACHE,
+            default: "16M",
+            range: "a size, per member (at least 16 tag blocks: 64 KiB)",
+            meaning: "checksum tags each member keeps cached (16 MiB covers 16 GiB of its \
+                      data)",
+            value: tag_cache_bytes().to_string(),
+        },
+    ]
+}
