@@ -166,8 +166,10 @@ fn a_crashed_degraded_array_with_a_journaling_log_starts_and_reads_right() {
                 let st = a.status();
                 assert_eq!(st.state, "degraded", "{what}");
                 let log = st.log.expect("the log is attached");
-                // The small write and the stripe's.
-                assert_eq!(log.replayed_records, 2, "{what}: {log:?}");
+                // The small write and the stripe's (the small write's may already be
+                // reclaimed: a checkpoint kicked by the first write can still run after
+                // it, flushing it into the pool first).
+                assert!((1..=2).contains(&log.replayed_records), "{what}: {log:?}");
                 assert_eq!(log.state, "optimal", "{what}");
                 assert!(log.journaling, "{what}");
                 check_acked(&a, &c, &format!("{what}: m{lost} lost")).await;
