@@ -67,8 +67,9 @@ fn host(name: &str) -> Config {
     Config {
         host: uuid::Uuid::new_v4(),
         host_name: name.into(),
-        interval: Duration::from_millis(50),
-        lease_multiple: 4,
+        // Short, but long enough for a loaded test machine: a lease of 1 s.
+        interval: Duration::from_millis(100),
+        lease_multiple: 10,
     }
 }
 
@@ -210,12 +211,31 @@ fn a_crashed_heads_members_are_taken_over_after_its_lease() {
 
 #[test]
 fn a_forced_takeover_fences_the_old_head_and_loses_no_acknowledged_write() {
+    // A torture: each round takes over at another point of host A's writes (seeded:
+    // SBOD_TORTURE_SEED replays a run, SBOD_TORTURE_ITERS sets the rounds).
+    let seed = torture_util::seed();
+    let rounds = torture_util::iters(3);
+    for round in 0..rounds {
+        println!("forced takeover round {round}, seed {seed}");
+        forced_takeover_round(seed.wrapping_add(round));
+    }
+    torture_util::report(serde_json::json!({
+        "test": "two_heads_forced_takeover",
+        "seed": seed,
+        "rounds": rounds,
+    }));
+}
+
+fn forced_takeover_round(seed: u64) {
     rt().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let paths = make_files(dir.path(), 4);
         create(&paths).await;
         let a = head(&paths, &host("host-a"), false).await.unwrap();
         const BLOCKS: u64 = 64;
+        // Where in A's writes B starts: 0 to 300 ms in.
+        let delay = Duration::from_millis(seed % 300);
+        let stride = [7u64, 13, 29, 1][(seed / 300 % 4) as usize];
         // Host A writes on while host B takes the members over: each write's tag is
         // recorded as issued, then as acknowledged.
         let stop = Arc::new(AtomicBool::new(false));
@@ -229,7 +249,7 @@ fn a_forced_takeover_fences_the_old_head_and_loses_no_acknowledged_write() {
                 let mut err = None;
                 while !stop.load(Ordering::Acquire) {
                     tag += 1;
-                    let blk = tag * 7 % BLOCKS;
+                    let blk = tag * stride % BLOCKS;
                     match write_tag(&a, tag, blk).await {
                         Ok(()) => acked[blk as usize] = tag,
                         Err(e) => {
@@ -242,9 +262,15 @@ fn a_forced_takeover_fences_the_old_head_and_loses_no_acknowledged_write() {
                 (acked, unacked, err)
             })
         };
+        tokio::time::sleep(delay).await;
         let b = head(&paths, &host("host-b"), true).await.unwrap();
         stop.store(true, Ordering::Release);
         let (acked, unacked, err) = writer.await.unwrap();
+        // The takeover really met A writing.
+        assert!(
+            acked.iter().any(|&t| t > 0),
+            "seed {seed}: host A wrote nothing"
+        );
         // By the time B is started, A is fenced: its next write fails, whatever it did.
         let e = write_tag(&a, 1, 0)
             .await

@@ -115,9 +115,13 @@ impl Array {
         let session = *self.ownership.session.lock();
         let seq = self.ownership.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let members = self.state.load_full().live_members();
+        // A member that does not answer within half the lease is left out of this beat
+        // (the data path judges it by its own I/O): one hung member must not stop every
+        // write by letting the lease lapse. Any other member shows a takeover.
+        let patience = cfg.lease() / 2;
         let futs = members.iter().map(|m| {
             let cfg = &cfg;
-            async move {
+            let one = async move {
                 let b = owner::read_block(&m.dev).await.map_err(|_| None)?;
                 let nonce = match &b {
                     Some(b) if b.session != session => return Err(Some(b.clone())),
@@ -138,6 +142,11 @@ impl Array {
                     released: false,
                 };
                 owner::write_block(&m.dev, &mine).await.map_err(|_| None)
+            };
+            async move {
+                tokio::time::timeout(patience, one)
+                    .await
+                    .unwrap_or(Err(None))
             }
         });
         let mut written = 0;
