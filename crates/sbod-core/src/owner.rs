@@ -461,7 +461,17 @@ pub(crate) async fn acquire(
                         return Err(alive(me.array_name, &members[i].0, b))
                     }
                     Some(_) => continue 'claim,
-                    // Zeroed or released under us: claim again.
+                    // Zeroed or released under us, or rewritten by another start of this
+                    // host: claim again, a few times.
+                    None if tries >= 5 => {
+                        return Err(Error::Refused(
+                            Msg::new(format!(
+                                "the owner block of {} keeps changing under this head: another sbod of this host is using the members. Nothing was written but the owner blocks",
+                                members[i].0
+                            ))
+                            .or(Step::say("stop the other sbod first")),
+                        ))
+                    }
                     None => continue 'claim,
                 }
             }

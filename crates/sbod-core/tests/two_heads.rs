@@ -402,14 +402,12 @@ fn one_member_under_two_names_is_refused() {
         let e = a
             .add(open_as(&paths[0], "nbd://h3/a".into()), true)
             .await
-            .err()
-            .expect("added a member of the array as a spare");
+            .expect_err("added a member of the array as a spare");
         assert!(e.to_string().contains("are the same member"), "{e}");
         let e = a
             .add(open(&link), true)
             .await
-            .err()
-            .expect("added by a symlink");
+            .expect_err("added by a symlink");
         assert!(e.to_string().contains("are the same member"), "{e}");
         a.close().await.unwrap();
     });

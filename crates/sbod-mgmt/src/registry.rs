@@ -353,7 +353,7 @@ pub fn owner_config() -> Result<sbod_core::owner::Config> {
         "SBOD_LEASE_INTERVALS",
         sbod_core::owner::DEFAULT_LEASE_MULTIPLE as u64,
     )?;
-    if multiple < 2 || multiple > 1000 {
+    if !(2..=1000).contains(&multiple) {
         bail!("SBOD_LEASE_INTERVALS={multiple}: 2 to 1000 intervals");
     }
     Ok(sbod_core::owner::Config {
