@@ -124,10 +124,12 @@ impl Array {
             let one = async move {
                 let b = owner::read_block(&m.dev).await.map_err(|_| None)?;
                 let nonce = match &b {
-                    Some(b) if b.session != session => return Err(Some(b.clone())),
-                    Some(b) => b.member_nonce,
-                    // Zeroed: a member that just joined.
-                    None => Uuid::new_v4(),
+                    Some(b) if b.session == session => b.member_nonce,
+                    // Another host holds it: the members were taken over.
+                    Some(b) if b.host != cfg.host && !b.released => return Err(Some(b.clone())),
+                    // Zeroed (a member that just joined), released, or this host's own
+                    // earlier start (a member back after being away): ours now.
+                    _ => Uuid::new_v4(),
                 };
                 let mine = Block {
                     array: self.uuid,
