@@ -489,9 +489,11 @@ impl Superblock {
         w.0[12..16].copy_from_slice(&len.to_le_bytes());
         let crc = crc32c::crc32c(&w.0);
         w.0[16..20].copy_from_slice(&crc.to_le_bytes());
+        // The copy's last 4 KiB hold the owner block (see `owner`), never written here.
         assert!(
-            w.0.len() <= COPY_SIZE,
-            "superblock outgrew its {COPY_SIZE} bytes"
+            w.0.len() <= crate::owner::OFFSET as usize,
+            "superblock outgrew its {} bytes",
+            crate::owner::OFFSET
         );
         w.0
     }

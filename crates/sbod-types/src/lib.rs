@@ -56,7 +56,8 @@ pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};
 pub use status::{
     ArrayState, ArrayStatus, AssemblyReport, Integrity, MemberState, MemberStatus, MismatchRegion,
-    ProcessKind, ProcessStatus, RecoveryStatus, RescueReport, Settings, StaleMember, Status,
+    OwnerStatus, ProcessKind, ProcessStatus, RecoveryStatus, RescueReport, Settings, StaleMember,
+    Status,
 };
 pub use sync::{
     LogDevState, LogDevStatus, LogReplayIssue, LogState, LogStatus, MemberRange, SyncMode,

@@ -157,6 +157,7 @@ impl Array {
         fua: bool,
         patches: &[Patch],
     ) -> Result<()> {
+        self.hold_lease().await?;
         self.family.write(self, offset, data, fua, patches).await
     }
 
@@ -165,6 +166,7 @@ impl Array {
         let fua = self.sync.fua(fua);
         self.check_io(offset, len)?;
         self.check_writable()?;
+        self.hold_lease().await?;
         self.family.zero(self, offset, len, punch).await?;
         if fua {
             self.flush().await?;

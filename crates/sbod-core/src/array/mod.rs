@@ -17,6 +17,7 @@ pub mod assemble;
 pub mod create;
 mod io;
 pub mod membership;
+mod ownership;
 mod persist;
 pub mod process;
 mod status;
@@ -69,6 +70,8 @@ pub struct Array {
     pub(crate) bg: Background,
     /// What FLUSH and FUA do, and the log devices (see `sync`).
     pub(crate) sync: crate::sync::SyncState,
+    /// This head's hold on the members: its heartbeat (see `owner`).
+    pub(crate) ownership: ownership::Ownership,
 }
 
 impl std::ops::Deref for Array {
@@ -205,6 +208,7 @@ impl Array {
                 owner: me.clone(),
                 integrity,
                 crash_resync: AtomicBool::new(false),
+                lease: Default::default(),
             },
             family,
             uuid,
@@ -218,6 +222,7 @@ impl Array {
             rescue: AtomicBool::new(false),
             bg: Background::default(),
             sync: Default::default(),
+            ownership: Default::default(),
         }))
     }
 
