@@ -22,7 +22,7 @@
 mod torture_util;
 
 use sbod_core::buf::AlignedBuf;
-use sbod_core::dev::fault::Rng;
+use sbod_testkit::fault::Rng;
 use sbod_core::dev::{BlockDev, BoxFut, MemDev};
 use sbod_core::log::format::{self, RING_START};
 use sbod_core::log::{self as slog, Data, Log, LogDevice, LogHost, Write};
