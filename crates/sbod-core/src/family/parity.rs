@@ -908,8 +908,7 @@ impl Family for Parity {
             .read_shards(dp, &st, addr, 0, len, &want, IoClass::Background, None)
             .await?;
         let base = dp.map.stripe_offset(addr.stripe);
-        self.heal_shards(dp, base, 0, &g, IoClass::Background)
-            .await;
+        self.heal_shards(dp, base, 0, &g, IoClass::Background).await;
         Ok(want
             .iter()
             .map(|&s| g.bufs[s].clone().expect("read or rebuilt"))
