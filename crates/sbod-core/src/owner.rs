@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 /// Where the owner block lives on every member.
-pub const OFFSET: u64 = (crate::superblock::COPY_SIZE - BLOCK) as u64;
+pub const OFFSET: u64 = crate::superblock::OWNER_BLOCK_OFFSET;
 /// Its size.
 pub const BLOCK: usize = 4096;
 const MAGIC: [u8; 8] = *b"SBODown\x01";

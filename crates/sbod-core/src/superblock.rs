@@ -40,6 +40,9 @@ pub const TAG_LOG: u16 = 2;
 pub const MAX_LOG_DEVICES: usize = 2;
 /// Bytes reserved for each superblock copy.
 pub const COPY_SIZE: usize = 32 * 1024;
+/// The last 4 KiB of copy 0 hold the owner block (`crate::owner`), which superblock
+/// writes never touch: a superblock copy is encoded into at most this many bytes.
+pub const OWNER_BLOCK_OFFSET: u64 = (COPY_SIZE - 4096) as u64;
 /// Where the write-intent bitmap starts.
 pub const BITMAP_OFFSET: u64 = 64 * 1024;
 /// Longest array name.
@@ -491,9 +494,9 @@ impl Superblock {
         w.0[16..20].copy_from_slice(&crc.to_le_bytes());
         // The copy's last 4 KiB hold the owner block (see `owner`), never written here.
         assert!(
-            w.0.len() <= crate::owner::OFFSET as usize,
+            w.0.len() <= OWNER_BLOCK_OFFSET as usize,
             "superblock outgrew its {} bytes",
-            crate::owner::OFFSET
+            OWNER_BLOCK_OFFSET
         );
         w.0
     }

@@ -45,6 +45,7 @@ const LAYERS: &[(u32, &str, &[&str])] = &[
             "integrity::tests",
             "log",
             "fault",
+            "owner",
         ],
     ),
     (
@@ -75,6 +76,7 @@ const LAYERS: &[(u32, &str, &[&str])] = &[
             "array::persist",
             "array::io",
             "array::status",
+            "array::ownership",
             "array::process",
             "array::process::rebuild",
             "array::process::scrub",

@@ -94,9 +94,27 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    // This host, as the members' owner blocks name it (one id per state directory).
-    match sbod_mgmt::registry::owner_config() {
-        Ok(c) => sbod_core::owner::set_default(c),
+    // This host, as the members' owner blocks name it (one id per state directory), for
+    // the commands that may open an array's members; the others (status, examine, plan,
+    // the demo's own process, ...) leave the state directory as they found it.
+    let opens_members = matches!(
+        cli.cmd,
+        Cmd::Create(_)
+            | Cmd::Assemble(_)
+            | Cmd::Fail(_)
+            | Cmd::Remove(_)
+            | Cmd::Add(_)
+            | Cmd::Replace(_)
+            | Cmd::Scrub(_)
+            | Cmd::Stop(_)
+            | Cmd::Set(_)
+            | Cmd::Serve(_)
+            | Cmd::Web(_)
+            | Cmd::Bench(_)
+    );
+    match opens_members.then(sbod_mgmt::registry::owner_config).transpose() {
+        Ok(None) => {}
+        Ok(Some(c)) => sbod_core::owner::set_default(c),
         // Without its state directory this process is a host of its own: it then waits
         // out the lease of its own earlier, crashed start too.
         Err(e) => tracing::warn!("no host id ({e:#}): this process uses one of its own"),
