@@ -900,6 +900,17 @@ fn lives_of_an_array_never_return_wrong_data() {
 /// rebuilt in full ("the bitmap does not cover event N").
 #[test]
 fn a_member_that_leaves_and_returns_is_resynced_from_the_bitmap() {
+    leaves_and_returns(false);
+}
+
+/// The same with the whole disk pulled (every request fails, as a vanished device) and
+/// pushed back in.
+#[test]
+fn a_disk_pulled_and_pushed_back_is_resynced_from_the_bitmap() {
+    leaves_and_returns(true);
+}
+
+fn leaves_and_returns(pulled: bool) {
     use sbod_core::dev::fault::{FaultDev, FaultPlan};
     use sbod_core::superblock::BITMAP_OFFSET;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -954,10 +965,14 @@ fn a_member_that_leaves_and_returns_is_resynced_from_the_bitmap() {
         let mut want = all;
         // m0's superblock area fails from now on (data and bitmap still work): it misses
         // the sweeper's superblock and goes out by it.
-        devs[0].set_plan(FaultPlan {
-            write_eio: vec![0..BITMAP_OFFSET],
-            ..Default::default()
-        });
+        if pulled {
+            // Pulled just after the write below.
+        } else {
+            devs[0].set_plan(FaultPlan {
+                write_eio: std::iter::once(0..BITMAP_OFFSET).collect(),
+                ..Default::default()
+            });
+        }
         let mut tag = 2;
         let mut write = |at: u64, want: &mut Vec<u8>| {
             let first = at / BLOCK as u64;
@@ -968,6 +983,9 @@ fn a_member_that_leaves_and_returns_is_resynced_from_the_bitmap() {
         };
         let b = write(0, &mut want);
         a.write(0, AlignedBuf::from_slice(&b), false).await.unwrap();
+        if pulled {
+            devs[0].vanish();
+        }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while a.status().members[0].state != "failed" {
             assert!(
@@ -977,9 +995,9 @@ fn a_member_that_leaves_and_returns_is_resynced_from_the_bitmap() {
             );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        // The fault really was injected: it went out by a failed superblock write.
+        // The fault really was injected: it went out by a failed write.
         assert!(
-            devs[0].stats().snapshot().write_errors > 0,
+            pulled || devs[0].stats().snapshot().write_errors > 0,
             "{:?}",
             devs[0].stats().snapshot()
         );
@@ -996,6 +1014,7 @@ fn a_member_that_leaves_and_returns_is_resynced_from_the_bitmap() {
         a.flush().await.unwrap();
         // It answers again and goes back in.
         devs[0].set_plan(FaultPlan::default());
+        devs[0].reappear();
         let r = a
             .re_add(MemberSpec {
                 dev: devs[0].clone() as Arc<dyn BlockDev>,
