@@ -596,10 +596,6 @@ async fn supervise(inner: Arc<Inner>) {
                 Ok(c) => {
                     generation += 1;
                     inner.reconnects.fetch_add(1, Relaxed);
-                    // The server answered the handshake: a link just back is not silent
-                    // (else a hiccup right after would give it up at once, "no answer
-                    // for" the whole outage).
-                    inner.answered();
                     tracing::info!(
                         member = %inner.name,
                         after_ms = since.elapsed().as_millis() as u64,
