@@ -134,10 +134,13 @@ impl Local {
             } => {
                 let room = room()?;
                 // A failed member the array still holds open goes back on that handle
-                // (opening it again would meet its own lock).
+                // (opening it again would meet its own lock), unless the handle is a
+                // remote link given up as unreachable: the operator says the host is
+                // back, so it is asked again on a new connection rather than answered
+                // from the old link's failure.
                 let spec = match a.held_device(&member) {
-                    Some(s) => s,
-                    None => members::open(&member, &domain)?,
+                    Some(s) if s.dev.link_up() != Some(false) => s,
+                    _ => members::open(&member, &domain)?,
                 };
                 let r = a.add(spec, force).await;
                 let outcome =

@@ -371,14 +371,21 @@ impl Array {
         if self.lineage.bitmap_since.load(Ordering::Acquire) >= event {
             return true;
         }
+        let before = self.lineage.bitmap_since.load(Ordering::Acquire);
         self.lineage
             .bitmap_since
             .store(event + 1, Ordering::Release);
         let lost = self.persist(&st, false).await;
-        drop(_g);
         if lost.is_empty() {
             return true;
         }
+        // A member missed the move (a host that went away, a disk pulled): it stays at
+        // `event`, below the new `bitmap_since`, and would come back in full though no bit
+        // has been cleared since it left. Nothing is cleared now (it is going out), so the
+        // bitmap still covers everything since `before`: say so again in the superblock
+        // that records its failure, and it comes back from the bitmap.
+        self.lineage.bitmap_since.store(before, Ordering::Release);
+        drop(_g);
         for m in lost {
             self.fail_member(&m, OutReason::MetadataWrite).await;
         }
