@@ -92,15 +92,11 @@ const LAYERS: &[(u32, &str, &[&str])] = &[
 /// (importing module, imported module). Phase 2 empties this list:
 /// - `array` -> `sync` -> `log::attach` -> `array` is one circle: `sync.rs` and
 ///   `log/attach.rs` hold `impl Array` blocks (they move under `array/`), and the array
-///   reaches back for the sync state, the flusher and the log's attachment;
-/// - `superblock` <-> `integrity`: the checksum record is parsed by calling back into
-///   `integrity.rs` from `superblock.rs` (it moves to `superblock.rs`'s `Known::read`,
-///   beside the sync and log records).
+///   reaches back for the sync state, the flusher and the log's attachment.
 const KNOWN_CIRCLES: &[(&str, &str)] = &[
     ("array", "sync"),
     ("array::process", "sync"),
     ("array::assemble", "log::attach"),
-    ("superblock", "integrity"),
 ];
 
 fn layer_of() -> BTreeMap<&'static str, u32> {

@@ -87,7 +87,7 @@ impl Array {
         // Which member is trusted: one function, on the superblocks alone.
         let judged = {
             let sbs: Vec<&Superblock> = found.iter().map(|(_, sb)| sb).collect();
-            freshness::judge_members(&sbs)
+            freshness::rank_members(&sbs)
         };
         let verdicts = match judged {
             Ok(v) => v,
@@ -278,10 +278,7 @@ impl Array {
         let mut dirty = Vec::new();
         let regions = g.member_size.div_ceil(newest.bitmap_region).max(1);
         let any_out = state.slots.iter().any(|s| s.state != SlotState::Active);
-        let tagged = newest
-            .extensions
-            .iter()
-            .any(|e| e.tag == crate::integrity::EXT_TAG);
+        let tagged = newest.tags.is_some();
         let bitmap_read = (g.redundancy() > 0 || tagged) && (!newest.clean || any_out);
         if bitmap_read {
             report.unclean = !newest.clean;
@@ -326,6 +323,7 @@ impl Array {
                 session,
                 history,
                 bitmap_since: AtomicU64::new(newest.bitmap_since),
+                tags: newest.tags,
                 extensions: newest.extensions.clone(),
             },
         )?;
@@ -353,13 +351,13 @@ impl Array {
         if opts.read_only {
             array.read_only.store(true, Ordering::Release);
             array.closing.store(true, Ordering::Release);
-            array.judge(&mut st);
+            array.decide_failed(&mut st);
             array.state.store(Arc::new(st));
             *array.report.lock() = report;
             return Ok(array);
         }
         let mut probe = st.clone();
-        array.judge(&mut probe);
+        array.decide_failed(&mut probe);
         if let Some(why) = probe.failed {
             if opts.force {
                 return Ok(array.rescue(st, report, rescue_candidates, &newest));
@@ -403,7 +401,7 @@ impl Array {
             .filter(|&i| st.slots[i].state == SlotState::Rebuilding)
             .collect();
         array.take_spares(&mut st);
-        array.judge(&mut st);
+        array.decide_failed(&mut st);
         for &i in &recovering {
             let s = &st.slots[i];
             if let Some(m) = &s.member {
@@ -749,7 +747,7 @@ impl Array {
             ));
         }
         // Serve what can be read: a group still short answers its reads with errors.
-        self.judge(&mut st);
+        self.decide_failed(&mut st);
         st.failed = None;
         self.read_only.store(true, Ordering::Release);
         self.rescue.store(true, Ordering::Release);

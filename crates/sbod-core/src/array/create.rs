@@ -418,7 +418,8 @@ impl Array {
                 session,
                 history,
                 bitmap_since: AtomicU64::new(1),
-                extensions: tags.iter().map(|t| t.extension()).collect(),
+                tags,
+                extensions: Vec::new(),
             },
         )?;
         // Zero the metadata areas (both superblock copies and the bitmap), then write the

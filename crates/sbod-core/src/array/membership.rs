@@ -112,8 +112,9 @@ pub(crate) struct RecoveryLog {
 }
 
 impl Array {
-    /// Decide whether the state still holds all data.
-    pub(crate) fn judge(&self, st: &mut State) {
+    /// Decide whether the state still holds all data: `st.failed` says why not (a set
+    /// with more members out than it survives), else None.
+    pub(crate) fn decide_failed(&self, st: &mut State) {
         let red = self.geometry.redundancy();
         st.failed = None;
         for g in 0..self.map.sets() {
@@ -229,7 +230,7 @@ impl Array {
             }
             self.end_recovery(&m.uuid, false);
             self.take_spares(&mut new);
-            self.judge(&mut new);
+            self.decide_failed(&mut new);
             if let Some(f) = &new.failed {
                 tracing::error!(array = %self.name, "array failed: {f}");
             }
@@ -441,7 +442,7 @@ impl Array {
         let mut new = (*self.state.load_full()).clone();
         new.spares.push(m);
         self.take_spares(&mut new);
-        self.judge(&mut new);
+        self.decide_failed(&mut new);
         let outcome = match new
             .slots
             .iter()
@@ -547,7 +548,7 @@ impl Array {
                 s.note = None;
             }
         }
-        self.judge(&mut new);
+        self.decide_failed(&mut new);
         let lost = self.commit(new).await;
         drop(_g);
         if let Some(r) = retired {
@@ -561,7 +562,7 @@ impl Array {
     }
 
     /// The guard rail of `fail`: refuse when failing `m` would leave its group with more
-    /// members out than it survives. The same `judge` that fails the array decides.
+    /// members out than it survives. The same `decide_failed` that fails the array decides.
     pub(crate) fn refuse_unsafe_fail(&self, m: &Arc<Member>) -> Result<()> {
         let mut probe = (*self.state.load_full()).clone();
         let rec = crate::superblock::OutRecord {
@@ -572,7 +573,7 @@ impl Array {
             return Ok(());
         }
         // No spare is handed out in the probe: a spare only rebuilds, it serves nothing yet.
-        self.judge(&mut probe);
+        self.decide_failed(&mut probe);
         if probe.failed.is_none() {
             return Ok(());
         }
@@ -729,7 +730,7 @@ impl Array {
         let again = Step::force(format!(
             "wipe {path} and add it as a new member (rebuilt in full)"
         ));
-        if let Verdict::Diverged { .. } = freshness::judge_one(&n, sb) {
+        if let Verdict::Diverged { .. } = freshness::trust_of(&n, sb) {
             return Err(Error::Refused(Msg::new(format!(
                 "{path} went on without '{}' (split brain: its superblock is from event {} of another session, the array is at {event}); its data is not this array's",
                 self.name, sb.event
@@ -827,7 +828,7 @@ impl Array {
             )
             .into(),
         );
-        self.judge(&mut new);
+        self.decide_failed(&mut new);
         self.log_recovery(
             plan.slot,
             &member,

@@ -108,6 +108,8 @@ pub(crate) struct Lineage {
     pub history: Vec<SessionRec>,
     /// Every write since this event has its bit set in the bitmap.
     pub bitmap_since: AtomicU64,
+    /// Where the checksum tags live (record `superblock::TAG_CHECKSUMS`), if any.
+    pub tags: Option<crate::superblock::TagLayout>,
     /// Extension records of a newer sbod, written back unchanged.
     pub extensions: Vec<Extension>,
 }
@@ -169,12 +171,11 @@ impl Array {
         lineage: Lineage,
     ) -> Result<Arc<Array>> {
         let family = Personality::of(&geometry)?;
-        let integrity = crate::integrity::TagLayout::from_extensions(
-            &lineage.extensions,
-            &geometry,
-            superblock::BITMAP_OFFSET + bitmap_bytes as u64,
-        )
-        .map_err(|e| Error::Invalid(e.into()))?;
+        let integrity = lineage.tags;
+        if let Some(t) = &integrity {
+            t.check(&geometry, superblock::BITMAP_OFFSET + bitmap_bytes as u64)
+                .map_err(|e| Error::Invalid(e.into()))?;
+        }
         // Without redundancy the bitmap covers only checksums (their lazy write-back).
         let bitmap = if geometry.redundancy() > 0 || integrity.is_some() {
             Some(Bitmap::new(region, geometry.member_size, dirty))

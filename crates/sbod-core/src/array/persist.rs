@@ -53,6 +53,7 @@ impl Array {
             bitmap_since: self.lineage.bitmap_since.load(Ordering::Acquire),
             sync: self.sync.mode(),
             log: self.sync.log_entries(),
+            tags: self.lineage.tags,
             extensions: self.lineage.extensions.clone(),
         }
     }

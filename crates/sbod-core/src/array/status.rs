@@ -185,6 +185,16 @@ impl Array {
             recoveries: self.recovery_status(),
             sync: self.sync_status(),
             log: self.log_status(),
+            tuning: crate::tuning::knobs()
+                .into_iter()
+                .map(|k| {
+                    let v = sbod_types::KnobValue {
+                        value: k.value,
+                        default: k.default.to_string(),
+                    };
+                    (k.name.to_string(), v)
+                })
+                .collect(),
         }
     }
 }

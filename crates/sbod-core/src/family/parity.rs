@@ -505,7 +505,7 @@ impl Parity {
             }
             Some(back) => {
                 let first = dp.write_each(targets, fua, IoClass::Foreground).await;
-                match dp.judge_writes(&first, None) {
+                match dp.write_outcome(&first, None) {
                     Err(e @ Error::NoSpace(_)) => {
                         // Put the rows back as they were. A member out of space took a
                         // prefix of its write (a file system lands what fits, in order),
@@ -520,7 +520,7 @@ impl Parity {
                         if again.full.is_empty() {
                             again.region = None;
                         }
-                        dp.judge_writes(&again, key)?;
+                        dp.write_outcome(&again, key)?;
                         Err(e)
                     }
                     other => other,
@@ -908,8 +908,7 @@ impl Family for Parity {
             .read_shards(dp, &st, addr, 0, len, &want, IoClass::Background, None)
             .await?;
         let base = dp.map.stripe_offset(addr.stripe);
-        self.heal_shards(dp, base, 0, &g, IoClass::Background)
-            .await;
+        self.heal_shards(dp, base, 0, &g, IoClass::Background).await;
         Ok(want
             .iter()
             .map(|&s| g.bufs[s].clone().expect("read or rebuilt"))

@@ -209,7 +209,7 @@ impl Array {
         if !changed {
             return;
         }
-        self.judge(&mut new);
+        self.decide_failed(&mut new);
         let lost = self.commit(new).await;
         for u in &done {
             self.end_recovery(u, true);

@@ -51,7 +51,7 @@ impl Array {
                 })
                 .collect();
             if lost.len() > self.geometry.redundancy() {
-                if let Some(s) = self.judge_row(addr, bufs, r, &lost, unreadable, tags) {
+                if let Some(s) = self.which_to_rebuild(addr, bufs, r, &lost, unreadable, tags) {
                     // Rebuild `s`; the others that failed hold right data (their tags
                     // are rewritten below, as rows rebuilt as they are).
                     let mut work: Vec<Vec<u8>> =
@@ -97,7 +97,7 @@ impl Array {
     /// the unreadable ones and some that failed their tags, the others taken as they are,
     /// such that every block rebuilt for a member that failed its tags is named by that
     /// member's stored tag (see [`Array::heal_rows`]). None if no choice is.
-    fn judge_row(
+    fn which_to_rebuild(
         &self,
         addr: StripeAddr,
         bufs: &[SharedBuf],
