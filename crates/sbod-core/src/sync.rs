@@ -164,6 +164,13 @@ impl Array {
             if let Some(why) = &self.state.load().failed {
                 return Err(Error::Failed(why.clone().into()));
             }
+            // The log records that everything acknowledged was durable, so a replay never
+            // takes a damaged record of it for a torn append (`Log::seal`).
+            if let Some(log) = self.sync.log.current() {
+                if self.sync.mode() != SyncMode::Disabled && log.seal().await.is_err() {
+                    return self.flush().await;
+                }
+            }
             self.sync.skipped_flushes.fetch_add(1, Relaxed);
             return Ok(());
         }

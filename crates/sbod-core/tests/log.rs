@@ -85,23 +85,55 @@ fn pattern(tag: u64, len: usize) -> Vec<u8> {
     v
 }
 
-/// Apply a scanned chain to in-memory member images (slot = index).
-async fn replay_into(devs: &[LogDevice], array: Uuid, images: &mut [Vec<u8>]) -> slog::Scan {
+/// Replay a log into in-memory member images (slot = index) as assembly does: scan, prove
+/// which damaged records the images hold, plan, write what the plan says.
+async fn replay_plan(
+    devs: &[LogDevice],
+    array: Uuid,
+    images: &mut [Vec<u8>],
+) -> (slog::Scan, slog::Plan) {
     let scan = slog::scan(devs, array).await.expect("scan");
-    for i in 0..scan.chain.records.len() {
+    let plan = plan_for(&scan, images);
+    for &i in &plan.steps {
         let rec = scan
             .read(devs, i)
             .await
             .expect("read a record of the chain");
-        for (e, d) in rec.writes() {
-            let img = &mut images[e.slot as usize];
-            let o = e.offset as usize;
+        for (slot, o, d, len) in plan.writes(rec.header.seq, &rec) {
+            let img = &mut images[slot as usize];
+            let o = o as usize;
             match d {
                 Some(d) => img[o..o + d.len()].copy_from_slice(d),
-                None => img[o..o + e.len as usize].fill(0),
+                None => img[o..o + len as usize].fill(0),
             }
         }
     }
+    (scan, plan)
+}
+
+/// The plan for a scan over member images.
+fn plan_for(scan: &slog::Scan, images: &[Vec<u8>]) -> slog::Plan {
+    let mut in_pool = std::collections::HashSet::new();
+    for d in &scan.damaged {
+        if let Some(h) = &d.header {
+            let holds = slog::pool_holds(h, |e| {
+                let img = images.get(e.slot as usize)?;
+                let o = e.offset as usize;
+                img.get(o..o + e.len as usize).map(|b| b.to_vec())
+            });
+            if holds {
+                in_pool.insert(d.seq);
+            }
+        }
+    }
+    scan.plan(&in_pool)
+}
+
+/// Replay a log that must be whole (nothing damaged).
+async fn replay_into(devs: &[LogDevice], array: Uuid, images: &mut [Vec<u8>]) -> slog::Scan {
+    let (scan, plan) = replay_plan(devs, array, images).await;
+    assert!(plan.issues.is_empty(), "{:?}", plan.issues);
+    assert_eq!(plan.steps.len(), scan.chain.records.len());
     scan
 }
 
@@ -282,19 +314,43 @@ fn a_torn_or_stale_record_ends_the_chain() {
         }
         let scan = slog::scan(std::slice::from_ref(&ld), array).await.unwrap();
         assert_eq!(scan.chain.records.len(), 6);
-        // Tear the fourth record's second payload block (one 4 KiB block did not land).
-        let (off4, _) = scan.chain.records[3];
+        // Tear the fourth record's second payload block (one 4 KiB block did not land):
+        // the records after it are still found, and the fifth vouches that the fourth was
+        // durable: it is lost unless the pool holds it.
+        let (off4, seq4) = scan.chain.records[3];
         let p = (RING_START + off4) as usize + format::BLOCK + 4096 + 17;
         mem.with_data(|d| d[p] ^= 0x40);
         let scan = slog::scan(std::slice::from_ref(&ld), array).await.unwrap();
-        assert_eq!(scan.chain.records.len(), 3, "{}", scan.chain.end);
-        assert!(scan.chain.end.contains("torn"), "{}", scan.chain.end);
-        // Put it back; damage the header instead.
+        assert_eq!(scan.chain.records.len(), 5, "{}", scan.chain.end);
+        assert_eq!(scan.damaged.len(), 1);
+        let dmg = &scan.damaged[0];
+        assert_eq!(dmg.seq, seq4);
+        assert!(dmg.vouched && dmg.header.is_some(), "{dmg:?}");
+        assert!(dmg.why.contains("torn"), "{}", dmg.why);
+        let plan = scan.plan(&Default::default());
+        assert!(plan.lost(), "{:?}", plan.issues);
+        let want = vec![slog::Range {
+            slot: 2,
+            offset: 3 * 8192,
+            len: 8192,
+        }];
+        assert_eq!(plan.issues[0].ranges.as_ref(), Some(&want));
+        assert_eq!(plan.steps.len(), 5);
+        // Proven in the pool: nothing lost, its blocks kept.
+        let plan = scan.plan(&[seq4].into_iter().collect());
+        assert!(!plan.lost(), "{:?}", plan.issues);
+        assert_eq!(plan.issues[0].ranges.as_ref(), Some(&want));
+        // Put it back; damage the header instead: the ranges are unknown, and no record
+        // older than it is replayed.
         mem.with_data(|d| d[p] ^= 0x40);
         let h = (RING_START + off4) as usize + 30;
         mem.with_data(|d| d[h] ^= 1);
         let scan = slog::scan(std::slice::from_ref(&ld), array).await.unwrap();
-        assert_eq!(scan.chain.records.len(), 3, "{}", scan.chain.end);
+        assert_eq!(scan.chain.records.len(), 5, "{}", scan.chain.end);
+        assert!(scan.damaged[0].header.is_none());
+        let plan = scan.plan(&Default::default());
+        assert!(plan.lost());
+        assert_eq!(plan.steps, vec![3, 4], "{:?}", plan.issues);
         mem.with_data(|d| d[h] ^= 1);
         // A new session (after a replay) never replays the old records.
         let scan = slog::scan(std::slice::from_ref(&ld), array).await.unwrap();
@@ -361,6 +417,11 @@ fn a_mirrored_log_survives_one_device_and_fails_with_both() {
         let scan = slog::scan(&[a.clone(), b.clone()], array).await.unwrap();
         assert_eq!(scan.best, 1);
         assert_eq!(scan.chain.records.len(), 5);
+        assert_eq!(
+            scan.sources,
+            vec![0, 0, 0, 1, 1],
+            "each record from a device that has it"
+        );
         assert_eq!(scan.per_device[0].as_ref().ok(), Some(&3));
         // B fails too: appends fail, the engine takes the in-pool path.
         fb.vanish();
@@ -618,8 +679,10 @@ fn cut_and_lose_a_member(with_log: bool, trials: u64) -> (u64, u64, u64) {
                     dev: img,
                     ..ld.clone()
                 };
-                let scan = replay_into(std::slice::from_ref(&after), array, &mut images).await;
-                replayed += scan.chain.records.len() as u64;
+                let (_, plan) = replay_plan(std::slice::from_ref(&after), array, &mut images).await;
+                // A cut tears only appends in flight: nothing acknowledged is lost.
+                assert!(!plan.lost(), "{what}: {:?}", plan.issues);
+                replayed += plan.steps.len() as u64;
             }
             let lost = rng.below(K as u64 + 1) as usize;
             let mut model = eng.model.lock().unwrap().clone();

@@ -166,8 +166,10 @@ fn a_crashed_degraded_array_with_a_journaling_log_starts_and_reads_right() {
                 let st = a.status();
                 assert_eq!(st.state, "degraded", "{what}");
                 let log = st.log.expect("the log is attached");
-                // The small write and the stripe's.
-                assert_eq!(log.replayed_records, 2, "{what}: {log:?}");
+                // The small write and the stripe's (the small write's may already be
+                // reclaimed: a checkpoint kicked by the first write can still run after
+                // it, flushing it into the pool first).
+                assert!((1..=2).contains(&log.replayed_records), "{what}: {log:?}");
                 assert_eq!(log.state, "optimal", "{what}");
                 assert!(log.journaling, "{what}");
                 check_acked(&a, &c, &format!("{what}: m{lost} lost")).await;
@@ -429,4 +431,401 @@ fn every_family_journals_and_mirrors_log_their_bytes_once() {
             b.close().await.unwrap();
         }
     });
+}
+
+// ------------------------------------------------------------------ issue 25
+
+/// 64 KiB regions the rounds rewrite, as in the user's report.
+const REGIONS: u64 = 16;
+const REGION_BLOCKS: u64 = 16;
+
+/// The log device of a crashed array's image, found as assembly finds it.
+async fn log_devices(images: &[(String, Vec<u8>)]) -> Vec<sbod_core::log::LogDevice> {
+    {
+        let mut v = Vec::new();
+        for (name, img) in images {
+            let m = MemDev::new(name.clone(), img.len() as u64);
+            m.with_data(|d| d.copy_from_slice(img));
+            let dev: Arc<dyn BlockDev> = Arc::new(m);
+            let sb = sbod_core::log::read_super(&dev).await.unwrap();
+            v.push(sbod_core::log::LogDevice {
+                path: name.clone(),
+                dev,
+                uuid: sb.log_uuid,
+            });
+        }
+        v
+    }
+}
+
+/// The valid records of a crashed log, in sequence order: (ring offset, header length,
+/// total length), those with a payload only.
+async fn live_records(images: &[(String, Vec<u8>)], array: uuid::Uuid) -> Vec<(u64, u64, u64)> {
+    let devs = log_devices(images).await;
+    {
+        // (A power cut may have torn the append in flight: only valid records count.)
+        let scan = sbod_core::log::scan(&devs, array).await.unwrap();
+        scan.headers
+            .iter()
+            .filter(|h| h.total_len > h.header_len as u64)
+            .map(|h| (h.off, h.header_len as u64, h.total_len))
+            .collect()
+    }
+}
+
+/// The user's workload (10 flushed rounds over the 16 regions, an unflushed write
+/// elsewhere, no clean stop) on raid5 of 4 with a 48 MiB log: the members' images, the
+/// log's, and the array's uuid.
+async fn rounds_then_kill() -> (Vec<Vec<u8>>, Vec<u8>, uuid::Uuid) {
+    let l = layout("raid5");
+    let mems: Vec<Arc<MemDev>> = (0..l.members)
+        .map(|i| Arc::new(MemDev::new(format!("m{i}"), MEMBER_SIZE)))
+        .collect();
+    let logm = Arc::new(MemDev::new("log", (64 << 10) + (48 << 20)));
+    let a = Array::create(spec(&l), specs(&mems)).await.unwrap();
+    a.add_log(spec_of(logm.clone()), false).await.unwrap();
+    for round in 1..=10u64 {
+        for r in 0..REGIONS {
+            let first = r * REGION_BLOCKS;
+            let data = blocks_of(round, first, REGION_BLOCKS);
+            a.write(first * BLOCK as u64, AlignedBuf::from_slice(&data), false)
+                .await
+                .unwrap();
+        }
+        a.client_flush().await.unwrap();
+    }
+    let far = 2 * REGIONS * REGION_BLOCKS;
+    a.write(
+        far * BLOCK as u64,
+        AlignedBuf::from_slice(&blocks_of(99, far, 4)),
+        false,
+    )
+    .await
+    .unwrap();
+    let array = a.uuid;
+    a.abandon().await;
+    (
+        mems.iter().map(|m| m.with_data(|d| d.clone())).collect(),
+        logm.with_data(|d| d.clone()),
+        array,
+    )
+}
+
+/// Members and log from images, for assembly.
+async fn from_images(members: &[Vec<u8>], log: &[u8]) -> Vec<MemberSpec> {
+    let mut v: Vec<MemberSpec> = members
+        .iter()
+        .enumerate()
+        .map(|(i, img)| {
+            let c = MemDev::new(format!("m{i}"), img.len() as u64);
+            c.with_data(|d| d.copy_from_slice(img));
+            spec_of(Arc::new(c))
+        })
+        .collect();
+    let logs = log_devices(&[("log".to_string(), log.to_vec())]).await;
+    v.extend(logs.into_iter().map(|d| spec_of(d.dev)));
+    v
+}
+
+/// The same workload, the header of a record a third into the log damaged: the member
+/// ranges it wrote are unknown, so the start is refused (with the advice to force, and
+/// the record named); forced, it starts, replays only what is newer than the damage, and
+/// status says the log lost that record. (The pool held it: every region reads round 10.)
+#[test]
+fn a_damaged_record_header_is_refused_unless_forced_and_reported() {
+    rt(2).block_on(async {
+        let (members, mut log, array) = rounds_then_kill().await;
+        let recs = live_records(&[("log".to_string(), log.clone())], array).await;
+        let (off, _, _) = recs[recs.len() / 3];
+        log[(65536 + off + 30) as usize] ^= 4;
+        let e = Array::assemble(
+            from_images(&members, &log).await,
+            AssembleOptions::default(),
+        )
+        .await
+        .err()
+        .expect("started over a lost log record");
+        let m = e.to_string();
+        assert!(
+            matches!(e, Error::Refused(_))
+                && m.contains("lost acknowledged writes")
+                && m.contains("its header too")
+                && e.advice().iter().any(|s| matches!(s, Step::Force { .. })),
+            "{m}"
+        );
+        let b = Array::assemble(
+            from_images(&members, &log).await,
+            AssembleOptions {
+                force: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let st = b.status().log.unwrap();
+        let lost: Vec<_> = st.replay_issues.iter().filter(|i| i.lost).collect();
+        assert!(!lost.is_empty() && lost[0].ranges.is_none(), "{st:?}");
+        assert!(st.replayed_records < recs.len() as u64, "{st:?}");
+        let got = b
+            .read(0, (REGIONS * REGION_BLOCKS) as usize * BLOCK)
+            .await
+            .unwrap();
+        for (i, c) in got.chunks(BLOCK).enumerate() {
+            assert_eq!(decode(c, i as u64), Some(10), "block {i}");
+        }
+        b.close().await.unwrap();
+    });
+}
+
+/// The user's case through the engine (issue 25): raid5 of 4 with a log, 10 rounds over
+/// 16 regions of 64 KiB, each round flushed; the server dies (no clean stop) after a later
+/// unflushed write elsewhere; one bit flips in the payload of a record a third of the way
+/// into the log. The restart must read round 10 everywhere (or refuse): before the fix it
+/// replayed the records before the damaged one over the newer data, and read round 4.
+#[test]
+fn a_flipped_bit_in_a_log_record_never_reverts_flushed_data() {
+    let seed0 = seed();
+    let rng = Rng::new(seed0);
+    rt(2).block_on(async {
+        let l = layout("raid5");
+        let mems: Vec<Arc<MemDev>> = (0..l.members)
+            .map(|i| Arc::new(MemDev::new(format!("m{i}"), MEMBER_SIZE)))
+            .collect();
+        // A ring of 48 MiB: every round stays in the log (no checkpoint passes them), as
+        // the 58 records of the report did.
+        let logm = Arc::new(MemDev::new("log", (64 << 10) + (48 << 20)));
+        let a = Array::create(spec(&l), specs(&mems)).await.unwrap();
+        a.add_log(spec_of(logm.clone()), false).await.unwrap();
+        for round in 1..=10u64 {
+            for r in 0..REGIONS {
+                let first = r * REGION_BLOCKS;
+                let data = blocks_of(round, first, REGION_BLOCKS);
+                a.write(first * BLOCK as u64, AlignedBuf::from_slice(&data), false)
+                    .await
+                    .unwrap();
+            }
+            a.client_flush().await.unwrap();
+        }
+        // A later write elsewhere, not flushed; then the server is killed.
+        let far = 2 * REGIONS * REGION_BLOCKS;
+        a.write(
+            far * BLOCK as u64,
+            AlignedBuf::from_slice(&blocks_of(99, far, 4)),
+            false,
+        )
+        .await
+        .unwrap();
+        let array = a.uuid;
+        a.abandon().await;
+        let mut log = vec![("log".to_string(), logm.with_data(|d| d.clone()))];
+        let recs = live_records(&log, array).await;
+        assert!(recs.len() >= 20, "only {} records in the log", recs.len());
+        let (off, hl, total) = recs[recs.len() / 3];
+        let p = (65536 + off + hl + rng.below(total - hl)) as usize;
+        log[0].1[p] ^= 1 << rng.below(8);
+        let what = format!(
+            "bit flipped at {p} in record {} of {} (SBOD_TORTURE_SEED={seed0})",
+            recs.len() / 3,
+            recs.len()
+        );
+        let mut devs: Vec<MemberSpec> = mems
+            .iter()
+            .map(|m| {
+                let c = MemDev::new(m.name().to_string(), MEMBER_SIZE);
+                let img = m.with_data(|d| d.clone());
+                c.with_data(|d| d.copy_from_slice(&img));
+                spec_of(Arc::new(c))
+            })
+            .collect();
+        devs.extend(log_devices(&log).await.into_iter().map(|d| spec_of(d.dev)));
+        let b = Array::assemble(devs, AssembleOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: refused: {e}"));
+        let got = b
+            .read(0, (REGIONS * REGION_BLOCKS) as usize * BLOCK)
+            .await
+            .unwrap();
+        let wrong: Vec<(usize, Option<u64>)> = got
+            .chunks(BLOCK)
+            .enumerate()
+            .map(|(i, c)| (i, decode(c, i as u64)))
+            .filter(|(_, v)| *v != Some(10))
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{what}: {} of {} blocks do not read round 10, e.g. {:?}",
+            wrong.len(),
+            REGIONS * REGION_BLOCKS,
+            &wrong[..wrong.len().min(8)]
+        );
+        let far_got = b.read(far * BLOCK as u64, 4 * BLOCK).await.unwrap();
+        for (i, c) in far_got.chunks(BLOCK).enumerate() {
+            assert_eq!(
+                decode(c, far + i as u64),
+                Some(99),
+                "{what}: the unflushed write"
+            );
+        }
+        let st = b.status().log.unwrap();
+        assert_eq!(st.replay_issues.len(), 1, "{what}: {st:?}");
+        assert!(!st.replay_issues[0].lost, "{what}: {st:?}");
+        scrub_check(&b, &what).await;
+        b.close().await.unwrap();
+    });
+}
+
+/// Random rounds over the 16 regions through the engine with a log (one device or a
+/// mirrored pair), client FLUSHes now and then, a power cut during a write, then 1 to 20
+/// bit flips in the log's records (now and then a superblock copy), on one device or both;
+/// restart. Each block reads its last acknowledged value (or the write in flight's), or
+/// the start is refused; never older bytes. The one exception the design admits: writes
+/// acknowledged after the last FLUSH whose records were damaged on every device may read
+/// as before them (each block holds then a value it had since that FLUSH).
+#[test]
+fn a_damaged_log_after_a_power_cut_never_returns_older_bytes() {
+    let seed0 = seed();
+    let rng = Rng::new(seed0);
+    let (mut exact, mut refused) = (0u64, 0u64);
+    rt(2).block_on(async {
+        let l = layout("raid5");
+        for trial in 0..iters(6) {
+            let mirrored = rng.chance(0.5);
+            let what = format!("trial {trial}, mirrored {mirrored} (SBOD_TORTURE_SEED={seed0})");
+            let supply = PowerSupply::new();
+            let devs = power_members(blank(l.members), &supply, Duration::ZERO, |_| rng.next());
+            let logs: Vec<Arc<PowerCutDev>> = (0..if mirrored { 2 } else { 1 })
+                .map(|i| {
+                    PowerCutDev::new(
+                        format!("log{i}"),
+                        vec![0u8; ((64 << 10) + (8 << 20)) as usize],
+                        &supply,
+                        Duration::ZERO,
+                        rng.next(),
+                    )
+                })
+                .collect();
+            let a = Array::create(spec(&l), specs(&devs)).await.unwrap();
+            for d in &logs {
+                a.add_log(spec_of(d.clone()), false).await.unwrap();
+            }
+            // Per region: every value it was given, oldest first, and how many of those
+            // a FLUSH covered.
+            let mut hist: Vec<Vec<u64>> = vec![vec![0]; REGIONS as usize];
+            let mut flushed: Vec<usize> = vec![1; REGIONS as usize];
+            let rounds = 4 + rng.below(8);
+            for round in 1..=rounds {
+                for r in 0..REGIONS {
+                    if rng.chance(0.6) {
+                        let tag = round * 100 + r;
+                        let first = r * REGION_BLOCKS;
+                        let data = blocks_of(tag, first, REGION_BLOCKS);
+                        a.write(first * BLOCK as u64, AlignedBuf::from_slice(&data), false)
+                            .await
+                            .unwrap();
+                        hist[r as usize].push(tag);
+                    }
+                }
+                if rng.chance(0.7) {
+                    a.client_flush().await.unwrap();
+                    for r in 0..REGIONS as usize {
+                        flushed[r] = hist[r].len();
+                    }
+                }
+            }
+            // The cut comes during one more write.
+            let r = rng.below(REGIONS);
+            let inflight = 9900 + r;
+            let first = r * REGION_BLOCKS;
+            let a2 = a.clone();
+            let w = tokio::spawn(async move {
+                let data = blocks_of(inflight, first, REGION_BLOCKS);
+                let _ = a2
+                    .write(first * BLOCK as u64, AlignedBuf::from_slice(&data), false)
+                    .await;
+            });
+            tokio::task::yield_now().await;
+            supply.cut(rng.next());
+            let _ = w.await;
+            let array = a.uuid;
+            a.abandon().await;
+            let mut images: Vec<(String, Vec<u8>)> = logs
+                .iter()
+                .map(|d| (d.name().to_string(), d.image()))
+                .collect();
+            let recs = live_records(&images, array).await;
+            let mut damaged = false;
+            if !recs.is_empty() {
+                for _ in 0..1 + rng.below(20) {
+                    let dev = rng.below(images.len() as u64) as usize;
+                    let p = if rng.chance(0.05) {
+                        rng.below(2 * 4096) as usize
+                    } else {
+                        let (off, _, total) = recs[rng.below(recs.len() as u64) as usize];
+                        (65536 + off + rng.below(total)) as usize
+                    };
+                    images[dev].1[p] ^= 1 << rng.below(8);
+                    damaged = true;
+                }
+            }
+            let fresh = PowerSupply::new();
+            let mut specs_: Vec<MemberSpec> = devs
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    spec_of(PowerCutDev::new(format!("m{i}"), d.image(), &fresh, Duration::ZERO, 1))
+                })
+                .collect();
+            for (name, img) in &images {
+                specs_.push(spec_of(PowerCutDev::new(name.clone(), img.clone(), &fresh, Duration::ZERO, 1)));
+            }
+            let b = match Array::assemble(specs_, AssembleOptions::default()).await {
+                Ok(b) => b,
+                Err(e) => {
+                    assert!(damaged, "{what}: refused without damage: {e}");
+                    let m = e.to_string();
+                    assert!(
+                        matches!(e, Error::Refused(_))
+                            && e.advice().iter().any(|s| matches!(s, Step::Force { .. })),
+                        "{what}: {m}"
+                    );
+                    refused += 1;
+                    continue;
+                }
+            };
+            let st = b.status().log.unwrap();
+            assert!(st.replay_issues.iter().all(|i| !i.lost), "{what}: {st:?}");
+            let got = b
+                .read(0, (REGIONS * REGION_BLOCKS) as usize * BLOCK)
+                .await
+                .unwrap();
+            let mut all_exact = true;
+            for (i, c) in got.chunks(BLOCK).enumerate() {
+                let r = i / REGION_BLOCKS as usize;
+                let v = decode(c, i as u64);
+                let last = *hist[r].last().unwrap();
+                if v == Some(last) || v == Some(9900 + r as u64) && r as u64 == inflight - 9900 {
+                    continue;
+                }
+                all_exact = false;
+                // Only writes after the last FLUSH, damaged in the log, may be lost.
+                let since_flush = &hist[r][flushed[r] - 1..];
+                assert!(
+                    damaged && v.is_some_and(|v| since_flush.contains(&v)),
+                    "{what}: block {i} (region {r}) reads {v:?}: written {:?}, flushed up to {}; {st:?}",
+                    hist[r],
+                    flushed[r]
+                );
+            }
+            if all_exact {
+                exact += 1;
+            }
+            b.close().await.unwrap();
+        }
+    });
+    report(serde_json::json!({
+        "test": "log_damage_engine",
+        "seed": seed0,
+        "exact": exact,
+        "refused": refused,
+    }));
 }

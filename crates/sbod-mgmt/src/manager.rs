@@ -1161,6 +1161,23 @@ pub fn report_lines(a: &Array, reg: Option<&registry::Registry>, style: Style) -
                 l.replayed_records
             ));
         }
+        for i in &l.replay_issues {
+            out.push(format!(
+                "{}log record {}: {}",
+                if i.lost { "DATA LOSS: " } else { "" },
+                i.seq,
+                i.what
+            ));
+            for r in i.ranges.iter().flatten().filter(|_| i.lost) {
+                out.push(format!(
+                    "  may be stale: {} (slot {}) bytes {}..{} of its data area",
+                    r.member.as_deref().unwrap_or("(missing)"),
+                    r.slot,
+                    r.offset,
+                    r.offset + r.len
+                ));
+            }
+        }
         for d in l.devices.iter().filter(|d| d.state != LogDevState::Active) {
             out.push(format!(
                 "log device {} is {}{}",

@@ -59,7 +59,10 @@ pub use status::{
     MismatchRegion, ProcessKind, ProcessStatus, RecoveryStatus, RescueReport, Settings,
     StaleMember, Status,
 };
-pub use sync::{LogDevState, LogDevStatus, LogState, LogStatus, SyncMode, SyncStatus};
+pub use sync::{
+    LogDevState, LogDevStatus, LogReplayIssue, LogState, LogStatus, MemberRange, SyncMode,
+    SyncStatus,
+};
 
 /// A value that did not parse, with a message that says what would have been accepted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

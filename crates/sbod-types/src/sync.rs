@@ -112,4 +112,30 @@ pub struct LogStatus {
     /// log an sbod that did not journal attached, until its next start)?
     #[serde(default)]
     pub journaling: bool,
+    /// Records the replay at the start found damaged on every log device, and what became
+    /// of each (empty when the log was read whole).
+    #[serde(default)]
+    pub replay_issues: Vec<LogReplayIssue>,
+}
+
+/// A log record the replay found damaged on every device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogReplayIssue {
+    /// Its sequence number.
+    pub seq: u64,
+    /// An acknowledged write the pool may not hold: the ranges may read stale bytes.
+    pub lost: bool,
+    /// What was found and done, in words.
+    pub what: String,
+    /// The member ranges kept as the pool has them for it; `None`: not known.
+    pub ranges: Option<Vec<MemberRange>>,
+}
+
+/// `len` bytes at `offset` of a slot's data area.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRange {
+    pub slot: usize,
+    pub member: Option<String>,
+    pub offset: u64,
+    pub len: u64,
 }

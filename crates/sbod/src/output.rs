@@ -173,6 +173,23 @@ pub fn log_line(l: &LogStatus) -> String {
     if l.replayed_records > 0 {
         out += &format!(", {} records replayed at the start", l.replayed_records);
     }
+    let lost: Vec<String> = l
+        .replay_issues
+        .iter()
+        .filter(|i| i.lost)
+        .map(|i| i.seq.to_string())
+        .collect();
+    if !lost.is_empty() {
+        out += &format!(
+            "; it lost acknowledged record(s) {} at the start (forced): their ranges may read stale",
+            lost.join(", ")
+        );
+    } else if !l.replay_issues.is_empty() {
+        out += &format!(
+            "; {} damaged record(s) at the start, nothing lost",
+            l.replay_issues.len()
+        );
+    }
     if !l.journaling && l.state != sbod_types::LogState::Failed {
         // Attached by an sbod that did not journal: trusted from the next start on.
         out += "; the members do not yet trust it with this session's writes";

@@ -11,7 +11,7 @@ use crate::error::{Error, Msg, Result, Step};
 use crate::superblock::{LogConfig, LogDevEntry, OutReason, OutRecord, Superblock};
 use arc_swap::ArcSwapOption;
 use parking_lot::Mutex;
-use sbod_types::{LogDevState, LogDevStatus, LogState, LogStatus};
+use sbod_types::{LogDevState, LogDevStatus, LogReplayIssue, LogState, LogStatus, MemberRange};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,6 +46,8 @@ pub struct LogSlot {
     found: Mutex<Vec<LogDevice>>,
     log: ArcSwapOption<Log>,
     replayed: AtomicU64,
+    /// What the replay at assembly found damaged, and did about it.
+    issues: Mutex<Vec<LogReplayIssue>>,
     /// Serialises adding, removing and failing log devices.
     change: tokio::sync::Mutex<()>,
 }
@@ -232,14 +234,51 @@ impl Array {
                 out.push(d.uuid);
             }
         }
-        self.mark_log_out(&out, OutReason::Missing);
-        let n = scan.chain.records.len();
-        for i in 0..n {
+        // Damaged records whose writes the pool holds (read before anything is replayed).
+        let mut in_pool = std::collections::HashSet::new();
+        for d in &scan.damaged {
+            if let Some(h) = &d.header {
+                if self.pool_holds(h, st).await {
+                    in_pool.insert(d.seq);
+                }
+            }
+        }
+        let plan = scan.plan(&in_pool);
+        let issues = self.replay_issues(&plan, st);
+        for i in &plan.issues {
+            tracing::warn!(array = %self.name, seq = i.seq, lost = i.lost, "log replay: {}", i.what);
+        }
+        if plan.lost() {
+            let what: Vec<String> = issues
+                .iter()
+                .filter(|i| i.lost)
+                .map(|i| i.what.clone())
+                .collect();
+            if !opts.force {
+                return Err(Error::Refused(
+                    Msg::new(format!(
+                        "the log of '{}' lost acknowledged writes the members may not hold: {}",
+                        self.name,
+                        what.join("; ")
+                    ))
+                    .or(Step::say(
+                        "give every device of its log to assemble (a mirrored log's other device may hold them)",
+                    ))
+                    .or(Step::force(
+                        "start anyway: the rest of the log is replayed, never over newer data, and those ranges may read stale",
+                    )),
+                ));
+            }
+            tracing::error!(array = %self.name, "forced past a log that lost acknowledged writes: {}", what.join("; "));
+        }
+        *self.sync.log.issues.lock() = issues;
+        let n = plan.steps.len();
+        for &i in &plan.steps {
             let rec = scan
                 .read(&trusted, i)
                 .await
                 .map_err(|e| Error::Invalid(format!("replaying the log: {e}").into()))?;
-            self.replay_record(&rec, st).await?;
+            self.replay_record(&plan, &rec, st).await?;
         }
         self.sync.log.replayed.store(n as u64, Ordering::Relaxed);
         if n > 0 {
@@ -286,10 +325,65 @@ impl Array {
         cfg.journal &= cfg.devices.iter().any(|e| e.active);
     }
 
-    /// Write one record's entries to the members that take writes for their slots.
-    async fn replay_record(&self, rec: &Record, st: &State) -> Result<()> {
-        for (e, data) in rec.writes() {
-            let slot = e.slot as usize;
+    /// Does the pool hold the writes of a record whose payload the log lost? Each entry is
+    /// read from its slot's member (an active slot only: a slot being rebuilt or missing
+    /// proves nothing), and the record's payload checksum decides.
+    async fn pool_holds(&self, h: &format::Header, st: &State) -> bool {
+        let mut got: Vec<Option<Vec<u8>>> = Vec::new();
+        for e in &h.entries {
+            let m = st
+                .slots
+                .get(e.slot as usize)
+                .filter(|s| s.state == crate::superblock::SlotState::Active)
+                .and_then(|s| s.member.clone());
+            let bytes = match m {
+                Some(m) if e.offset + e.len as u64 <= m.size => {
+                    let buf = AlignedBuf::zeroed(e.len as usize).into_shared();
+                    let off = self.geometry.data_offset + e.offset;
+                    match dev::read_at(&m.dev, off, buf.clone(), IoClass::Foreground).await {
+                        Ok(()) => buf.try_unwrap().ok().map(|b| b.to_vec()),
+                        Err(_) => None,
+                    }
+                }
+                _ => None,
+            };
+            got.push(bytes);
+        }
+        let mut it = got.into_iter();
+        super::pool_holds(h, |_| it.next().flatten())
+    }
+
+    /// The plan's issues for status: ranges named by member.
+    fn replay_issues(&self, plan: &super::Plan, st: &State) -> Vec<LogReplayIssue> {
+        plan.issues
+            .iter()
+            .map(|i| LogReplayIssue {
+                seq: i.seq,
+                lost: i.lost,
+                what: i.what.clone(),
+                ranges: i.ranges.as_ref().map(|rs| {
+                    rs.iter()
+                        .map(|r| MemberRange {
+                            slot: r.slot as usize,
+                            member: st
+                                .slots
+                                .get(r.slot as usize)
+                                .and_then(|s| s.member.as_ref())
+                                .map(|m| m.path.clone()),
+                            offset: r.offset,
+                            len: r.len,
+                        })
+                        .collect()
+                }),
+            })
+            .collect()
+    }
+
+    /// Write one record's entries to the members that take writes for their slots, but
+    /// for the blocks the plan keeps as the pool has them.
+    async fn replay_record(&self, plan: &super::Plan, rec: &Record, st: &State) -> Result<()> {
+        for (slot, offset, data, len) in plan.writes(rec.header.seq, rec) {
+            let slot = slot as usize;
             let Some(s) = st.slots.get(slot) else {
                 return Err(Error::Invalid(
                     format!(
@@ -302,21 +396,18 @@ impl Array {
             };
             let buf = data.map(|d| AlignedBuf::from_slice(d).into_shared());
             for m in s.write_targets() {
-                if e.offset + e.len as u64 > m.size {
+                if offset + len > m.size {
                     return Err(Error::Invalid(
                         format!("the log writes past the end of {}'s data", m.path).into(),
                     ));
                 }
-                let offset = self.geometry.data_offset + e.offset;
+                let offset = self.geometry.data_offset + offset;
                 let kind = match &buf {
                     Some(b) => dev::IoKind::Write {
                         buf: b.clone(),
                         fua: false,
                     },
-                    None => dev::IoKind::Zero {
-                        len: e.len as u64,
-                        punch: false,
-                    },
+                    None => dev::IoKind::Zero { len, punch: false },
                 };
                 let req = dev::IoReq {
                     offset,
@@ -671,6 +762,7 @@ impl Array {
             bytes: i.map(|i| i.bytes).unwrap_or(0),
             checkpoints: i.map(|i| i.checkpoints).unwrap_or(0),
             replayed_records: self.sync.log.replayed.load(Ordering::Relaxed),
+            replay_issues: self.sync.log.issues.lock().clone(),
             journaling: cfg.journal,
         })
     }

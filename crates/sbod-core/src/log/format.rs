@@ -14,7 +14,7 @@
 //!
 //! ```text
 //! magic[8] version u32 header_len u32 nonce u64 seq u64 off u64 total_len u64
-//! entries u32 payload_crc u32 header_crc u32 reserved u32
+//! entries u32 payload_crc u32 header_crc u32 pending u32
 //! entry * n: slot u32 flags u32 offset u64 len u32 reserved u32
 //! payload: each entry's bytes in order (an entry flagged SAME_DATA, or ZERO, has none)
 //! ```
@@ -23,6 +23,13 @@
 //! one check covers header and payload: a torn record (some of its 4 KiB blocks written,
 //! others not) is detected, as is a record from an earlier pass over the ring (its `seq`
 //! or `off` is not the one expected there) or from an earlier session (`nonce`).
+//!
+//! `pending` says which records before this one were durable when it was written: 0 means
+//! unknown (an sbod before it was kept, where the field was reserved), `n > 0` that every
+//! record of the session with a sequence number below `seq - (n - 1)` was durable on the
+//! log, so could have been acknowledged and applied to the pool. Replay uses it to tell a
+//! record damaged after it was acknowledged (a later record vouches for it) from an append
+//! the crash tore (nothing later vouches for it): see `log::scan`.
 //! Hand-encoded, little-endian, like the member superblock: every byte is defined here and
 //! damaged bytes give an error, never a panic.
 
@@ -187,6 +194,9 @@ pub struct Header {
     pub header_len: u32,
     pub payload_crc: u32,
     pub entries: Vec<Entry>,
+    /// Every record of the session below this sequence number was durable when this one
+    /// was written (`None`: not recorded).
+    pub durable_below: Option<u64>,
 }
 
 /// Bytes of header for `n` entries.
@@ -222,7 +232,8 @@ pub fn check_entries(entries: &[Entry]) -> Result<(), String> {
 }
 
 /// Encode a record's header into `out` (at least `header_len` bytes), the payload's crc
-/// given.
+/// given; every record below `durable_below` (at most `seq`) is durable.
+#[allow(clippy::too_many_arguments)]
 pub fn encode_header(
     out: &mut [u8],
     nonce: u64,
@@ -230,6 +241,7 @@ pub fn encode_header(
     off: u64,
     entries: &[Entry],
     payload_crc: u32,
+    durable_below: u64,
 ) {
     let hl = header_len(entries.len());
     let total = record_len(entries);
@@ -244,6 +256,10 @@ pub fn encode_header(
     h[40..48].copy_from_slice(&total.to_le_bytes());
     h[48..52].copy_from_slice(&(entries.len() as u32).to_le_bytes());
     h[52..56].copy_from_slice(&payload_crc.to_le_bytes());
+    // How many records before this one may not be durable, plus one (0: unknown); a
+    // count past u32 says less (an earlier bound), never more.
+    let pending = seq.saturating_sub(durable_below).min(u32::MAX as u64 - 1) as u32 + 1;
+    h[60..64].copy_from_slice(&pending.to_le_bytes());
     for (i, e) in entries.iter().enumerate() {
         let p = REC_FIXED + i * ENTRY;
         h[p..p + 4].copy_from_slice(&e.slot.to_le_bytes());
@@ -301,9 +317,12 @@ pub fn decode_header(h: &[u8]) -> Result<Header, String> {
     if total != record_len(&entries) {
         return Err("record length does not match its entries".into());
     }
+    let seq = u64at(24);
+    let pending = u32at(60) as u64;
     Ok(Header {
         nonce: u64at(16),
-        seq: u64at(24),
+        seq,
+        durable_below: (pending > 0).then(|| seq.saturating_sub(pending - 1)),
         off: u64at(32),
         total_len: total,
         header_len: hl as u32,
@@ -391,12 +410,20 @@ mod tests {
         let e = entries();
         assert_eq!(record_len(&e), (BLOCK + 8192) as u64);
         let mut h = vec![0u8; header_len(e.len())];
-        encode_header(&mut h, 7, 42, 4096, &e, 0xabcd);
+        encode_header(&mut h, 7, 42, 4096, &e, 0xabcd, 40);
         let d = decode_header(&h).unwrap();
         assert_eq!(
             (d.nonce, d.seq, d.off, d.payload_crc, d.entries.clone()),
             (7, 42, 4096, 0xabcd, e.clone())
         );
+        assert_eq!(d.durable_below, Some(40));
+        // A header an older sbod wrote (the field was reserved, zero) vouches for nothing.
+        let mut old = h.clone();
+        old[60..64].fill(0);
+        old[56..60].fill(0);
+        let crc = crc32c::crc32c(&old);
+        old[56..60].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_header(&old).unwrap().durable_below, None);
         for i in 0..(REC_FIXED + e.len() * ENTRY) * 8 {
             let mut c = h.clone();
             c[i / 8] ^= 1 << (i % 8);
@@ -435,7 +462,7 @@ mod tests {
         let hl = header_len(e.len());
         assert!(hl > BLOCK);
         let mut h = vec![0u8; hl];
-        encode_header(&mut h, 1, 2, 0, &e, 5);
+        encode_header(&mut h, 1, 2, 0, &e, 5, 2);
         assert_eq!(header_len_of(&h[..BLOCK]), Some(hl));
         assert_eq!(decode_header(&h).unwrap().entries.len(), 400);
         assert!(decode_header(&h[..BLOCK]).is_err());
@@ -454,7 +481,7 @@ mod tests {
         fn mutated_headers_never_panic(pos in 0usize..200, val: u8) {
             let e = entries();
             let mut h = vec![0u8; header_len(e.len())];
-            encode_header(&mut h, 1, 2, 0, &e, 5);
+            encode_header(&mut h, 1, 2, 0, &e, 5, 2);
             h[pos] = val;
             // Recompute the crc so the parser reaches past it.
             h[56..60].fill(0);

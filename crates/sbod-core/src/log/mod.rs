@@ -8,11 +8,23 @@
 //! stays in the ring until a checkpoint has flushed the pool after it was applied; then the
 //! log's tail advances past it and its space is reused.
 //!
-//! After a crash, [`scan`] finds the records from the tail on, in order, stopping at the
-//! first that is torn, damaged, from an earlier pass over the ring or from an earlier
-//! session; replaying them (writing each entry to its member) is idempotent, and makes
-//! every stripe that was being written consistent again, whichever of its member writes
-//! had landed: the write hole closes.
+//! After a crash, [`scan`] reads the whole ring and finds every valid record of the
+//! session from the tail on, in sequence order; replaying them (writing each entry to its
+//! member) is idempotent, and makes every stripe that was being written consistent again,
+//! whichever of its member writes had landed: the write hole closes.
+//!
+//! A record can be damaged on the log after it was acknowledged (a flipped bit, a bad
+//! sector). The records after it were acknowledged too, and may be in the pool already:
+//! replaying only the records before the damage would write their older bytes over newer
+//! ones. So replay never stops at damage: [`Scan::plan`] replays every valid record in
+//! sequence order, and for each damaged one proves that newer records rewrite its blocks,
+//! or that the pool holds its writes (its payload checksum over the pool's bytes), and
+//! then keeps those blocks as the pool has them; a damaged record that a later record
+//! vouches was durable (each header says which records before it were durable) and that
+//! neither proof covers is lost: the engine refuses to start unless forced, and says
+//! which record and member ranges (`attach`). A damaged record nothing vouches for is an
+//! append a crash tore: never acknowledged, left out. A mirrored log's devices stand in
+//! for each other record by record.
 //!
 //! Two devices make a mirrored log: every record goes to both, and is durable once both
 //! have it. A device that fails is recorded as failed by the array ([`LogHost`]) before
@@ -20,9 +32,10 @@
 //! engine takes the in-pool path.
 //!
 //! Ordering: records are acknowledged in sequence order (a record waits for every earlier
-//! one to be durable), so the records a replay finds before the first invalid one include
-//! every record ever acknowledged, and execution of a record's member writes starts only
-//! once it is acknowledged.
+//! one to be durable), and execution of a record's member writes starts only once it is
+//! acknowledged; so a record no later header vouches for was never applied to the pool
+//! unless it is one of the last few appended (those in flight together), whose damage on
+//! a single log device cannot be told from a tear (a mirrored log covers them).
 //!
 //! Hand-written: this is the product's core (its I/O path), with a format of its own.
 
@@ -123,6 +136,9 @@ struct Ring {
     live: VecDeque<Live>,
     /// Every record with a smaller sequence number is durable.
     durable_upto: u64,
+    /// The highest `durable_upto` a record's header carries (records below it are
+    /// vouched for on the log).
+    vouched_upto: u64,
     failed: Option<String>,
     /// New appends wait (a device is being added).
     paused: bool,
@@ -354,21 +370,23 @@ impl Record {
     }
 }
 
-/// Read the record expected at ring offset `off` with sequence `seq`, or why there is none.
+/// Read the record of session `nonce` at ring offset `off` with sequence `seq`, or why
+/// there is none.
 async fn read_record(
     dev: &Arc<dyn BlockDev>,
-    sb: &LogSuper,
+    ring_len: u64,
+    nonce: u64,
     off: u64,
     seq: u64,
 ) -> Result<Record, String> {
-    if off + BLOCK as u64 > sb.ring_len {
+    if off + BLOCK as u64 > ring_len {
         return Err("end of the ring".into());
     }
     let first = read_exact(dev, RING_START + off, BLOCK)
         .await
         .map_err(|e| format!("read error: {e}"))?;
     let hl = format::header_len_of(&first).ok_or("no record")?;
-    if off + hl as u64 > sb.ring_len {
+    if off + hl as u64 > ring_len {
         return Err("header past the end of the ring".into());
     }
     let hbuf = if hl > BLOCK {
@@ -379,7 +397,7 @@ async fn read_record(
         first
     };
     let h = format::decode_header(&hbuf)?;
-    if h.nonce != sb.nonce {
+    if h.nonce != nonce {
         return Err("a record of an earlier session".into());
     }
     if h.seq != seq || h.off != off {
@@ -388,12 +406,18 @@ async fn read_record(
             h.seq
         ));
     }
-    if off + h.total_len > sb.ring_len {
+    read_payload(dev, ring_len, h).await
+}
+
+/// Read and check the payload of the record whose header is `h`.
+async fn read_payload(dev: &Arc<dyn BlockDev>, ring_len: u64, h: Header) -> Result<Record, String> {
+    if h.off + h.total_len > ring_len {
         return Err("record past the end of the ring".into());
     }
-    let plen = (h.total_len - hl as u64) as usize;
+    let hl = h.header_len as u64;
+    let plen = (h.total_len - hl) as usize;
     let payload = if plen > 0 {
-        read_exact(dev, RING_START + off + hl as u64, plen)
+        read_exact(dev, RING_START + h.off + hl, plen)
             .await
             .map_err(|e| format!("read error: {e}"))?
     } else {
@@ -405,112 +429,608 @@ async fn read_record(
     Ok(Record { header: h, payload })
 }
 
-/// Where each record of a device's chain lies.
+/// The records replayed, in sequence order, and where they were read.
 #[derive(Clone, Debug)]
 pub struct Chain {
+    /// The superblock that says where the session starts (its nonce and tail: of the
+    /// records found, if the superblock found was older than them).
     pub sb: LogSuper,
-    /// (ring offset, sequence) of each valid record from the tail on.
+    /// (ring offset, sequence) of each valid record of the session from the tail on, in
+    /// sequence order (with gaps where a record is damaged on every device).
     pub records: Vec<(u64, u64)>,
-    /// Why the chain ends there.
+    /// What the scan found beyond the valid records, in words.
     pub end: String,
 }
 
-/// Follow a device's records from its tail until the first that is not valid.
-pub async fn chain(dev: &Arc<dyn BlockDev>, sb: &LogSuper) -> Chain {
-    let (mut off, mut seq) = (sb.tail_off, sb.tail_seq);
-    let mut records = Vec::new();
-    let end = loop {
-        let r = match read_record(dev, sb, off, seq).await {
-            // A record that did not fit the end of the ring went to its start.
-            Err(e) if off != 0 => read_record(dev, sb, 0, seq).await.map_err(|_| (off, e)),
-            r => r.map_err(|e| (off, e)),
-        };
-        match r {
-            Ok(rec) => {
-                records.push((rec.header.off, seq));
-                off = rec.header.off + rec.header.total_len;
-                if off >= sb.ring_len {
-                    off = 0;
-                }
-                seq += 1;
-            }
-            Err((at, e)) => break format!("at ring offset {at}: {e}"),
-        }
-    };
-    Chain {
-        sb: sb.clone(),
-        records,
-        end,
-    }
+/// A record of the session, from the tail up to the newest found, that no device holds
+/// whole.
+#[derive(Clone, Debug)]
+pub struct Damaged {
+    pub seq: u64,
+    /// Its header, where a device still has it intact (its payload is damaged or torn):
+    /// the member ranges it wrote are known.
+    pub header: Option<Header>,
+    /// A later record says this one was durable on the log before it was written: it may
+    /// have been acknowledged and applied to the pool. Without that, it may be an append
+    /// the crash tore (never acknowledged, never applied).
+    pub vouched: bool,
+    /// Why each device's copy is not valid.
+    pub why: String,
 }
 
 /// What replay finds on a log's devices.
 pub struct Scan {
-    /// The device whose chain is replayed (the longest), and its chain.
+    /// The device holding the most valid records.
     pub best: usize,
+    /// The valid records, in sequence order.
     pub chain: Chain,
-    /// Each device's chain length, or why it could not be read.
+    /// The device each record of `chain` is read from (a mirrored log's devices stand in
+    /// for each other record by record).
+    pub sources: Vec<usize>,
+    /// The header of each record of `chain`.
+    pub headers: Vec<Header>,
+    /// Records of the session that no device holds whole, in sequence order.
+    pub damaged: Vec<Damaged>,
+    /// Each device's count of valid records, or why it could not be read.
     pub per_device: Vec<Result<usize, String>>,
     /// The highest generation and sequence seen (a new session continues after them).
     pub generation: u64,
     pub last_seq: u64,
 }
 
-/// Scan the given devices of one log (those the array trusts), checking that each
-/// belongs to the array. The chains of a mirrored log's devices agree but for a record
-/// torn on one: the longest is replayed.
-pub async fn scan(devs: &[LogDevice], array_uuid: Uuid) -> Result<Scan, String> {
-    let mut per_device = Vec::new();
-    let mut best: Option<(usize, Chain)> = None;
-    let mut generation = 0;
-    let mut last_seq = 0;
-    for (i, d) in devs.iter().enumerate() {
-        let sb = match read_super(&d.dev).await {
-            Ok(sb) => sb,
-            Err(e) => {
-                per_device.push(Err(e));
+/// The two superblock copies of a device: the newer valid one, and whether the other one
+/// is valid too.
+async fn read_super_copies(dev: &Arc<dyn BlockDev>) -> Result<(LogSuper, bool), String> {
+    if dev.size() < RING_START + format::MIN_RING {
+        return Err(format!("{} is too small to be a log device", dev.name()));
+    }
+    let area = read_exact(dev, 0, 2 * BLOCK)
+        .await
+        .map_err(|e| format!("reading {}: {e}", dev.name()))?;
+    let both = LogSuper::decode(&area[..BLOCK]).is_ok() && LogSuper::decode(&area[BLOCK..]).is_ok();
+    let sb = LogSuper::decode_area(&area).map_err(|e| format!("{}: {e}", dev.name()))?;
+    Ok((sb, both))
+}
+
+/// Every record header in a device's ring that lies at the offset it names (of any
+/// session, valid header checksum; payloads not read).
+async fn ring_headers(dev: &Arc<dyn BlockDev>, ring_len: u64) -> Result<Vec<Header>, String> {
+    const STEP: u64 = 1 << 20;
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < ring_len {
+        let n = STEP.min(ring_len - pos);
+        let buf = read_exact(dev, RING_START + pos, n as usize)
+            .await
+            .map_err(|e| format!("reading the ring of {}: {e}", dev.name()))?;
+        for b in (0..n as usize).step_by(BLOCK) {
+            let at = pos + b as u64;
+            let Some(hl) = format::header_len_of(&buf[b..b + BLOCK]) else {
+                continue;
+            };
+            if at + hl as u64 > ring_len {
                 continue;
             }
-        };
-        if sb.array_uuid != array_uuid || sb.log_uuid != d.uuid {
-            per_device.push(Err(format!(
-                "{} is a log device of another array or another log",
-                d.path
-            )));
-            continue;
+            let h = if b + hl <= n as usize {
+                format::decode_header(&buf[b..b + hl])
+            } else {
+                match read_exact(dev, RING_START + at, hl).await {
+                    Ok(hb) => format::decode_header(&hb),
+                    Err(e) => return Err(format!("reading the ring of {}: {e}", dev.name())),
+                }
+            };
+            if let Ok(h) = h {
+                if h.off == at && at + h.total_len <= ring_len {
+                    out.push(h);
+                }
+            }
         }
-        generation = generation.max(sb.generation);
-        let c = chain(&d.dev, &sb).await;
-        last_seq = last_seq.max(sb.tail_seq + c.records.len() as u64);
-        per_device.push(Ok(c.records.len()));
-        if best
-            .as_ref()
-            .is_none_or(|(_, b)| c.records.len() > b.records.len())
-        {
-            best = Some((i, c));
+        pos += n;
+    }
+    Ok(out)
+}
+
+/// What one device holds of one record.
+enum Copy {
+    Valid(usize, Header),
+    /// The header is intact, the payload is not.
+    Damaged(Header, String),
+}
+
+/// Scan the given devices of one log (those the array trusts), checking that each
+/// belongs to the array.
+///
+/// The whole ring of every device is read, not only the chain from the tail: a record
+/// damaged in the middle must not hide the records after it. Those were acknowledged and
+/// may already be in the pool, so replaying only the records before the damage would
+/// write older bytes over newer ones (issue 25). The scan returns every valid record of
+/// the session from the tail on, in sequence order (each from whichever device holds it
+/// whole: a mirrored log's copies stand in for each other record by record), and every
+/// record between them, or after them with an intact header, that no device holds whole
+/// ([`Damaged`]). [`Scan::plan`] decides what to replay.
+///
+/// The session (nonce) and tail come from the newest superblock of any device. If every
+/// device could read one copy only, the newer copy may be the damaged one: records of
+/// another session with higher sequence numbers than any of the superblock's session
+/// then show that the superblock found is older than the session that wrote them (a
+/// session start's superblock lost), and that session is replayed from its oldest
+/// record found; records missing before the oldest record found are taken as reclaimed
+/// (a checkpoint's superblock lost).
+pub async fn scan(devs: &[LogDevice], array_uuid: Uuid) -> Result<Scan, String> {
+    let mut per_device: Vec<Result<usize, String>> = Vec::new();
+    let mut sbs: Vec<Option<(LogSuper, bool)>> = Vec::new();
+    for d in devs {
+        match read_super_copies(&d.dev).await {
+            Ok((sb, _)) if sb.array_uuid != array_uuid || sb.log_uuid != d.uuid => {
+                per_device.push(Err(format!(
+                    "{} is a log device of another array or another log",
+                    d.path
+                )));
+                sbs.push(None);
+            }
+            Ok(x) => {
+                per_device.push(Ok(0));
+                sbs.push(Some(x));
+            }
+            Err(e) => {
+                per_device.push(Err(e));
+                sbs.push(None);
+            }
         }
     }
-    let Some((best, chain)) = best else {
+    let Some(newest) = sbs
+        .iter()
+        .flatten()
+        .max_by_key(|(sb, _)| sb.generation)
+        .map(|(sb, _)| sb.clone())
+    else {
         let why: Vec<String> = per_device
             .iter()
             .filter_map(|r| r.as_ref().err().cloned())
             .collect();
         return Err(format!("no log device could be read ({})", why.join("; ")));
     };
+    let fallback = sbs.iter().flatten().all(|(_, both)| !both);
+    let generation = newest.generation;
+    // Every device's headers (the ring of the smallest device: every device of a log
+    // has the same ring, a larger one only unused space past it).
+    let ring_len = newest.ring_len;
+    let mut headers: Vec<Vec<Header>> = Vec::new();
+    for (i, d) in devs.iter().enumerate() {
+        if sbs[i].is_none() {
+            headers.push(Vec::new());
+            continue;
+        }
+        match ring_headers(&d.dev, ring_len.min(ring_len_for(d.dev.size()))).await {
+            Ok(h) => headers.push(h),
+            Err(e) => {
+                per_device[i] = Err(e);
+                sbs[i] = None;
+                headers.push(Vec::new());
+            }
+        }
+    }
+    let all = || headers.iter().flatten();
+    let last_any = all().map(|h| h.seq).max().unwrap_or(0);
+    let (mut nonce, mut tail) = (newest.nonce, newest.tail_seq);
+    let mut adopted = false;
+    if fallback {
+        let own = all()
+            .filter(|h| h.nonce == nonce && h.seq >= tail)
+            .map(|h| h.seq)
+            .max();
+        if let Some(top) = all().filter(|h| h.seq >= tail).max_by_key(|h| h.seq) {
+            if top.nonce != nonce && own.is_none_or(|o| top.seq > o) {
+                nonce = top.nonce;
+                tail = all()
+                    .filter(|h| h.nonce == nonce)
+                    .map(|h| h.seq)
+                    .min()
+                    .unwrap_or(top.seq);
+                adopted = true;
+            }
+        }
+    }
+    // Each record of the session from the tail on: a valid copy if any device has one.
+    let mut found: std::collections::BTreeMap<u64, Copy> = Default::default();
+    for (i, d) in devs.iter().enumerate() {
+        let mut valid = 0;
+        for h in &headers[i] {
+            if h.nonce != nonce || h.seq < tail {
+                continue;
+            }
+            let seq = h.seq;
+            if matches!(found.get(&seq), Some(Copy::Valid(..))) {
+                valid += 1;
+                continue;
+            }
+            match read_payload(&d.dev, ring_len, h.clone()).await {
+                Ok(_) => {
+                    valid += 1;
+                    found.insert(seq, Copy::Valid(i, h.clone()));
+                }
+                Err(e) => {
+                    let why = format!("{}: {e}", d.path);
+                    match found.get_mut(&seq) {
+                        Some(Copy::Damaged(_, w)) => *w = format!("{w}; {why}"),
+                        _ => {
+                            found.insert(seq, Copy::Damaged(h.clone(), why));
+                        }
+                    }
+                }
+            }
+        }
+        if let Ok(n) = &mut per_device[i] {
+            *n = valid;
+        }
+    }
+    // What the headers of the session say was durable.
+    let durable_below = found
+        .values()
+        .filter_map(|c| match c {
+            Copy::Valid(_, h) | Copy::Damaged(h, _) => h.durable_below,
+        })
+        .max()
+        .unwrap_or(0);
+    let top = found.keys().next_back().copied();
+    // Missing records before the oldest found, behind a superblock that may be older
+    // than the newest checkpoint: reclaimed, not damaged.
+    let first = match (fallback, found.keys().next()) {
+        (true, Some(&f)) => f,
+        _ => tail,
+    };
+    if let Some(top) = top {
+        if top.saturating_sub(first) > 2 * (ring_len / BLOCK as u64) {
+            return Err(format!(
+                "the log's records do not add up (sequence {first} to {top} in a ring of {} blocks)",
+                ring_len / BLOCK as u64
+            ));
+        }
+    }
+    let mut records = Vec::new();
+    let mut sources = Vec::new();
+    let mut valid = Vec::new();
+    let mut damaged = Vec::new();
+    for seq in first..top.map_or(first, |t| t + 1) {
+        match found.remove(&seq) {
+            Some(Copy::Valid(i, h)) => {
+                records.push((h.off, seq));
+                sources.push(i);
+                valid.push(h);
+            }
+            Some(Copy::Damaged(h, why)) => damaged.push(Damaged {
+                seq,
+                header: Some(h),
+                vouched: seq < durable_below,
+                why,
+            }),
+            None => damaged.push(Damaged {
+                seq,
+                header: None,
+                vouched: seq < durable_below,
+                why: "no intact header on any device".into(),
+            }),
+        }
+    }
+    // A record missing past the newest found is the end of the log, unless a header
+    // vouches for it (that header would be the newest found).
+    let best = (0..devs.len())
+        .max_by_key(|&i| {
+            (
+                per_device[i].as_ref().ok().copied().unwrap_or(0),
+                per_device[i].is_ok(),
+                usize::MAX - i,
+            )
+        })
+        .unwrap_or(0);
+    let end = {
+        let mut s = format!("{} valid record(s)", records.len());
+        if !damaged.is_empty() {
+            let seqs: Vec<String> = damaged.iter().map(|d| d.seq.to_string()).collect();
+            s += &format!("; not whole on any device: {}", seqs.join(", "));
+        }
+        if adopted {
+            s += "; the superblock found is older than the records (its newer copy is damaged)";
+        }
+        s
+    };
+    let mut sb = newest;
+    sb.nonce = nonce;
+    sb.tail_seq = tail;
     Ok(Scan {
         best,
-        chain,
+        chain: Chain { sb, records, end },
+        sources,
+        headers: valid,
+        damaged,
         per_device,
         generation,
-        last_seq,
+        last_seq: last_any.max(tail.saturating_sub(1)),
     })
 }
 
+/// A member range: `len` bytes at `offset` of slot `slot`'s data area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub slot: u32,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// What replay did about a record no device holds whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issue {
+    pub seq: u64,
+    /// The pool may hold bytes older than an acknowledged write of this record.
+    pub lost: bool,
+    /// What was found and done, in words.
+    pub what: String,
+    /// The member ranges the pool keeps as they are for it (stale if it was lost);
+    /// `None`: not known (its header is damaged too).
+    pub ranges: Option<Vec<Range>>,
+}
+
+/// What to replay: the valid records in sequence order, each member write of them
+/// except the blocks a newer damaged record wrote (the pool keeps what it has there).
+pub struct Plan {
+    /// Indexes into the scan's chain, in order.
+    pub steps: Vec<usize>,
+    /// (slot, block) the pool keeps, with the sequence of the record that wrote it last:
+    /// no older record is replayed over it.
+    keep: std::collections::HashMap<(u32, u64), u64>,
+    /// Every record no device holds whole, and what became of it.
+    pub issues: Vec<Issue>,
+}
+
+impl Plan {
+    /// Did the log lose an acknowledged write the pool may not hold?
+    pub fn lost(&self) -> bool {
+        self.issues.iter().any(|i| i.lost)
+    }
+
+    /// The member writes of the record with sequence `seq` to replay: (entry's slot,
+    /// offset, bytes or `None` for zeros, length), with the blocks the pool keeps left
+    /// out.
+    pub fn writes<'a>(&self, seq: u64, rec: &'a Record) -> Vec<(u32, u64, Option<&'a [u8]>, u64)> {
+        let mut out = Vec::new();
+        for (e, data) in rec.writes() {
+            let b = BLOCK as u64;
+            let mut run: Option<(u64, u64)> = None; // (first byte, len) within the entry
+            let push = |run: (u64, u64), out: &mut Vec<_>| {
+                let (s, l) = run;
+                out.push((
+                    e.slot,
+                    e.offset + s,
+                    data.map(|d| &d[s as usize..(s + l) as usize]),
+                    l,
+                ));
+            };
+            for k in 0..(e.len as u64).div_ceil(b) {
+                let kept = self
+                    .keep
+                    .get(&(e.slot, (e.offset + k * b) / b))
+                    .is_some_and(|&by| by > seq);
+                let len = b.min(e.len as u64 - k * b);
+                match (&mut run, kept) {
+                    (Some((_, l)), false) => *l += len,
+                    (None, false) => run = Some((k * b, len)),
+                    (Some(_), true) => push(run.take().unwrap(), &mut out),
+                    (None, true) => {}
+                }
+            }
+            if let Some(r) = run {
+                push(r, &mut out);
+            }
+        }
+        out
+    }
+}
+
+/// The 4 KiB blocks (slot, block index) a record's entries write.
+fn blocks_of(h: &Header) -> Vec<(u32, u64)> {
+    let b = BLOCK as u64;
+    h.entries
+        .iter()
+        .flat_map(|e| {
+            let first = e.offset / b;
+            let last = (e.offset + e.len as u64).div_ceil(b);
+            (first..last).map(move |k| (e.slot, k))
+        })
+        .collect()
+}
+
+/// Runs of adjacent blocks, as member ranges.
+fn ranges_of(mut blocks: Vec<(u32, u64)>) -> Vec<Range> {
+    blocks.sort_unstable();
+    blocks.dedup();
+    let b = BLOCK as u64;
+    let mut out: Vec<Range> = Vec::new();
+    for (slot, k) in blocks {
+        match out.last_mut() {
+            Some(r) if r.slot == slot && r.offset + r.len == k * b => r.len += b,
+            _ => out.push(Range {
+                slot,
+                offset: k * b,
+                len: b,
+            }),
+        }
+    }
+    out
+}
+
+/// Does the pool hold a record's writes? `pool` gives the bytes the pool has at each
+/// entry's range (`None`: they cannot be read); the record's payload checksum decides.
+/// Used to prove that a record whose payload the log lost was applied.
+pub fn pool_holds(h: &Header, mut pool: impl FnMut(&Entry) -> Option<Vec<u8>>) -> bool {
+    let mut payload = Vec::new();
+    let mut prev: Option<Vec<u8>> = None;
+    for e in &h.entries {
+        let Some(got) = pool(e) else {
+            return false;
+        };
+        if got.len() != e.len as usize {
+            return false;
+        }
+        if e.flags & ZERO != 0 {
+            if got.iter().any(|&x| x != 0) {
+                return false;
+            }
+            prev = None;
+        } else if e.flags & SAME_DATA != 0 {
+            if prev.as_ref() != Some(&got) {
+                return false;
+            }
+        } else {
+            payload.extend_from_slice(&got);
+            prev = Some(got);
+        }
+    }
+    format::payload_crc(&payload) == h.payload_crc
+}
+
 impl Scan {
-    /// Read the `i`-th record of the chain from the chosen device.
+    /// Read the `i`-th record of the chain from the device that holds it whole.
     pub async fn read(&self, devs: &[LogDevice], i: usize) -> Result<Record, String> {
         let (off, seq) = self.chain.records[i];
-        read_record(&devs[self.best].dev, &self.chain.sb, off, seq).await
+        let sb = &self.chain.sb;
+        read_record(&devs[self.sources[i]].dev, sb.ring_len, sb.nonce, off, seq).await
+    }
+
+    /// Decide what to replay. `in_pool`: the damaged records (by sequence) whose writes
+    /// the pool was found to hold ([`pool_holds`]).
+    ///
+    /// The rule: replay never writes a record's bytes over a block that a newer record
+    /// wrote. Every valid record is replayed in sequence order, so a newer valid record
+    /// always lands after an older one. For each record no device holds whole:
+    /// - every block it wrote is written again by a newer valid record: superseded,
+    ///   nothing lost;
+    /// - the pool holds its writes (proven by its payload checksum): the blocks no newer
+    ///   valid record writes are kept as the pool has them (no older record is replayed
+    ///   over them), nothing lost;
+    /// - a later record vouches that it was durable (so it may have been acknowledged and
+    ///   applied), and neither of the above: LOST. Its blocks are kept as the pool has
+    ///   them (its bytes, or older ones: the pool cannot say which); if its header is
+    ///   damaged too, its blocks are unknown, and no record older than it is replayed
+    ///   (any of them could revert it);
+    /// - nothing vouches for it: an append the crash tore, never acknowledged (an
+    ///   acknowledged record is durable, and the records appended after it say so); it
+    ///   is left out.
+    ///
+    /// The caller refuses to start on a plan that [`Plan::lost`] something, unless told
+    /// to go on.
+    pub fn plan(&self, in_pool: &std::collections::HashSet<u64>) -> Plan {
+        // The newest valid record that writes each block.
+        let mut newest: std::collections::HashMap<(u32, u64), u64> = Default::default();
+        for h in &self.headers {
+            for b in blocks_of(h) {
+                let e = newest.entry(b).or_insert(0);
+                *e = (*e).max(h.seq);
+            }
+        }
+        let mut keep: std::collections::HashMap<(u32, u64), u64> = Default::default();
+        let mut issues = Vec::new();
+        let mut cutoff = 0;
+        for d in &self.damaged {
+            let Some(h) = &d.header else {
+                if d.vouched {
+                    cutoff = cutoff.max(d.seq);
+                    issues.push(Issue {
+                        seq: d.seq,
+                        lost: true,
+                        what: format!(
+                            "record {} was durable (a later record says so) and is damaged on every device, its header too: the member ranges it wrote are unknown, and no older record is replayed ({})",
+                            d.seq, d.why
+                        ),
+                        ranges: None,
+                    });
+                } else {
+                    issues.push(Issue {
+                        seq: d.seq,
+                        lost: false,
+                        what: format!(
+                            "record {} is missing and nothing says it was ever durable: an append the crash tore, left out ({})",
+                            d.seq, d.why
+                        ),
+                        ranges: Some(Vec::new()),
+                    });
+                }
+                continue;
+            };
+            let open: Vec<(u32, u64)> = blocks_of(h)
+                .into_iter()
+                .filter(|b| newest.get(b).is_none_or(|&n| n < d.seq))
+                .collect();
+            let (lost, what, kept) = if open.is_empty() {
+                (
+                    false,
+                    format!(
+                        "record {} is damaged ({}); newer records rewrite every block it wrote",
+                        d.seq, d.why
+                    ),
+                    false,
+                )
+            } else if in_pool.contains(&d.seq) {
+                (
+                    false,
+                    format!(
+                        "record {} is damaged ({}); the pool holds its writes, kept as they are",
+                        d.seq, d.why
+                    ),
+                    true,
+                )
+            } else if d.vouched {
+                (
+                    true,
+                    format!(
+                        "record {} was durable (a later record says so) and is damaged on every device ({}); the pool does not hold its writes: its member ranges may be stale, and are kept as the pool has them",
+                        d.seq, d.why
+                    ),
+                    true,
+                )
+            } else {
+                (
+                    false,
+                    format!(
+                        "record {} is damaged ({}) and nothing says it was ever durable: an append the crash tore, left out",
+                        d.seq, d.why
+                    ),
+                    false,
+                )
+            };
+            if kept {
+                for b in &open {
+                    let e = keep.entry(*b).or_insert(0);
+                    *e = (*e).max(d.seq);
+                }
+            }
+            issues.push(Issue {
+                seq: d.seq,
+                lost,
+                what,
+                ranges: Some(if kept { ranges_of(open) } else { Vec::new() }),
+            });
+        }
+        let steps: Vec<usize> = (0..self.chain.records.len())
+            .filter(|&i| self.chain.records[i].1 > cutoff)
+            .collect();
+        if cutoff > 0 {
+            let skipped = self.chain.records.len() - steps.len();
+            if skipped > 0 {
+                issues.push(Issue {
+                    seq: cutoff,
+                    lost: true,
+                    what: format!(
+                        "{skipped} valid record(s) older than record {cutoff} not replayed (the pool keeps what it holds)"
+                    ),
+                    ranges: None,
+                });
+            }
+        }
+        Plan {
+            steps,
+            keep,
+            issues,
+        }
     }
 }
 
@@ -572,6 +1092,7 @@ impl Log {
                 head: 0,
                 live: VecDeque::new(),
                 durable_upto: next_seq,
+                vouched_upto: next_seq,
                 failed: None,
                 paused: false,
                 closed: false,
@@ -678,8 +1199,15 @@ impl Log {
             self.kick_checkpoint();
             notified.await;
         };
-        let nonce = self.ring.lock().nonce;
-        format::encode_header(&mut buf[..hl], nonce, seq, off, &entries, pcrc);
+        // The header says which records before it are durable: replay tells by it a
+        // record damaged after it was durable from an append a crash tore (`scan`).
+        let (nonce, durable) = {
+            let mut r = self.ring.lock();
+            let d = r.durable_upto;
+            r.vouched_upto = r.vouched_upto.max(d);
+            (r.nonce, d)
+        };
+        format::encode_header(&mut buf[..hl], nonce, seq, off, &entries, pcrc, durable);
         let buf = buf.into_shared();
         let ok = self.write_all_devs(RING_START + off, buf).await;
         {
@@ -725,6 +1253,22 @@ impl Log {
             seq,
             done: false,
         })
+    }
+
+    /// Make the log say that every record acknowledged so far was durable: if a record was
+    /// appended since the last one that says so, append an empty record (one 4 KiB log
+    /// write), whose header vouches for all before it. Called for a client's FLUSH: replay
+    /// then knows each of those records was acknowledged, so a damaged one is never
+    /// mistaken for an append the crash tore (see [`scan`]).
+    pub async fn seal(self: &Arc<Self>) -> Result<(), LogError> {
+        let need = {
+            let r = self.ring.lock();
+            r.next_seq > r.vouched_upto
+        };
+        if need {
+            self.append(&[]).await?.applied();
+        }
+        Ok(())
     }
 
     /// Write `buf` at `off` of every device in service, with FUA. A device that fails is
