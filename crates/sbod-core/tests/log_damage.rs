@@ -22,10 +22,10 @@
 mod torture_util;
 
 use sbod_core::buf::AlignedBuf;
-use sbod_testkit::fault::Rng;
 use sbod_core::dev::{BlockDev, BoxFut, MemDev};
 use sbod_core::log::format::{self, RING_START};
 use sbod_core::log::{self as slog, Data, Log, LogDevice, LogHost, Write};
+use sbod_testkit::fault::Rng;
 use std::collections::HashSet;
 use std::io;
 use std::sync::Arc;

@@ -39,7 +39,7 @@ impl Array {
         if members.is_empty() {
             return Err(Error::Invalid("no members given".into()));
         }
-        let (members, logs) = crate::log::attach::split(members).await;
+        let (members, logs) = crate::log::slot::split(members).await;
         let mut found: Vec<(MemberSpec, Superblock)> = Vec::new();
         let mut report = AssemblyReport::default();
         for m in members {
@@ -655,7 +655,7 @@ impl Array {
         if missing.is_empty() && here.is_empty() {
             return Ok(());
         }
-        let (more, log) = crate::log::attach::write_hole_hint(sb);
+        let (more, log) = crate::log::slot::write_hole_hint(sb);
         let at_risk: Vec<String> = missing.iter().chain(here.iter()).cloned().collect();
         let mut text = format!(
             "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} must hold there cannot be rebuilt reliably (the RAID write hole){more}",

@@ -16,10 +16,12 @@
 pub mod assemble;
 pub mod create;
 mod io;
+mod log;
 pub mod membership;
 mod persist;
 pub mod process;
 mod status;
+mod sync;
 
 pub use assemble::AssembleOptions;
 pub use create::{check_blank, CreateSpec, MAX_CHUNK, MAX_MEMBER_DATA, MIN_CHUNK};

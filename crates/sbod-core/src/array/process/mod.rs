@@ -247,7 +247,7 @@ impl Array {
         let sweep = tokio::spawn(async move { a.sweep_loop().await });
         let a = self.clone();
         let watch = tokio::spawn(async move { a.watch_loop().await });
-        let flusher = crate::sync::spawn_flusher(self);
+        let flusher = super::sync::spawn_flusher(self);
         self.bg.tasks.lock().extend([sup, sweep, watch, flusher]);
     }
 

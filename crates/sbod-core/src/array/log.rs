@@ -1,111 +1,20 @@
 //! The log of an array: log devices added, mirrored and removed, found and replayed at
-//! assembly, recorded on the members, and shown in status. The only part of `log` that
-//! knows the array; the write path's hook is described in docs/RELIABILITY.md ("Sync
-//! modes and the log").
+//! assembly, recorded on the members, and shown in status (the part of the log that
+//! knows the array; `log::slot` is what the sync state keeps). The write path's hook is
+//! described in docs/RELIABILITY.md ("Sync modes and the log").
 
-use super::{format, read_super, scan, Log, LogDevice, LogError, LogHost, Record};
-use crate::array::{check_blank, Array, AssembleOptions, MemberSpec, State};
+use super::{check_blank, Array, AssembleOptions, MemberSpec, State};
 use crate::buf::AlignedBuf;
 use crate::dev::{self, BoxFut, IoClass};
 use crate::error::{Error, Msg, Result, Step};
-use crate::superblock::{LogConfig, LogDevEntry, OutReason, OutRecord, Superblock};
-use arc_swap::ArcSwapOption;
-use parking_lot::Mutex;
+use crate::log::slot::JOURNALING;
+use crate::log::{format, read_super, scan, Log, LogDevice, LogError, LogHost, Record};
+use crate::superblock::{LogDevEntry, OutReason, OutRecord, Superblock};
 use sbod_types::{LogDevState, LogDevStatus, LogReplayIssue, LogState, LogStatus, MemberRange};
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uuid::Uuid;
-
-/// Does the engine send every write through the log? Yes: while an array has a log, the
-/// member I/O layer (`DataPath::write_each`, `DataPath::zero_slots`) appends each stripe
-/// write's record before writing in place, and the superblocks say so
-/// (`LogConfig::journal`), so assembly trusts a replayed log to have closed the write hole.
-/// (A log attached by an sbod that did not journal records `journal: false`; it journals
-/// from its next start on.)
-pub const JOURNALING: bool = true;
-
-/// What the write-hole refusal adds: a log would have avoided it (once the engine
-/// journals through it).
-pub(crate) fn write_hole_hint(sb: &Superblock) -> (&'static str, Option<Step>) {
-    match (JOURNALING, sb.log.devices.iter().any(|e| e.active)) {
-        (true, false) => ("", Some(Step::AddLog)),
-        (true, true) => (
-            "; its log did not journal the writes of that session (it was attached by an sbod that did not journal)",
-            None,
-        ),
-        (false, _) => ("", None),
-    }
-}
-
-/// The array's log, as recorded and as running.
-#[derive(Default)]
-pub struct LogSlot {
-    cfg: Mutex<LogConfig>,
-    /// Log devices found at assembly or added since (any state).
-    found: Mutex<Vec<LogDevice>>,
-    log: ArcSwapOption<Log>,
-    replayed: AtomicU64,
-    /// What the replay at assembly found damaged, and did about it.
-    issues: Mutex<Vec<LogReplayIssue>>,
-    /// Serialises adding, removing and failing log devices.
-    change: tokio::sync::Mutex<()>,
-}
-
-impl LogSlot {
-    pub(crate) fn restore(&self, cfg: &LogConfig) {
-        *self.cfg.lock() = cfg.clone();
-    }
-
-    pub(crate) fn config(&self) -> LogConfig {
-        self.cfg.lock().clone()
-    }
-
-    /// The log devices given to assembly.
-    pub(crate) fn set_found(&self, found: Vec<LogDevice>) {
-        *self.found.lock() = found;
-    }
-
-    /// The running log, if any.
-    pub fn current(&self) -> Option<Arc<Log>> {
-        self.log.load_full()
-    }
-
-    /// Does every write go through the running log (so every acknowledged write is
-    /// durable in it)?
-    pub fn journaling(&self) -> bool {
-        self.cfg.lock().journal
-            && self
-                .log
-                .load()
-                .as_ref()
-                .is_some_and(|l| l.failed().is_none())
-    }
-
-    pub(crate) fn close_devices(&self) {
-        for d in self.found.lock().iter() {
-            d.dev.close();
-        }
-    }
-}
-
-/// Sort the devices given to assembly: those that start with a log superblock are log
-/// devices, the rest members.
-pub(crate) async fn split(specs: Vec<MemberSpec>) -> (Vec<MemberSpec>, Vec<LogDevice>) {
-    let mut members = Vec::new();
-    let mut logs = Vec::new();
-    for s in specs {
-        match read_super(&s.dev).await {
-            Ok(sb) => logs.push(LogDevice {
-                dev: s.dev,
-                uuid: sb.log_uuid,
-                path: s.path,
-            }),
-            Err(_) => members.push(s),
-        }
-    }
-    (members, logs)
-}
 
 /// The log's view of the array: flushing the pool for a checkpoint, and recording a log
 /// device that failed.
@@ -350,11 +259,11 @@ impl Array {
             got.push(bytes);
         }
         let mut it = got.into_iter();
-        super::pool_holds(h, |_| it.next().flatten())
+        crate::log::pool_holds(h, |_| it.next().flatten())
     }
 
     /// The plan's issues for status: ranges named by member.
-    fn replay_issues(&self, plan: &super::Plan, st: &State) -> Vec<LogReplayIssue> {
+    fn replay_issues(&self, plan: &crate::log::Plan, st: &State) -> Vec<LogReplayIssue> {
         plan.issues
             .iter()
             .map(|i| LogReplayIssue {
@@ -381,7 +290,7 @@ impl Array {
 
     /// Write one record's entries to the members that take writes for their slots, but
     /// for the blocks the plan keeps as the pool has them.
-    async fn replay_record(&self, plan: &super::Plan, rec: &Record, st: &State) -> Result<()> {
+    async fn replay_record(&self, plan: &crate::log::Plan, rec: &Record, st: &State) -> Result<()> {
         for (slot, offset, data, len) in plan.writes(rec.header.seq, rec) {
             let slot = slot as usize;
             let Some(s) = st.slots.get(slot) else {
@@ -498,7 +407,7 @@ impl Array {
         // plan: every member's chunk (and a replacement's), with its header.
         let stripe = (self.geometry.width as u64 + 1) * self.geometry.chunk as u64;
         let need = (4 * (stripe + 64 * 1024)).max(format::MIN_RING);
-        let ring = super::ring_len_for(spec.dev.size());
+        let ring = crate::log::ring_len_for(spec.dev.size());
         if ring < need {
             return Err(Error::Invalid(format!(
                 "{} is too small for a log device of '{}': it needs at least {} (four of its largest stripe writes)",
@@ -512,7 +421,7 @@ impl Array {
             uuid: Uuid::new_v4(),
             path: spec.path,
         };
-        super::format(&dev, self.uuid).await.map_err(log_err)?;
+        crate::log::format(&dev, self.uuid).await.map_err(log_err)?;
         match self.sync.log.current() {
             Some(log) if log.failed().is_none() => {
                 log.add_device(dev.clone()).await.map_err(log_err)?
