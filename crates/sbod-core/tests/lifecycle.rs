@@ -777,8 +777,8 @@ fn run_life(
             .await
             .expect("create");
         let blocks = a.size() / BLOCK as u64;
-        let width = a.geometry.width as usize;
-        let red = a.geometry.redundancy();
+        let width = a.geometry().width as usize;
+        let red = a.geometry().redundancy();
         let region = a.status().bitmap_region.expect("bitmap");
         a.close().await.unwrap();
         let mut life = Life {

@@ -328,14 +328,20 @@ impl Array {
             },
         )?;
         array.sync.restore(&newest, logs);
-        let mut st = (*array.state.load_full()).clone();
+        let mut st = (*array.dp.state.load_full()).clone();
         for (i, event, bitmap, path) in stale {
             let planned = array.recovery_bytes(&st.slots[i]);
             let note = if opts.read_only {
                 // Only looking: nothing will be recovered.
                 format!("stale: event {event}, array at {}", newest.event)
             } else {
-                stale_note(event, newest.event, bitmap, planned, array.bitmap.as_ref())
+                stale_note(
+                    event,
+                    newest.event,
+                    bitmap,
+                    planned,
+                    array.dp.bitmap.as_ref(),
+                )
             };
             st.slots[i].note = Some(note.clone().into());
             report.stale.push(StaleMember {
@@ -349,10 +355,10 @@ impl Array {
             });
         }
         if opts.read_only {
-            array.read_only.store(true, Ordering::Release);
-            array.closing.store(true, Ordering::Release);
+            array.dp.read_only.store(true, Ordering::Release);
+            array.dp.closing.store(true, Ordering::Release);
             array.decide_failed(&mut st);
-            array.state.store(Arc::new(st));
+            array.dp.state.store(Arc::new(st));
             *array.report.lock() = report;
             return Ok(array);
         }
@@ -373,7 +379,7 @@ impl Array {
                 String::new()
             };
             return Err(Error::Failed(
-                Msg::new(format!("'{}' cannot start: {why}{against}", array.name))
+                Msg::new(format!("'{}' cannot start: {why}{against}", array.dp.name))
                     .or(Step::say(
                         "find the missing members and assemble again with them",
                     ))
@@ -393,7 +399,7 @@ impl Array {
                 if !opts.force {
                     return Err(e);
                 }
-                tracing::warn!(array = %array.name, "{e}: forced");
+                tracing::warn!(array = %array.dp.name, "{e}: forced");
                 forced_hole = true;
             }
         }
@@ -413,14 +419,14 @@ impl Array {
                 array.log_recovery(i, m, reason, s.bitmap_recovery, array.recovery_bytes(s));
             }
         }
-        array.state.store(Arc::new(st));
+        array.dp.state.store(Arc::new(st));
         // Two superblock writes start a session: the start, then the opening once the start
         // is on every member. Nothing is written before the opening, so a member that
         // missed only the start of the newest session missed no data (`freshness` trusts
         // it), while one that stopped before a session that opened is behind.
         for _ in 0..2 {
             let _g = array.mgmt.lock().await;
-            let st = array.state.load_full();
+            let st = array.dp.state.load_full();
             let lost = array.persist(&st, false).await;
             if !lost.is_empty() {
                 drop(_g);
@@ -433,12 +439,12 @@ impl Array {
         // be on the members before anything is written. If so many members refused the
         // superblock write that the array failed, it never started: say so rather than
         // hand out an array that serves nothing and whose start left no trace.
-        if let Some(why) = array.state.load_full().failed.clone() {
+        if let Some(why) = array.dp.state.load_full().failed.clone() {
             if !opts.force {
                 array.abandon().await;
                 return Err(Error::Failed(format!(
                     "'{}' failed while starting: {why}. Check the members' paths and health, then assemble again",
-                    array.name
+                    array.dp.name
                 ).into()));
             }
         }
@@ -447,7 +453,8 @@ impl Array {
         // bits of its own past, or lacks recent ones).
         if bitmap_read {
             array
-                .sync_bitmap(&array.state.load_full().live_members())
+                .dp
+                .sync_bitmap(&array.dp.state.load_full().live_members())
                 .await;
         }
         *array.report.lock() = report;
@@ -456,14 +463,14 @@ impl Array {
                 // Out of space: serve anyway, with those stripes held as inconsistent
                 // (never rebuilt from, their regions dirty) until the watch resyncs them.
                 Err(Error::NoSpace(msg)) => {
-                    tracing::warn!(array = %array.name, "{msg}; the resync waits for space");
-                    array.defer_resync(&dirty);
+                    tracing::warn!(array = %array.dp.name, "{msg}; the resync waits for space");
+                    array.dp.defer_resync(&dirty);
                     (0, 0)
                 }
                 r => {
                     let r = r?;
                     if forced_hole {
-                        if let Some(bm) = &array.bitmap {
+                        if let Some(bm) = &array.dp.bitmap {
                             for (g, t) in bm.unsynced_stripes() {
                                 bm.synced(g, t);
                             }
@@ -693,17 +700,20 @@ impl Array {
         mut candidates: Vec<(usize, u64)>,
         newest: &Superblock,
     ) -> Arc<Array> {
-        let red = self.geometry.redundancy();
+        let red = self.dp.geometry.redundancy();
         candidates.sort_by_key(|&(_, e)| std::cmp::Reverse(e));
         let mut rescue = RescueReport::default();
-        for g in 0..self.map.sets() {
+        for g in 0..self.dp.map.sets() {
             let out = |st: &State| {
-                st.slots[self.map.set_slots(g)]
+                st.slots[self.dp.map.set_slots(g)]
                     .iter()
                     .filter(|s| s.state != SlotState::Active)
                     .count()
             };
-            for &(i, event) in candidates.iter().filter(|(i, _)| self.map.set_of(*i) == g) {
+            for &(i, event) in candidates
+                .iter()
+                .filter(|(i, _)| self.dp.map.set_of(*i) == g)
+            {
                 if out(&st) <= red {
                     break;
                 }
@@ -743,16 +753,16 @@ impl Array {
         if !newest.clean {
             rescue.used.push(format!(
                 "'{}' was not shut down cleanly: where members are missing, blocks rebuilt from parity written at the time may be wrong",
-                self.name
+                self.dp.name
             ));
         }
         // Serve what can be read: a group still short answers its reads with errors.
         self.decide_failed(&mut st);
         st.failed = None;
-        self.read_only.store(true, Ordering::Release);
+        self.dp.read_only.store(true, Ordering::Release);
         self.rescue.store(true, Ordering::Release);
-        self.state.store(Arc::new(st));
-        tracing::info!(array = %self.name, used = ?rescue.used, "started read-only for a rescue");
+        self.dp.state.store(Arc::new(st));
+        tracing::info!(array = %self.dp.name, used = ?rescue.used, "started read-only for a rescue");
         report.rescue = Some(rescue);
         *self.report.lock() = report;
         self

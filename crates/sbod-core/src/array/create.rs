@@ -428,7 +428,7 @@ impl Array {
             .iter()
             .map(|m| claim_metadata(&m.dev, data_offset, &m.path));
         futures::future::try_join_all(futs).await?;
-        let st = array.state.load_full();
+        let st = array.dp.state.load_full();
         let failed = array.persist(&st, false).await;
         if !failed.is_empty() {
             return Err(Error::Invalid(

@@ -73,10 +73,64 @@ pub struct Array {
     pub(crate) sync: crate::sync::SyncState,
 }
 
-impl std::ops::Deref for Array {
-    type Target = DataPath;
-    fn deref(&self) -> &DataPath {
-        &self.dp
+/// What the array shows of itself. The data path it shares with the families and the
+/// background processes (`dp`, private to `array/`) is not its public face: what the rest
+/// of sbod may know of it is here.
+impl Array {
+    pub fn name(&self) -> &str {
+        &self.dp.name
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.dp.geometry
+    }
+
+    /// Volume size in bytes.
+    pub fn size(&self) -> u64 {
+        self.dp.size()
+    }
+
+    /// The membership snapshot now.
+    pub fn state(&self) -> Arc<State> {
+        self.dp.state()
+    }
+
+    /// Started read-only (a rescue, or only looking).
+    pub fn is_read_only(&self) -> bool {
+        self.dp.is_read_only()
+    }
+
+    /// The checksums the array keeps on every block.
+    pub fn integrity(&self) -> crate::integrity::Kind {
+        self.dp.integrity()
+    }
+
+    /// Where the members keep the checksums of their blocks, if they do.
+    pub fn tag_layout(&self) -> Option<crate::integrity::TagLayout> {
+        self.dp.tag_layout()
+    }
+
+    /// Where every volume byte lives (the one map).
+    pub fn placement(&self) -> &Placement {
+        self.dp.placement()
+    }
+
+    /// Flush every member (and write back their checksums), whatever the sync mode: the
+    /// engine's durable flush. A client's FLUSH is `client_flush`.
+    pub async fn flush(&self) -> Result<()> {
+        self.dp.flush().await
+    }
+
+    /// The settings in force (`sbod set`).
+    pub fn settings(&self) -> Settings {
+        self.dp.settings.lock().clone()
+    }
+
+    /// Change the settings in force; returns them as changed.
+    pub fn update_settings(&self, change: impl FnOnce(&mut Settings)) -> Settings {
+        let mut s = self.dp.settings.lock();
+        change(&mut s);
+        s.clone()
     }
 }
 
@@ -97,7 +151,7 @@ impl Membership for Array {
         Box::pin(async move {
             if let Err(e) = Array::log_failed(self).await {
                 // The pool could not be flushed: the array failed, as the write will say.
-                tracing::error!(array = %self.name, "recording the failed log: {e}");
+                tracing::error!(array = %self.dp.name, "recording the failed log: {e}");
             }
         })
     }
