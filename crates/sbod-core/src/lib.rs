@@ -41,6 +41,7 @@ pub mod layout;
 pub mod locks;
 pub mod log;
 pub mod member;
+pub mod owner;
 pub mod placement;
 pub mod reason;
 pub mod signature;

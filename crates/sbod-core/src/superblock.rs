@@ -45,6 +45,9 @@ pub const TAG_CHECKSUMS: u16 = 0x0015;
 pub const MAX_LOG_DEVICES: usize = 2;
 /// Bytes reserved for each superblock copy.
 pub const COPY_SIZE: usize = 32 * 1024;
+/// Where the owner block lives on every member (see `owner`): the last 4 KiB of the first
+/// copy's area, which a superblock's bytes never reach.
+pub const OWNER_OFFSET: u64 = (COPY_SIZE - 4096) as u64;
 /// Where the write-intent bitmap starts.
 pub const BITMAP_OFFSET: u64 = 64 * 1024;
 /// Longest array name.
@@ -496,9 +499,11 @@ impl Superblock {
         w.0[12..16].copy_from_slice(&len.to_le_bytes());
         let crc = crc32c::crc32c(&w.0);
         w.0[16..20].copy_from_slice(&crc.to_le_bytes());
+        // The copy's last 4 KiB hold the owner block (see `owner`), never written here.
         assert!(
-            w.0.len() <= COPY_SIZE,
-            "superblock outgrew its {COPY_SIZE} bytes"
+            w.0.len() <= OWNER_OFFSET as usize,
+            "superblock outgrew its {} bytes",
+            OWNER_OFFSET
         );
         w.0
     }

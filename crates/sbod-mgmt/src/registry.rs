@@ -452,6 +452,74 @@ pub fn absolute(p: &Path) -> Result<String> {
     Ok(abs.to_string_lossy().to_string())
 }
 
+/// This host as the members' owner blocks name it (see docs/RELIABILITY.md, "Two heads"):
+/// an id kept in the state directory (`hostid`, made on first use: two sbods with their own
+/// state directories are two hosts), this machine's host name, and the heartbeat settings
+/// (`SBOD_HEARTBEAT_MS`, default 1000; `SBOD_LEASE_INTERVALS`, default 5: a head writes
+/// nothing once its last heartbeat is older than that many intervals).
+pub fn owner_config() -> Result<sbod_core::owner::Config> {
+    let dir = state_dir();
+    let path = dir.join("hostid");
+    let host = match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().parse::<uuid::Uuid>().with_context(|| {
+            format!(
+                "{} is damaged: delete it to make a new host id",
+                path.display()
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let id = uuid::Uuid::new_v4();
+            // Made whole in a temporary file, then renamed: never a half-written id.
+            let tmp = dir.join(format!(".hostid.{}", std::process::id()));
+            std::fs::write(&tmp, format!("{id}\n"))
+                .with_context(|| format!("writing {}", tmp.display()))?;
+            match std::fs::hard_link(&tmp, &path) {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    id
+                }
+                Err(_) => {
+                    // Another sbod made it first: use that one.
+                    let _ = std::fs::remove_file(&tmp);
+                    std::fs::read_to_string(&path)
+                        .with_context(|| format!("reading {}", path.display()))?
+                        .trim()
+                        .parse()
+                        .with_context(|| format!("{} is damaged", path.display()))?
+                }
+            }
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let num = |var: &str, default: u64| -> Result<u64> {
+        match std::env::var(var) {
+            Ok(v) => match v.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => bail!("{var}={v}: a whole number above 0 is needed"),
+            },
+            Err(_) => Ok(default),
+        }
+    };
+    let interval = num(
+        "SBOD_HEARTBEAT_MS",
+        sbod_core::owner::DEFAULT_INTERVAL.as_millis() as u64,
+    )?;
+    let multiple = num(
+        "SBOD_LEASE_INTERVALS",
+        sbod_core::owner::DEFAULT_LEASE_MULTIPLE as u64,
+    )?;
+    if !(2..=1000).contains(&multiple) {
+        bail!("SBOD_LEASE_INTERVALS={multiple}: 2 to 1000 intervals");
+    }
+    Ok(sbod_core::owner::Config {
+        host,
+        host_name: sbod_core::owner::host_name(),
+        interval: std::time::Duration::from_millis(interval),
+        lease_multiple: multiple as u32,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

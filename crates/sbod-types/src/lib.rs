@@ -56,8 +56,8 @@ pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};
 pub use status::{
     ArrayState, ArrayStatus, AssemblyReport, Integrity, KnobValue, MemberState, MemberStatus,
-    MismatchRegion, ProcessKind, ProcessStatus, RecoveryStatus, RescueReport, Settings,
-    StaleMember, Status,
+    MismatchRegion, OwnerStatus, ProcessKind, ProcessStatus, RecoveryStatus, RescueReport,
+    Settings, StaleMember, Status,
 };
 pub use sync::{
     LogDevState, LogDevStatus, LogReplayIssue, LogState, LogStatus, MemberRange, SyncMode,

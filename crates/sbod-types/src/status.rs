@@ -116,10 +116,26 @@ pub struct Status {
     /// The log devices, if the array has any.
     #[serde(default)]
     pub log: Option<crate::LogStatus>,
+    /// Another head (host) took the members over: this one writes nothing more
+    /// ("members taken over by HOST").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced: Option<String>,
+    /// The host this head holds the members as, and its heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerStatus>,
     /// The tuning knobs the serving process runs with, by environment variable
     /// (docs/ENGINE.md, "Tuning knobs"; empty from an older sbod).
     #[serde(default)]
     pub tuning: std::collections::BTreeMap<String, KnobValue>,
+}
+
+/// Who holds the members (the owner block's heartbeat, see docs/RELIABILITY.md).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OwnerStatus {
+    pub host: String,
+    pub host_id: String,
+    pub interval_ms: u64,
+    pub lease_ms: u64,
 }
 
 /// A tuning knob's value in force and its default.

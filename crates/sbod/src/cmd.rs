@@ -87,7 +87,8 @@ pub struct AssembleArgs {
     pub degraded: bool,
     /// Accept possible data loss: start although members are missing, over a split brain
     /// (taking the newest side) or a write hole; a failed array is started read-only to
-    /// rescue what is readable. Also overwrites a registration of another array.
+    /// rescue what is readable. Also overwrites a registration of another array, and takes
+    /// the members over from another host that holds them (that host is fenced).
     #[arg(long)]
     pub force: bool,
     #[arg(long)]

@@ -94,6 +94,13 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    // This host, as the members' owner blocks name it (one id per state directory).
+    match sbod_mgmt::registry::owner_config() {
+        Ok(c) => sbod_core::owner::set_default(c),
+        // Without its state directory this process is a host of its own: it then waits
+        // out the lease of its own earlier, crashed start too.
+        Err(e) => tracing::warn!("no host id ({e:#}): this process uses one of its own"),
+    }
     let r = rt.block_on(async {
         match cli.cmd {
             Cmd::Create(a) => cmd::create(a).await,

@@ -56,6 +56,9 @@ pub fn print_status(s: &Status, running: bool) {
             s.name
         );
     }
+    if let Some(by) = &s.fenced {
+        println!("  fenced: {by}; this head writes nothing more (writes fail with EIO)");
+    }
     if s.read_only {
         println!("  read-only: started to rescue what is readable; writes are refused");
     }

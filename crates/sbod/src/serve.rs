@@ -28,7 +28,8 @@ pub struct ServeArgs {
     pub degraded: bool,
     /// Accept possible data loss: start although members are missing, over a split brain
     /// (taking the newest side) or a write hole; a failed array is served read-only to
-    /// rescue what is readable.
+    /// rescue what is readable; takes the members over from another host that holds them
+    /// (that host is fenced).
     #[arg(long)]
     pub force: bool,
     #[command(flatten)]

@@ -31,14 +31,71 @@ pub struct AssembleOptions {
     /// Start even though members the array had in service when it stopped are missing
     /// (they are recorded as missing, and recovered from the bitmap when they come back).
     pub degraded: bool,
+    /// The host this head is, and its heartbeat (see `owner`); `None`: the process
+    /// default ([`crate::owner::default_config`]). With `force`, members another host
+    /// holds are taken over even while its heartbeat runs (it is fenced).
+    pub owner: Option<crate::owner::Config>,
 }
 
 impl Array {
-    /// Assemble an array from its members' superblocks.
+    /// Assemble an array from its members' superblocks. Unless only looking, the members
+    /// are claimed for this head first (see `owner`): refused while another host's
+    /// heartbeat runs on them, taken over once it has stopped (after its lease).
     pub async fn assemble(members: Vec<MemberSpec>, opts: AssembleOptions) -> Result<Arc<Array>> {
         if members.is_empty() {
             return Err(Error::Invalid("no members given".into()));
         }
+        let claim = if opts.read_only {
+            None
+        } else {
+            Self::claim_members(&members, &opts).await?
+        };
+        let r = Self::assemble_claimed(members, opts, claim.as_ref()).await;
+        if let (Err(_), Some(c)) = (&r, &claim) {
+            c.release().await;
+        }
+        r
+    }
+
+    /// Claim the members given (those with a superblock of one array, each once) before
+    /// anything of them is trusted: what another head wrote until we hold them is read
+    /// after.
+    async fn claim_members(
+        members: &[MemberSpec],
+        opts: &AssembleOptions,
+    ) -> Result<Option<super::ownership::Claim>> {
+        let mut devs = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut array: Option<(Uuid, String)> = None;
+        for m in members {
+            let Ok(sb) = read_superblock(&m.dev).await else {
+                continue;
+            };
+            match &array {
+                Some((u, _)) if *u != sb.array_uuid => return Ok(None), // refused below
+                _ => array = Some((sb.array_uuid, sb.name.clone())),
+            }
+            if seen.insert(sb.this_member) {
+                devs.push((m.path.clone(), m.dev.clone()));
+            }
+        }
+        let Some((uuid, name)) = array else {
+            return Ok(None);
+        };
+        let cfg = opts
+            .owner
+            .clone()
+            .unwrap_or_else(crate::owner::default_config);
+        super::ownership::Claim::take(devs, uuid, &name, cfg, opts.force)
+            .await
+            .map(Some)
+    }
+
+    async fn assemble_claimed(
+        members: Vec<MemberSpec>,
+        opts: AssembleOptions,
+        claim: Option<&super::ownership::Claim>,
+    ) -> Result<Arc<Array>> {
         let (members, logs) = crate::log::slot::split(members).await;
         let mut found: Vec<(MemberSpec, Superblock)> = Vec::new();
         let mut report = AssemblyReport::default();
@@ -74,15 +131,21 @@ impl Array {
         Self::refuse_disagreeing(&found)?;
         Self::refuse_inconsistent(&found)?;
         // The same member given twice: the first one counts.
-        let mut seen = std::collections::HashSet::new();
-        found.retain(|(m, sb)| {
-            let first = seen.insert(sb.this_member);
-            if !first {
-                report
-                    .ignored
-                    .push((m.path.clone(), "the same member was given twice".into()));
+        let mut seen = std::collections::HashMap::new();
+        found.retain(|(m, sb)| match seen.get(&sb.this_member) {
+            Some(first) => {
+                let why = if *first == m.path {
+                    "the same member was given twice".to_string()
+                } else {
+                    format!("the same member was given twice ({} is {first})", m.path)
+                };
+                report.ignored.push((m.path.clone(), why));
+                false
             }
-            first
+            None => {
+                seen.insert(sb.this_member, m.path.clone());
+                true
+            }
         });
         // Which member is trusted: one function, on the superblocks alone.
         let judged = {
@@ -327,6 +390,9 @@ impl Array {
                 extensions: newest.extensions.clone(),
             },
         )?;
+        if let Some(c) = claim {
+            array.hold(c);
+        }
         array.sync.restore(&newest, logs);
         let mut st = (*array.dp.state.load_full()).clone();
         for (i, event, bitmap, path) in stale {

@@ -355,9 +355,18 @@ impl Array {
                 return Err(Error::Invalid(format!("{} is given twice", m.path).into()));
             }
         }
+        // One device under two names (a file and a loop device over it, two URIs of one
+        // export): by device numbers first, writing nothing.
+        crate::owner::check_local(members.iter().map(|m| m.path.as_str()))?;
         for m in &members {
             check_blank(&m.dev, spec.force).await?;
         }
+        // Then by what each reads back (the only way for remote members).
+        let named: Vec<(String, Arc<dyn crate::dev::BlockDev>)> = members
+            .iter()
+            .map(|m| (m.path.clone(), m.dev.clone()))
+            .collect();
+        crate::owner::probe_identity(&named).await?;
         let uuid = Uuid::new_v4();
         let opened: Vec<Arc<Member>> = members
             .into_iter()
@@ -428,6 +437,17 @@ impl Array {
             .iter()
             .map(|m| claim_metadata(&m.dev, data_offset, &m.path));
         futures::future::try_join_all(futs).await?;
+        // Held by this head from its first superblock on (the blocks were just zeroed:
+        // nobody else holds them).
+        let claim = super::ownership::Claim::take(
+            named,
+            uuid,
+            &spec.name,
+            crate::owner::default_config(),
+            false,
+        )
+        .await?;
+        array.hold(&claim);
         let st = array.dp.state.load_full();
         let failed = array.persist(&st, false).await;
         if !failed.is_empty() {

@@ -157,6 +157,7 @@ impl Array {
         fua: bool,
         patches: &[Patch],
     ) -> Result<()> {
+        self.hold_lease().await?;
         self.family
             .write(&self.dp, offset, data, fua, patches)
             .await
@@ -167,6 +168,7 @@ impl Array {
         let fua = self.sync.fua(fua);
         self.check_io(offset, len)?;
         self.dp.check_writable()?;
+        self.hold_lease().await?;
         self.family.zero(&self.dp, offset, len, punch).await?;
         if fua {
             self.dp.flush().await?;

@@ -424,8 +424,14 @@ impl Array {
         if self.dp.read_only.load(Ordering::Acquire) {
             return Err(self.dp.read_only_error());
         }
+        self.check_joining(&spec).await?;
         if let Ok(sb) = read_superblock(&spec.dev).await {
             if sb.array_uuid == self.uuid {
+                // A member in service, under another name.
+                let st = self.dp.state.load_full();
+                if let Some(m) = st.live_members().iter().find(|m| m.uuid == sb.this_member) {
+                    return Err(crate::owner::same(&m.path, &spec.path));
+                }
                 match self.plan_re_add(&sb, &spec.path) {
                     Ok(plan) => {
                         return self
@@ -440,6 +446,7 @@ impl Array {
         }
         let size = self.check_new_member(&spec)?;
         check_blank(&spec.dev, force).await?;
+        self.probe_joining(&spec.path, &spec.dev).await?;
         claim_metadata(&spec.dev, self.dp.geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
         let uuid = m.uuid;
@@ -527,7 +534,9 @@ impl Array {
         if !force {
             self.check_domain(&st, slot, &spec)?;
         }
+        self.check_joining(&spec).await?;
         check_blank(&spec.dev, force).await?;
+        self.probe_joining(&spec.path, &spec.dev).await?;
         claim_metadata(&spec.dev, self.dp.geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
         let _g = self.mgmt.lock().await;

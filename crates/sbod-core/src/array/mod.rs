@@ -18,6 +18,7 @@ pub mod create;
 mod io;
 mod log;
 pub mod membership;
+mod ownership;
 mod persist;
 pub mod process;
 mod status;
@@ -71,6 +72,8 @@ pub struct Array {
     pub(crate) bg: Background,
     /// What FLUSH and FUA do, and the log devices (see `sync`).
     pub(crate) sync: crate::sync::SyncState,
+    /// This head's hold on the members: its heartbeat (see `owner`).
+    pub(crate) ownership: ownership::Ownership,
 }
 
 /// What the array shows of itself. The data path it shares with the families and the
@@ -262,6 +265,7 @@ impl Array {
                 owner: me.clone(),
                 integrity,
                 crash_resync: AtomicBool::new(false),
+                lease: Default::default(),
             },
             family,
             uuid,
@@ -275,6 +279,7 @@ impl Array {
             rescue: AtomicBool::new(false),
             bg: Background::default(),
             sync: Default::default(),
+            ownership: Default::default(),
         }))
     }
 

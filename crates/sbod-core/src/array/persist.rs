@@ -68,6 +68,17 @@ impl Array {
             // Looking or rescuing: nothing is ever written to a member.
             return Vec::new();
         }
+        if !self.dp.lease.ok() && !self.beat().await {
+            // Taken over, or the heartbeat cannot reach the members: write nothing, for
+            // good (a superblock another head may be writing too must not be touched).
+            if self.dp.lease.fenced_by().is_none() {
+                let by = "the ownership lease lapsed while recording a state change".to_string();
+                if self.dp.lease.fence(by.clone()) {
+                    tracing::error!(array = %self.dp.name, "fenced: {by}: this head writes nothing more");
+                }
+            }
+            return Vec::new();
+        }
         let event = self.event.fetch_add(1, Ordering::AcqRel) + 1;
         let members = st.live_members();
         // One superblock for all: members at the same event say the same thing (assembly
@@ -116,6 +127,7 @@ impl Array {
             return;
         }
         self.dp.closing.store(true, Ordering::Release);
+        self.stop_heartbeat();
         if let Some(p) = self.bg.process.lock().clone() {
             p.cancel();
         }
@@ -149,6 +161,7 @@ impl Array {
         }
         if self.dp.read_only.load(Ordering::Acquire) {
             // Looked at or rescued: nothing was written, nothing to record.
+            self.release_members().await;
             let st = self.dp.state.load_full();
             for m in st.live_members() {
                 m.dev.close();
@@ -188,6 +201,8 @@ impl Array {
             self.dp.clear_all().await;
         }
         let _ = self.persist(&st, clean).await;
+        // Last: another host may start the array at once now.
+        self.release_members().await;
         for m in st.live_members() {
             m.dev.close();
         }

@@ -191,6 +191,13 @@ impl Array {
             recoveries: self.recovery_status(),
             sync: self.sync_status(),
             log: self.log_status(),
+            fenced: self.dp.fenced_by(),
+            owner: self.owner_config().map(|c| sbod_types::OwnerStatus {
+                host: c.host_name.clone(),
+                host_id: c.host.to_string(),
+                interval_ms: c.interval.as_millis() as u64,
+                lease_ms: c.lease().as_millis() as u64,
+            }),
             tuning: crate::tuning::knobs()
                 .into_iter()
                 .map(|k| {

@@ -79,6 +79,9 @@ impl DataPath {
 
     /// Write one bitmap block to every live member, durably.
     pub(crate) async fn write_bitmap_block(&self, blk: usize, img: &[u8]) -> Result<()> {
+        if !self.lease.ok() {
+            return Err(self.lease.error(&self.name));
+        }
         let st = self.state.load_full();
         let buf = AlignedBuf::from_slice(img).into_shared();
         let off = BITMAP_OFFSET + (blk * BLOCK) as u64;
@@ -152,6 +155,9 @@ impl DataPath {
     /// service: everything is durable everywhere).
     pub(crate) async fn clear_all(&self) {
         let Some(bm) = &self.bitmap else { return };
+        if !self.lease.ok() {
+            return;
+        }
         let zero = AlignedBuf::zeroed(self.bitmap_bytes as usize).into_shared();
         for m in self.state.load_full().live_members() {
             let _ = dev::write_at(
@@ -175,7 +181,7 @@ impl DataPath {
     /// and every member does at assembly (the union of what was found).
     pub(crate) async fn sync_bitmap(&self, members: &[Arc<Member>]) {
         let Some(bm) = &self.bitmap else { return };
-        if members.is_empty() || self.read_only.load(Ordering::Acquire) {
+        if members.is_empty() || self.read_only.load(Ordering::Acquire) || !self.lease.ok() {
             return;
         }
         let mut failed: Vec<Arc<Member>> = Vec::new();

@@ -63,6 +63,9 @@ pub struct DataPath {
     /// The resync after an unclean shutdown is running: checksums of the dirty regions
     /// may lag their data, so it reads them as they are and makes them again.
     pub(crate) crash_resync: AtomicBool,
+    /// Whether this head may write the members (see `owner`): checked before every
+    /// member write.
+    pub(crate) lease: crate::owner::Lease,
 }
 
 /// A member found smaller than the data the array keeps on it.
@@ -268,7 +271,15 @@ impl DataPath {
         if self.read_only.load(Ordering::Acquire) {
             return Err(self.read_only_error());
         }
+        if self.lease.fenced_by().is_some() {
+            return Err(self.lease.error(&self.name));
+        }
         Ok(())
+    }
+
+    /// Another head took the members over: by whom (this head writes nothing more).
+    pub fn fenced_by(&self) -> Option<String> {
+        self.lease.fenced_by()
     }
 
     /// Started read-only (a rescue, or only looking).
@@ -361,6 +372,9 @@ impl DataPath {
         if class == IoClass::Foreground {
             m.stats.fg_ops.fetch_add(1, Ordering::Relaxed);
         }
+        if !self.lease.ok() {
+            return Err(crate::owner::lapsed());
+        }
         let check = m.is_file && CHECK_SIZE_AFTER_WRITES;
         if check && off + len >= m.size {
             self.check_size(m)?;
@@ -397,6 +411,9 @@ impl DataPath {
         len: u64,
         punch: bool,
     ) -> io::Result<()> {
+        if !self.lease.ok() {
+            return Err(crate::owner::lapsed());
+        }
         let req = IoReq {
             offset: self.member_off(off),
             kind: IoKind::Zero { len, punch },
@@ -475,6 +492,10 @@ impl DataPath {
         e: &io::Error,
         why: Why,
     ) -> WriteFault {
+        if crate::owner::is_lapsed(e) {
+            // Refused by the ownership lease: the member is fine, this head may not write.
+            return WriteFault::Failed;
+        }
         if let Some(s) = shrank_of(e) {
             self.fail_member(m, s.why()).await;
             return WriteFault::Failed;
@@ -538,6 +559,9 @@ impl DataPath {
             return Ok(());
         }
         self.failed()?;
+        if !self.lease.ok() {
+            return Err(self.lease.error(&self.name));
+        }
         if let Some(off) = out.region {
             if let (Some(a), Some(bm)) = (key, self.bitmap.as_ref()) {
                 bm.unsynced(a.group, a.stripe, bm.region_of(off));
@@ -777,6 +801,9 @@ impl DataPath {
             return Ok(());
         }
         self.failed()?;
+        if !self.lease.ok() {
+            return Err(self.lease.error(&self.name));
+        }
         // The checksums of what this flush makes durable go with it.
         self.tags_write_back().await?;
         let st = self.state.load_full();

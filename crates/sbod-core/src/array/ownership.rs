@@ -1,0 +1,258 @@
+//! This head's hold on its members (see [`crate::owner`]): claimed at create and assemble
+//! before anything else is written, kept by the heartbeat task, checked by the data path's
+//! lease before every member write, and released by a clean stop.
+
+use super::Array;
+use crate::dev::BlockDev;
+use crate::error::Result;
+use crate::owner::{self, Block, Config, Lease};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// The heartbeat's state.
+#[derive(Default)]
+pub(crate) struct Ownership {
+    /// Set once the members are held (never for an array only looked at).
+    cfg: parking_lot::Mutex<Option<Config>>,
+    session: parking_lot::Mutex<Uuid>,
+    seq: AtomicU64,
+    /// One heartbeat at a time (and none while joining members are probed).
+    beat: tokio::sync::Mutex<()>,
+    /// Test hook: the heartbeat task skips its beats (a paused or cut-off head).
+    paused: AtomicBool,
+    task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Members claimed for a new session before the array is built.
+pub(crate) struct Claim {
+    pub cfg: Config,
+    pub session: Uuid,
+    devs: Vec<(String, Arc<dyn BlockDev>)>,
+}
+
+impl Claim {
+    /// Claim `devs` for array `array` (see [`owner::acquire`]).
+    pub async fn take(
+        devs: Vec<(String, Arc<dyn BlockDev>)>,
+        array: Uuid,
+        name: &str,
+        cfg: Config,
+        force: bool,
+    ) -> Result<Claim> {
+        let session = Uuid::new_v4();
+        let me = owner::Me {
+            array,
+            array_name: name,
+            cfg: &cfg,
+            session,
+        };
+        owner::acquire(&devs, &me, force).await?;
+        Ok(Claim { cfg, session, devs })
+    }
+
+    /// The start failed after the claim: give the members back.
+    pub async fn release(&self) {
+        release(&self.devs, self.session).await;
+    }
+}
+
+/// Mark released the owner blocks of `devs` that `session` still holds.
+async fn release(devs: &[(String, Arc<dyn BlockDev>)], session: Uuid) {
+    let futs = devs.iter().map(|(_, d)| async move {
+        if let Ok(Some(b)) = owner::read_block(d).await {
+            if b.session == session && !b.released {
+                let b = Block {
+                    released: true,
+                    stamp_ms: owner::unix_ms(),
+                    ..b
+                };
+                let _ = owner::write_block(d, &b).await;
+            }
+        }
+    });
+    futures::future::join_all(futs).await;
+}
+
+impl Array {
+    /// Hold the members as claimed: the lease starts now, the heartbeat keeps it.
+    pub(crate) fn hold(self: &Arc<Self>, claim: &Claim) {
+        let cfg = claim.cfg.clone();
+        *self.ownership.cfg.lock() = Some(cfg.clone());
+        *self.ownership.session.lock() = claim.session;
+        self.dp.lease.renew(Lease::now(), cfg.lease());
+        let weak = Arc::downgrade(self);
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(cfg.interval).await;
+                let Some(a) = weak.upgrade() else { return };
+                if a.ownership.paused.load(Ordering::Acquire) {
+                    continue;
+                }
+                a.beat().await;
+                if a.dp.lease.fenced_by().is_some() {
+                    return;
+                }
+            }
+        });
+        if let Some(old) = self.ownership.task.lock().replace(task) {
+            old.abort();
+        }
+    }
+
+    /// One heartbeat: read every member's owner block back; another owner there fences
+    /// this head for good; otherwise write the next heartbeat, and renew the lease from
+    /// the time the beat began. Returns whether the lease was renewed.
+    pub(crate) async fn beat(&self) -> bool {
+        let Some(cfg) = self.ownership.cfg.lock().clone() else {
+            return false;
+        };
+        let _g = self.ownership.beat.lock().await;
+        if self.dp.lease.fenced_by().is_some() {
+            return false;
+        }
+        let began = Lease::now();
+        let session = *self.ownership.session.lock();
+        let seq = self.ownership.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let members = self.dp.state.load_full().live_members();
+        // A member that does not answer within half the lease is left out of this beat
+        // (the data path judges it by its own I/O): one hung member must not stop every
+        // write by letting the lease lapse. Any other member shows a takeover.
+        let patience = cfg.lease() / 2;
+        let futs = members.iter().map(|m| {
+            let cfg = &cfg;
+            let one = async move {
+                let b = owner::read_block(&m.dev).await.map_err(|_| None)?;
+                let nonce = match &b {
+                    Some(b) if b.session == session => b.member_nonce,
+                    // Another host holds it: the members were taken over.
+                    Some(b) if b.host != cfg.host && !b.released => return Err(Some(b.clone())),
+                    // Zeroed (a member that just joined), released, or this host's own
+                    // earlier start (a member back after being away): ours now.
+                    _ => Uuid::new_v4(),
+                };
+                let mine = Block {
+                    array: self.uuid,
+                    host: cfg.host,
+                    host_name: cfg.host_name.clone(),
+                    session,
+                    member_nonce: nonce,
+                    seq,
+                    stamp_ms: owner::unix_ms(),
+                    interval_ms: cfg.interval.as_millis().min(u32::MAX as u128) as u32,
+                    lease_multiple: cfg.lease_multiple,
+                    released: false,
+                };
+                owner::write_block(&m.dev, &mine).await.map_err(|_| None)
+            };
+            async move {
+                tokio::time::timeout(patience, one)
+                    .await
+                    .unwrap_or(Err(None))
+            }
+        });
+        let mut written = 0;
+        let mut taken: Option<Block> = None;
+        for r in futures::future::join_all(futs).await {
+            match r {
+                Ok(()) => written += 1,
+                Err(Some(b)) => taken = Some(b),
+                // A member that cannot be read or written: the data path judges it.
+                Err(None) => {}
+            }
+        }
+        if let Some(b) = taken {
+            let by = format!("members taken over by {} (host id {})", b.host_name, b.host);
+            if self.dp.lease.fence(by.clone()) {
+                tracing::error!(array = %self.dp.name, "fenced: {by}: this head writes nothing more");
+            }
+            return false;
+        }
+        if written > 0 || members.is_empty() {
+            self.dp.lease.renew(began, cfg.lease());
+            return true;
+        }
+        false
+    }
+
+    /// Before a client write: the lease holds, or a heartbeat renews it now (a head that
+    /// was paused past its lease re-reads its owner blocks before writing again).
+    pub(crate) async fn hold_lease(&self) -> Result<()> {
+        if self.dp.lease.ok() {
+            return Ok(());
+        }
+        if self.dp.lease.fenced_by().is_none() && self.ownership.cfg.lock().is_some() {
+            self.beat().await;
+            if self.dp.lease.ok() {
+                return Ok(());
+            }
+        }
+        Err(self.dp.lease.error(&self.dp.name))
+    }
+
+    /// Stop the heartbeat (a power cut: the blocks stay as they are).
+    pub(crate) fn stop_heartbeat(&self) {
+        if let Some(t) = self.ownership.task.lock().take() {
+            t.abort();
+        }
+    }
+
+    /// A clean stop: stop the heartbeat and mark the blocks this head holds released, so
+    /// another host starts the array without waiting out the lease.
+    pub(crate) async fn release_members(&self) {
+        self.stop_heartbeat();
+        if self.ownership.cfg.lock().is_none() || self.dp.lease.fenced_by().is_some() {
+            return;
+        }
+        let _g = self.ownership.beat.lock().await;
+        let session = *self.ownership.session.lock();
+        let devs: Vec<(String, Arc<dyn BlockDev>)> = self
+            .dp
+            .state
+            .load_full()
+            .live_members()
+            .iter()
+            .map(|m| (m.path.clone(), m.dev.clone()))
+            .collect();
+        release(&devs, session).await;
+    }
+
+    /// Test hook: pause (or resume) the heartbeat task, as a head stopped by SIGSTOP or
+    /// cut off from its members would be. Writes still re-check ownership first.
+    #[doc(hidden)]
+    pub fn pause_heartbeat(&self, paused: bool) {
+        self.ownership.paused.store(paused, Ordering::Release);
+    }
+
+    /// The host this head holds the members as, once it holds them.
+    pub fn owner_config(&self) -> Option<Config> {
+        self.ownership.cfg.lock().clone()
+    }
+
+    /// A member joining (added, replacing, a spare): not one already in the array under
+    /// another name. The heartbeat waits meanwhile (the probe writes the owner blocks).
+    pub(crate) async fn probe_joining(&self, path: &str, dev: &Arc<dyn BlockDev>) -> Result<()> {
+        let _g = self.ownership.beat.lock().await;
+        let mut devs: Vec<(String, Arc<dyn BlockDev>)> = self
+            .dp
+            .state
+            .load_full()
+            .live_members()
+            .iter()
+            .map(|m| (m.path.clone(), m.dev.clone()))
+            .collect();
+        devs.push((path.to_string(), dev.clone()));
+        owner::probe_identity(&devs).await
+    }
+}
+
+impl Array {
+    /// A joining member is not one of the array's under another local name (device
+    /// numbers; writes nothing).
+    pub(crate) async fn check_joining(&self, spec: &super::MemberSpec) -> Result<()> {
+        let st = self.dp.state.load_full();
+        let mut paths: Vec<String> = st.live_members().iter().map(|m| m.path.clone()).collect();
+        paths.push(spec.path.clone());
+        owner::check_local(paths.iter().map(|p| p.as_str()))
+    }
+}
