@@ -380,6 +380,13 @@ impl DataPath {
     /// returned, the tag was the damaged part (the block is rewritten with a new tag).
     /// Otherwise the reconstruction is not known to be the data (parity from before a
     /// lost write, say): an error, never a guess.
+    ///
+    /// Only a member in service vouches (the caller holds the stripe lock, so this holds
+    /// for the whole check): it took every write to the stripe, each setting its tags
+    /// first. One failed since its read was issued (a concurrent write to it failed)
+    /// took none after that, so its tags describe a moment of the stripe now gone, while
+    /// the rebuild is of the stripe as it is: nothing to hold the rebuild against, as for
+    /// any member out of service (a degraded read returns its rebuild unvouched).
     pub(crate) async fn tags_vouch(
         &self,
         m: &Arc<Member>,
@@ -390,6 +397,9 @@ impl DataPath {
         let Some(layout) = self.integrity else {
             return Ok(());
         };
+        if !self.in_service(m) {
+            return Ok(());
+        }
         let Ok(tags) = self.member_tags(m, off, rebuilt.len() as u64).await else {
             return Ok(()); // its tags cannot be read: nothing to hold the rebuild against
         };
