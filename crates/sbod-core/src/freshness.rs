@@ -97,9 +97,10 @@ pub fn session_started(sb: &Superblock) -> Option<u64> {
         .map(|h| h.started)
 }
 
-/// Judge every member against the newest superblock. Pure: superblocks in, verdicts out.
-pub fn judge_members(found: &[&Superblock]) -> Result<Verdicts, SplitBrain> {
-    assert!(!found.is_empty(), "judge_members needs a superblock");
+/// Rank every member against the newest superblock (which to trust, which to recover,
+/// which went on elsewhere). Pure: superblocks in, verdicts out.
+pub fn rank_members(found: &[&Superblock]) -> Result<Verdicts, SplitBrain> {
+    assert!(!found.is_empty(), "rank_members needs a superblock");
     // The newest: highest event. Ties between sessions are split brain whichever wins;
     // the later start (then the larger side) is the side `--force` takes.
     let side_size = |s: &Uuid| found.iter().filter(|x| &x.session == s).count();
@@ -126,9 +127,9 @@ pub fn judge_members(found: &[&Superblock]) -> Result<Verdicts, SplitBrain> {
     Ok(v)
 }
 
-/// Judge one member against a newest superblock (`re_add` judges a member that comes back
-/// against the running array's own).
-pub fn judge_one(n: &Superblock, x: &Superblock) -> Verdict {
+/// How far one member is to be trusted against a newest superblock (`re_add` asks it of
+/// a member that comes back, against the running array's own).
+pub fn trust_of(n: &Superblock, x: &Superblock) -> Verdict {
     verdict(n, x)
 }
 
@@ -323,6 +324,7 @@ mod tests {
             bitmap_since: m.bitmap_since,
             sync: Default::default(),
             log: Default::default(),
+            tags: None,
             extensions: Vec::new(),
         }
     }
@@ -585,7 +587,7 @@ mod tests {
             sim.run = None;
             let sbs: Vec<Superblock> = sim.members.iter().map(superblock).collect();
             let refs: Vec<&Superblock> = sbs.iter().collect();
-            let (v, split) = match judge_members(&refs) {
+            let (v, split) = match rank_members(&refs) {
                 Ok(v) => (v, false),
                 Err(sb) => (sb.verdicts, true),
             };
@@ -664,7 +666,7 @@ mod tests {
         // then ran in session B (started at 5) and stopped at 6.
         let n = sb(0xB, 6, &[(0xA, 1), (0xB, 5)]);
         let old = sb(0xA, 4, &[(0xA, 1)]);
-        let v = judge_members(&[&n, &old]).unwrap();
+        let v = rank_members(&[&n, &old]).unwrap();
         assert_eq!(v.newest, 0);
         assert!(matches!(v.members[1], Verdict::Behind { event: 4, .. }));
     }
@@ -673,7 +675,7 @@ mod tests {
     fn equal_events_in_different_sessions_diverge() {
         let a = sb(0xB, 9, &[(0xA, 1), (0xB, 5)]);
         let b = sb(0xC, 9, &[(0xA, 1), (0xC, 5)]);
-        let e = judge_members(&[&a, &b]).unwrap_err();
+        let e = rank_members(&[&a, &b]).unwrap_err();
         assert_eq!(e.newest_side().len(), 1);
         assert_eq!(e.other_side().len(), 1);
     }
@@ -683,11 +685,11 @@ mod tests {
         // N's lineage moved from A to B at event 5; this member kept writing in A.
         let n = sb(0xB, 9, &[(0xA, 1), (0xB, 5)]);
         let x = sb(0xA, 7, &[(0xA, 1)]);
-        assert!(judge_members(&[&n, &x]).is_err());
+        assert!(rank_members(&[&n, &x]).is_err());
         // One that stopped in A before B started is merely behind.
         let y = sb(0xA, 3, &[(0xA, 1)]);
         assert!(matches!(
-            judge_members(&[&n, &y]).unwrap().members[1],
+            rank_members(&[&n, &y]).unwrap().members[1],
             Verdict::Behind { .. }
         ));
     }
@@ -698,20 +700,20 @@ mod tests {
         let n = sb(0xB, 40, &[(0xA, 20), (0xB, 30)]);
         let x = sb(0x1, 10, &[(0x1, 1)]);
         assert!(matches!(
-            judge_members(&[&n, &x]).unwrap().members[1],
+            rank_members(&[&n, &x]).unwrap().members[1],
             Verdict::Behind { event: 10, .. }
         ));
         // N's session began with the write this member missed: fresh.
         let n = sb(0xB, 30, &[(0xA, 20), (0xB, 30)]);
         let x = sb(0xA, 29, &[(0xA, 20)]);
         assert_eq!(
-            judge_members(&[&n, &x]).unwrap().members[1],
+            rank_members(&[&n, &x]).unwrap().members[1],
             Verdict::FreshMissedLast
         );
         // ... but not if N went on after it.
         let n = sb(0xB, 31, &[(0xA, 20), (0xB, 30)]);
         assert!(matches!(
-            judge_members(&[&n, &x]).unwrap().members[1],
+            rank_members(&[&n, &x]).unwrap().members[1],
             Verdict::Behind { .. }
         ));
     }
@@ -725,7 +727,7 @@ mod tests {
             ..sb(0, event, &[])
         };
         let (n, torn, old) = (v1(8), v1(7), v1(5));
-        let v = judge_members(&[&n, &torn, &old]).unwrap();
+        let v = rank_members(&[&n, &torn, &old]).unwrap();
         assert_eq!(v.members[0], Verdict::Fresh);
         assert_eq!(v.members[1], Verdict::FreshMissedLast);
         assert!(matches!(

@@ -33,8 +33,6 @@
 
 use crate::buf::AlignedBuf;
 use crate::dev::{self, BlockDev, IoClass};
-use crate::layout::Geometry;
-use crate::superblock::{Extension, EXT_INCOMPAT};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
@@ -43,20 +41,8 @@ use std::sync::{Arc, LazyLock};
 
 pub use sbod_types::Integrity as Kind;
 
-/// Bytes of data per tag.
-pub const BLOCK: u64 = 4096;
-/// Bytes of one tag block on the member (the unit read and written).
-pub const TAG_BLOCK: usize = 4096;
-/// Tags per tag block.
-pub const TAGS_PER_BLOCK: u64 = (TAG_BLOCK / 4) as u64;
-/// Data bytes one tag block covers.
-pub const SPAN: u64 = TAGS_PER_BLOCK * BLOCK;
-/// The superblock extension record saying an array carries tags (marked incompatible: an
-/// sbod that does not know it would write data without tags, so it must refuse).
-pub const EXT_TAG: u16 = 0x0015;
-/// How many tag blocks each member may keep cached by default: 16 MiB of tags per member,
-/// the tags of 16 GiB of its data. `SBOD_TAG_CACHE` (bytes per member) overrides it.
-pub const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
+// The record's format (where the tags live, their granularity) is the superblock's.
+pub use crate::superblock::{TagLayout, BLOCK, SPAN, TAGS_PER_BLOCK, TAG_BLOCK};
 const SHARDS: usize = 16;
 /// Reads of a block whose tags changed meanwhile, before a mismatch counts.
 pub(crate) const REREADS: usize = 4;
@@ -123,89 +109,6 @@ pub fn tag(block: u64, data: &[u8]) -> u32 {
 /// The tag of a block of zeros at `block`.
 pub fn zero_tag(block: u64) -> u32 {
     nonzero(*ZERO_CRC ^ mix(block))
-}
-
-/// Where the tags live on each member.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TagLayout {
-    /// Member byte offset of tag block 0.
-    pub offset: u64,
-    /// Bytes reserved (a multiple of 4 KiB).
-    pub bytes: u64,
-    /// The members were zero when the array was created (`--assume-clean`, files sbod
-    /// made): a block never written must read as zeros.
-    pub zeroed: bool,
-}
-
-impl TagLayout {
-    /// Bytes of tags for `member_data` bytes of data.
-    pub fn bytes_for(member_data: u64) -> u64 {
-        member_data.div_ceil(SPAN).max(1) * TAG_BLOCK as u64
-    }
-
-    /// The superblock record: kind 1 = crc32c per 4 KiB, the tag region.
-    pub fn extension(&self) -> Extension {
-        let mut data = Vec::with_capacity(24);
-        data.push(1u8); // crc32c
-        data.push(self.zeroed as u8); // flags: 1 = never-written blocks are zeros
-        data.extend_from_slice(&[0u8; 2]);
-        data.extend_from_slice(&(BLOCK as u32).to_le_bytes());
-        data.extend_from_slice(&self.offset.to_le_bytes());
-        data.extend_from_slice(&self.bytes.to_le_bytes());
-        Extension {
-            tag: EXT_TAG,
-            flags: EXT_INCOMPAT,
-            data,
-        }
-    }
-
-    /// The layout an array's superblock records, if it carries tags. Checked against the
-    /// geometry: the tags must lie between the bitmap and the data and cover all of it.
-    pub fn from_extensions(
-        ext: &[Extension],
-        g: &Geometry,
-        bitmap_end: u64,
-    ) -> std::result::Result<Option<TagLayout>, String> {
-        let Some(e) = ext.iter().find(|e| e.tag == EXT_TAG) else {
-            return Ok(None);
-        };
-        let d = &e.data;
-        if d.len() < 24 {
-            return Err("the checksum record is truncated".into());
-        }
-        if d[0] != 1 {
-            return Err(format!("unknown checksum kind {}", d[0]));
-        }
-        if d[1] > 1 {
-            return Err(format!("unknown checksum flags {}", d[1]));
-        }
-        let block = u32::from_le_bytes(d[4..8].try_into().unwrap()) as u64;
-        let offset = u64::from_le_bytes(d[8..16].try_into().unwrap());
-        let bytes = u64::from_le_bytes(d[16..24].try_into().unwrap());
-        if block != BLOCK {
-            return Err(format!("checksums per {block} bytes are not supported"));
-        }
-        if offset < bitmap_end
-            || !offset.is_multiple_of(TAG_BLOCK as u64)
-            || offset
-                .checked_add(bytes)
-                .is_none_or(|end| end > g.data_offset)
-            || bytes < Self::bytes_for(g.member_size)
-        {
-            return Err("the checksum region does not fit between the bitmap and the data".into());
-        }
-        Ok(Some(TagLayout {
-            offset,
-            bytes,
-            zeroed: d[1] == 1,
-        }))
-    }
-
-    /// Is this extension one this sbod knows (so its incompatible flag is no reason to
-    /// refuse the superblock)?
-    pub fn known(tag: u16) -> bool {
-        tag == EXT_TAG
-    }
 }
 
 /// A read whose data did not match its tags: a distinct error, counted as a checksum
@@ -351,11 +254,8 @@ pub struct CacheStats {
 
 impl Default for MemberTags {
     fn default() -> MemberTags {
-        let bytes = std::env::var("SBOD_TAG_CACHE")
-            .ok()
-            .and_then(|v| sbod_types::parse_size(&v).ok())
-            .unwrap_or(DEFAULT_CACHE_BYTES);
-        MemberTags::with_capacity(bytes)
+        // Bytes per member: `tuning::TAG_CACHE` (default `tuning::TAG_CACHE_DEFAULT`).
+        MemberTags::with_capacity(crate::tuning::tag_cache_bytes())
     }
 }
 

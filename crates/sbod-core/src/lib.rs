@@ -11,14 +11,15 @@
 //!   record format;
 //! - members: [`dev`] (every member its own queue: the SBOD rule), [`buf`], [`member`]
 //!   (the membership snapshot every layer reads), [`locks`], [`integrity`] (the
-//!   checksums' format and cache), [`log`] (the log device);
+//!   checksums and their cache), [`log`] (the log device, and the array's log as recorded),
+//!   [`sync`] (the sync mode's state: what FLUSH and FUA do);
 //! - [`datapath`]: what client I/O and background processes share, the member I/O layer,
 //!   the write-intent bitmap and the checksums on the members;
 //! - `family`: one module per RAID family (plain, mirror, parity) behind one interface,
 //!   with stripe planning apart from its execution, and write coalescing;
 //! - [`array`]: the core that owns members, state and background processes: creation,
-//!   assembly, membership changes, persistence, client entry points, processes;
-//! - [`sync`] (what FLUSH and FUA do) and the log's array side (`log::attach`).
+//!   assembly, membership changes, persistence, client entry points, processes, the sync
+//!   mode's and the log's array side (`array/sync.rs`, `array/log.rs`).
 //!
 //! The I/O path takes no global lock: state is a snapshot swapped atomically on (rare)
 //! changes, stripes are ordered by sharded locks, and the write-intent bitmap's fast path

@@ -7,7 +7,7 @@
 //! whether the owner holds or has released the members. It lives in the last 4 KiB of the
 //! first superblock copy's 32 KiB, which superblock writes never reach (a superblock is
 //! written in whole 4 KiB blocks from the copy's start and is refused past
-//! [`OFFSET`]), so a heartbeat never rewrites a superblock.
+//! `superblock::OWNER_OFFSET`), so a heartbeat never rewrites a superblock.
 //!
 //! - Taking the members ([`acquire`]): an owner block naming another host that holds the
 //!   members is watched for longer than its lease; a heartbeat that advances refuses the
@@ -36,15 +36,15 @@
 use crate::buf::AlignedBuf;
 use crate::dev::{self, BlockDev, IoClass};
 use crate::error::{Error, Msg, Result, Step};
+use crate::superblock::OWNER_OFFSET;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-/// Where the owner block lives on every member.
-pub const OFFSET: u64 = crate::superblock::OWNER_BLOCK_OFFSET;
-/// Its size.
+/// The owner block's size: from `superblock::OWNER_OFFSET` to the end of the first copy.
 pub const BLOCK: usize = 4096;
+const _: () = assert!(OWNER_OFFSET as usize + BLOCK == crate::superblock::COPY_SIZE);
 const MAGIC: [u8; 8] = *b"SBODown\x01";
 /// Default heartbeat interval.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -218,7 +218,7 @@ pub(crate) fn unix_ms() -> u64 {
 /// Read a member's owner block.
 pub async fn read_block(dev: &Arc<dyn BlockDev>) -> std::io::Result<Option<Block>> {
     let buf = AlignedBuf::zeroed(BLOCK).into_shared();
-    dev::read_at(dev, OFFSET, buf.clone(), IoClass::Foreground).await?;
+    dev::read_at(dev, OWNER_OFFSET, buf.clone(), IoClass::Foreground).await?;
     let b = buf.try_unwrap().expect("sole owner");
     Ok(Block::decode(&b))
 }
@@ -227,7 +227,7 @@ pub async fn read_block(dev: &Arc<dyn BlockDev>) -> std::io::Result<Option<Block
 pub async fn write_block(dev: &Arc<dyn BlockDev>, b: &Block) -> std::io::Result<()> {
     dev::write_at(
         dev,
-        OFFSET,
+        OWNER_OFFSET,
         b.encode().into_shared(),
         true,
         IoClass::Foreground,
@@ -529,7 +529,7 @@ pub async fn probe_identity(members: &[(String, Arc<dyn BlockDev>)]) -> Result<(
     let mut saved = Vec::with_capacity(members.len());
     for (p, d) in members {
         let buf = AlignedBuf::zeroed(BLOCK).into_shared();
-        dev::read_at(d, OFFSET, buf.clone(), IoClass::Foreground)
+        dev::read_at(d, OWNER_OFFSET, buf.clone(), IoClass::Foreground)
             .await
             .map_err(|e| io_err(p, e))?;
         saved.push(buf);
@@ -553,7 +553,7 @@ pub async fn probe_identity(members: &[(String, Arc<dyn BlockDev>)]) -> Result<(
             result = Err(Error::io(format!("writing {p}"), e));
             // Put back what was written so far.
             for ((_, d), s) in members[..k].iter().zip(&saved) {
-                let _ = dev::write_at(d, OFFSET, s.clone(), true, IoClass::Foreground).await;
+                let _ = dev::write_at(d, OWNER_OFFSET, s.clone(), true, IoClass::Foreground).await;
             }
             return result;
         }
@@ -587,7 +587,7 @@ pub async fn probe_identity(members: &[(String, Arc<dyn BlockDev>)]) -> Result<(
     }
     // Put every block back as it was (aliases: the last write wins, all held the same).
     for ((_, d), s) in members.iter().zip(&saved).rev() {
-        let _ = dev::write_at(d, OFFSET, s.clone(), true, IoClass::Foreground).await;
+        let _ = dev::write_at(d, OWNER_OFFSET, s.clone(), true, IoClass::Foreground).await;
     }
     result
 }

@@ -18,7 +18,9 @@
 //! Records this sbod knows: the sync mode ([`TAG_SYNC`], compatible: an older sbod keeps
 //! it and honours every FLUSH, which is safe) and the log devices ([`TAG_LOG`],
 //! incompatible: an older sbod would start the array without replaying the log, and lose
-//! writes the log acknowledged).
+//! writes the log acknowledged), and the checksum tags' region ([`TAG_CHECKSUMS`],
+//! incompatible: an older sbod would write data without tags; the tags themselves are
+//! `integrity`'s).
 
 use crate::layout::{Geometry, Level};
 use sbod_types::SyncMode;
@@ -36,13 +38,16 @@ pub const EXT_INCOMPAT: u16 = 1;
 pub const TAG_SYNC: u16 = 1;
 /// Extension record: the log devices (written only when the array has some).
 pub const TAG_LOG: u16 = 2;
+/// Extension record: where the checksum tags live ([`TagLayout`], written only when the
+/// array carries tags).
+pub const TAG_CHECKSUMS: u16 = 0x0015;
 /// Most log devices an array records (a log, and its mirror).
 pub const MAX_LOG_DEVICES: usize = 2;
 /// Bytes reserved for each superblock copy.
 pub const COPY_SIZE: usize = 32 * 1024;
-/// The last 4 KiB of copy 0 hold the owner block (`crate::owner`), which superblock
-/// writes never touch: a superblock copy is encoded into at most this many bytes.
-pub const OWNER_BLOCK_OFFSET: u64 = (COPY_SIZE - 4096) as u64;
+/// Where the owner block lives on every member (see `owner`): the last 4 KiB of the first
+/// copy's area, which a superblock's bytes never reach.
+pub const OWNER_OFFSET: u64 = (COPY_SIZE - 4096) as u64;
 /// Where the write-intent bitmap starts.
 pub const BITMAP_OFFSET: u64 = 64 * 1024;
 /// Longest array name.
@@ -284,6 +289,8 @@ pub struct Superblock {
     pub sync: SyncMode,
     /// The log devices (record [`TAG_LOG`]).
     pub log: LogConfig,
+    /// Where the checksum tags live, if the array has them (record [`TAG_CHECKSUMS`]).
+    pub tags: Option<TagLayout>,
     /// Extension records this sbod does not know (compatible ones), kept as read.
     pub extensions: Vec<Extension>,
 }
@@ -494,9 +501,9 @@ impl Superblock {
         w.0[16..20].copy_from_slice(&crc.to_le_bytes());
         // The copy's last 4 KiB hold the owner block (see `owner`), never written here.
         assert!(
-            w.0.len() <= OWNER_BLOCK_OFFSET as usize,
+            w.0.len() <= OWNER_OFFSET as usize,
             "superblock outgrew its {} bytes",
-            OWNER_BLOCK_OFFSET
+            OWNER_OFFSET
         );
         w.0
     }
@@ -539,6 +546,9 @@ impl Superblock {
                 }
             }
             record(TAG_LOG, EXT_INCOMPAT, &d.0);
+        }
+        if let Some(t) = &self.tags {
+            record(TAG_CHECKSUMS, EXT_INCOMPAT, &t.encode());
         }
         for e in &self.extensions {
             w.u16(e.tag);
@@ -688,10 +698,8 @@ impl Superblock {
                 if known.read(tag, data)? {
                     continue;
                 }
-                // The checksum record is kept with the extensions (written back as read,
-                // see `integrity::TagLayout`); any other unknown record marked
-                // incompatible is a newer sbod's.
-                if flags & EXT_INCOMPAT != 0 && !crate::integrity::TagLayout::known(tag) {
+                // An unknown record marked incompatible is a newer sbod's.
+                if flags & EXT_INCOMPAT != 0 {
                     return Err(SbError::Incompatible(tag));
                 }
                 extensions.push(Extension {
@@ -711,12 +719,10 @@ impl Superblock {
                 "data offset overlaps the metadata area".into(),
             ));
         }
-        crate::integrity::TagLayout::from_extensions(
-            &extensions,
-            &geometry,
-            BITMAP_OFFSET + bitmap_bytes as u64,
-        )
-        .map_err(SbError::Malformed)?;
+        if let Some(t) = &known.tags {
+            t.check(&geometry, BITMAP_OFFSET + bitmap_bytes as u64)
+                .map_err(SbError::Malformed)?;
+        }
         let too_big = slots
             .iter()
             .flat_map(|s| s.member.iter().chain(s.replacement.iter().map(|r| &r.0)))
@@ -755,6 +761,7 @@ impl Superblock {
             bitmap_since,
             sync: known.sync.unwrap_or_default(),
             log: known.log.unwrap_or_default(),
+            tags: known.tags,
             extensions,
         })
     }
@@ -803,6 +810,7 @@ impl Superblock {
 struct Known {
     sync: Option<SyncMode>,
     log: Option<LogConfig>,
+    tags: Option<TagLayout>,
 }
 
 impl Known {
@@ -864,9 +872,97 @@ impl Known {
                     return Err(twice());
                 }
             }
+            TAG_CHECKSUMS => {
+                let t = TagLayout::decode(data).map_err(SbError::Malformed)?;
+                if self.tags.replace(t).is_some() {
+                    return Err(twice());
+                }
+            }
             _ => return Ok(false),
         }
         Ok(true)
+    }
+}
+
+/// Bytes of data per checksum tag.
+pub const BLOCK: u64 = 4096;
+/// Bytes of one tag block on the member (the unit read and written).
+pub const TAG_BLOCK: usize = 4096;
+/// Tags per tag block.
+pub const TAGS_PER_BLOCK: u64 = (TAG_BLOCK / 4) as u64;
+/// Data bytes one tag block covers.
+pub const SPAN: u64 = TAGS_PER_BLOCK * BLOCK;
+
+/// Where the checksum tags live on each member (record [`TAG_CHECKSUMS`]; the tags
+/// themselves are `integrity`'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct TagLayout {
+    /// Member byte offset of tag block 0.
+    pub offset: u64,
+    /// Bytes reserved (a multiple of 4 KiB).
+    pub bytes: u64,
+    /// The members were zero when the array was created (`--assume-clean`, files sbod
+    /// made): a block never written must read as zeros.
+    pub zeroed: bool,
+}
+
+impl TagLayout {
+    /// Bytes of tags for `member_data` bytes of data.
+    pub fn bytes_for(member_data: u64) -> u64 {
+        member_data.div_ceil(SPAN).max(1) * TAG_BLOCK as u64
+    }
+
+    /// The record's bytes: kind 1 = crc32c per 4 KiB, flags, the tag region.
+    fn encode(&self) -> Vec<u8> {
+        let mut data = Vec::with_capacity(24);
+        data.push(1u8); // crc32c
+        data.push(self.zeroed as u8); // flags: 1 = never-written blocks are zeros
+        data.extend_from_slice(&[0u8; 2]);
+        data.extend_from_slice(&(BLOCK as u32).to_le_bytes());
+        data.extend_from_slice(&self.offset.to_le_bytes());
+        data.extend_from_slice(&self.bytes.to_le_bytes());
+        data
+    }
+
+    /// The record as read (its own fields checked; see [`TagLayout::check`] for where it
+    /// lies).
+    pub fn decode(d: &[u8]) -> Result<TagLayout, String> {
+        if d.len() < 24 {
+            return Err("the checksum record is truncated".into());
+        }
+        if d[0] != 1 {
+            return Err(format!("unknown checksum kind {}", d[0]));
+        }
+        if d[1] > 1 {
+            return Err(format!("unknown checksum flags {}", d[1]));
+        }
+        let block = u32::from_le_bytes(d[4..8].try_into().unwrap()) as u64;
+        let offset = u64::from_le_bytes(d[8..16].try_into().unwrap());
+        let bytes = u64::from_le_bytes(d[16..24].try_into().unwrap());
+        if block != BLOCK {
+            return Err(format!("checksums per {block} bytes are not supported"));
+        }
+        Ok(TagLayout {
+            offset,
+            bytes,
+            zeroed: d[1] == 1,
+        })
+    }
+
+    /// Checked against the geometry: the tags must lie between the bitmap (ending at
+    /// `bitmap_end`) and the data and cover all of it.
+    pub fn check(&self, g: &Geometry, bitmap_end: u64) -> Result<(), String> {
+        if self.offset < bitmap_end
+            || !self.offset.is_multiple_of(TAG_BLOCK as u64)
+            || self
+                .offset
+                .checked_add(self.bytes)
+                .is_none_or(|end| end > g.data_offset)
+            || self.bytes < Self::bytes_for(g.member_size)
+        {
+            return Err("the checksum region does not fit between the bitmap and the data".into());
+        }
+        Ok(())
     }
 }
 
@@ -952,6 +1048,7 @@ mod tests {
             bitmap_since: 5,
             sync: SyncMode::Standard,
             log: LogConfig::default(),
+            tags: None,
             extensions: Vec::new(),
         }
     }
@@ -1021,6 +1118,78 @@ mod tests {
         let crc = crc32c::crc32c(&b[..len]);
         b[16..20].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(Superblock::decode(&b), Err(SbError::Malformed(_))));
+    }
+
+    /// The checksum record: round-tripped, flagged incompatible (an older sbod must refuse
+    /// an array with tags), and checked against the geometry and its own fields.
+    #[test]
+    fn the_checksum_record_round_trips_and_is_checked() {
+        let mut sb = sample();
+        sb.geometry.member_size = 1 << 30;
+        sb.geometry.data_offset = 2 << 20;
+        let t = TagLayout {
+            offset: BITMAP_OFFSET + sb.bitmap_bytes as u64,
+            bytes: TagLayout::bytes_for(1 << 30),
+            zeroed: true,
+        };
+        assert_eq!(t.bytes, 1 << 20);
+        let plain = sb.encode();
+        assert_eq!(Superblock::decode(&plain).unwrap().tags, None);
+        sb.tags = Some(t);
+        let b = sb.encode();
+        let d = Superblock::decode(&b).unwrap();
+        assert_eq!(d.tags, Some(t));
+        assert!(d.extensions.is_empty());
+        assert_eq!(d.encode(), b, "written back as read");
+        // The record's header: its tag, the incompatible flag, 24 bytes.
+        let mut head = TAG_CHECKSUMS.to_le_bytes().to_vec();
+        head.extend_from_slice(&EXT_INCOMPAT.to_le_bytes());
+        head.extend_from_slice(&24u32.to_le_bytes());
+        assert!(
+            b.windows(head.len()).any(|w| w == head),
+            "older sbods must refuse it"
+        );
+        assert!(!plain.windows(head.len()).any(|w| w == head));
+        // The same record as an older sbod wrote it among the extensions reads the same.
+        let mut old = sb.clone();
+        old.tags = None;
+        old.extensions.push(Extension {
+            tag: TAG_CHECKSUMS,
+            flags: EXT_INCOMPAT,
+            data: t.encode(),
+        });
+        assert_eq!(Superblock::decode(&old.encode()).unwrap().tags, Some(t));
+        // Overlapping the bitmap, or the data, or too small for the data: refused.
+        let refused = |sb: &Superblock| {
+            assert!(matches!(
+                Superblock::decode(&sb.encode()),
+                Err(SbError::Malformed(_))
+            ));
+        };
+        let mut x = sb.clone();
+        x.tags = Some(TagLayout {
+            offset: t.offset - 4096,
+            ..t
+        });
+        refused(&x);
+        let mut x = sb.clone();
+        x.geometry.data_offset = 1 << 20;
+        refused(&x);
+        let mut x = sb.clone();
+        x.geometry.member_size = 2 << 30;
+        refused(&x);
+        // An unknown checksum kind: refused.
+        let mut bad = t.encode();
+        bad[0] = 9;
+        assert!(TagLayout::decode(&bad).is_err());
+        let mut x = sb.clone();
+        x.tags = None;
+        x.extensions.push(Extension {
+            tag: TAG_CHECKSUMS,
+            flags: EXT_INCOMPAT,
+            data: bad,
+        });
+        refused(&x);
     }
 
     /// The records this sbod knows: typed, round-tripped, and flagged so that an older sbod

@@ -356,7 +356,7 @@ fn unclean_shutdown_resyncs_only_dirty_regions() {
         assert_eq!(rep.resynced_regions, dirty);
         assert_eq!(rep.resynced_bytes, dirty * region);
         assert!(
-            rep.resynced_bytes < b.geometry.member_size / 4,
+            rep.resynced_bytes < b.geometry().member_size / 4,
             "resync was not limited: {rep:?}"
         );
         let mut model = data.clone();
@@ -536,7 +536,7 @@ fn a_missing_member_comes_back_by_the_bitmap() {
             rec.recovered_bytes > 0 && rec.recovered_bytes <= 2 * region,
             "resynced {} of a {} member: {rec:?}",
             rec.recovered_bytes,
-            b.geometry.member_size
+            b.geometry().member_size
         );
         // It holds what was written while it was away: read through it.
         b.fail(&paths[0].display().to_string(), false)

@@ -62,11 +62,11 @@ async fn rig(level: Level, n: usize, copies: u32) -> Rig {
 
 impl Rig {
     fn data_offset(&self) -> u64 {
-        self.a.geometry.data_offset
+        self.a.geometry().data_offset
     }
 
     fn redundant(&self) -> bool {
-        self.a.geometry.redundancy() > 0
+        self.a.geometry().redundancy() > 0
     }
 
     /// Read the volume block by block: every block that reads must be `want`'s; returns
@@ -108,7 +108,7 @@ fn bit_flips_are_caught_on_read_and_repaired() {
     for (level, n, copies) in levels() {
         rt().block_on(async {
             let r = rig(level, n, copies).await;
-            r.a.settings.lock().max_checksum_errors = 1000;
+            r.a.update_settings(|s| s.max_checksum_errors = 1000);
             let size = r.a.size() as usize;
             let data = pattern(size, 1);
             r.a.write(0, AlignedBuf::from_slice(&data), false)
@@ -170,7 +170,7 @@ fn lost_and_misdirected_writes_never_reach_the_client() {
                     .unwrap();
                 r.a.flush().await.unwrap();
                 let d0 = r.data_offset();
-                let span = r.a.geometry.member_size;
+                let span = r.a.geometry().member_size;
                 let mut plan = FaultPlan::default();
                 if misdirect {
                     // Writes to the first half of member 0's data land 8 chunks further on.
@@ -216,7 +216,7 @@ fn a_stale_block_put_back_is_caught() {
     for (level, n, copies) in levels() {
         rt().block_on(async {
             let r = rig(level, n, copies).await;
-            r.a.settings.lock().max_checksum_errors = 1000;
+            r.a.update_settings(|s| s.max_checksum_errors = 1000);
             let size = r.a.size() as usize;
             let v1 = pattern(size, 4);
             r.a.write(0, AlignedBuf::from_slice(&v1), true)
@@ -273,13 +273,13 @@ fn zeroed_blocks_carry_the_tags_of_zeros() {
     for (level, n, copies) in levels() {
         rt().block_on(async {
             let r = rig(level, n, copies).await;
-            r.a.settings.lock().max_checksum_errors = 1000;
+            r.a.update_settings(|s| s.max_checksum_errors = 1000);
             let size = r.a.size() as usize;
             let mut data = pattern(size, 7);
             r.a.write(0, AlignedBuf::from_slice(&data), false)
                 .await
                 .unwrap();
-            let sd = r.a.geometry.stripe_data() as usize;
+            let sd = r.a.geometry().stripe_data() as usize;
             r.a.write_zeroes(0, (2 * sd) as u64, false, true)
                 .await
                 .unwrap();
@@ -302,7 +302,7 @@ fn zeroed_blocks_carry_the_tags_of_zeros() {
 fn mirrors_take_the_copy_with_the_good_checksum() {
     rt().block_on(async {
         let r = rig(Level::Raid1, 2, 2).await;
-        r.a.settings.lock().max_checksum_errors = 1000;
+        r.a.update_settings(|s| s.max_checksum_errors = 1000);
         let size = r.a.size() as usize;
         let data = pattern(size, 8);
         r.a.write(0, AlignedBuf::from_slice(&data), true)
@@ -359,8 +359,8 @@ fn rand_u32(s: &mut u64) -> u32 {
 /// exact count the array must find and repair).
 fn damage_tags(devs: &[Arc<FaultDev>], i: usize, a: &Array, how: TagDamage) -> u64 {
     let layout = a.tag_layout().expect("checksums on");
-    let d0 = a.geometry.data_offset;
-    let blocks = a.geometry.member_size / BLOCK as u64;
+    let d0 = a.geometry().data_offset;
+    let blocks = a.geometry().member_size / BLOCK as u64;
     let inner = devs[i].inner().clone();
     let mut tags = fault::read_all(&inner, layout.offset, layout.bytes as usize).unwrap();
     let before = tags.clone();
@@ -457,7 +457,7 @@ fn damaged_tags_do_not_fail_a_healthy_member() {
                 let what = format!("{level} {how:?}");
                 // 6 MiB members: two tag blocks each.
                 let r = rig_sized(level, n, copies, 6 * MIB).await;
-                assert!(r.a.geometry.member_size > 4 * MIB, "two tag blocks");
+                assert!(r.a.geometry().member_size > 4 * MIB, "two tag blocks");
                 let size = r.a.size() as usize;
                 let data = pattern(size, 11);
                 r.a.write(0, AlignedBuf::from_slice(&data), false)
@@ -586,7 +586,7 @@ fn torture_tag_and_data_damage() {
                         }
                         70..=79 => {
                             // A bit flip in the bad member's data.
-                            let m = r.a.geometry.member_size;
+                            let m = r.a.geometry().member_size;
                             let off = r.data_offset() + rng.below(m);
                             r.devs[bad].corrupt(off, 1 << rng.below(8)).unwrap();
                             flips += 1;
@@ -596,7 +596,7 @@ fn torture_tag_and_data_damage() {
                             r.a.close().await.unwrap();
                             let layout = r.a.tag_layout().unwrap();
                             let used = sbod_core::integrity::TagLayout::bytes_for(
-                                r.a.geometry.member_size,
+                                r.a.geometry().member_size,
                             );
                             let i = rng.below(n as u64) as usize;
                             let inner = r.devs[i].inner().clone();
@@ -686,7 +686,7 @@ fn tag_damage_and_data_damage_in_one_stripe() {
                 .unwrap();
             r.a.close().await.unwrap();
             let damaged = damage_tags(&r.devs, 0, &r.a, TagDamage::RandomBlock);
-            let d0 = r.a.geometry.data_offset;
+            let d0 = r.a.geometry().data_offset;
             for b in [3u64, 100, 700] {
                 r.devs[1].corrupt(d0 + b * BLOCK as u64 + 5, 0x40).unwrap();
             }
@@ -695,7 +695,7 @@ fn tag_damage_and_data_damage_in_one_stripe() {
                 .unwrap();
             let r = Rig { a, devs: r.devs };
             let eio = r.check(&data, &what).await;
-            let two = r.a.geometry.redundancy() >= 2;
+            let two = r.a.geometry().redundancy() >= 2;
             if two {
                 assert!(eio.is_empty(), "{what}: {eio:?}");
                 assert_eq!((r.cksum(0), r.tags(1)), (0, 0), "{what}");

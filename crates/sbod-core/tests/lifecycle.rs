@@ -777,8 +777,8 @@ fn run_life(
             .await
             .expect("create");
         let blocks = a.size() / BLOCK as u64;
-        let width = a.geometry.width as usize;
-        let red = a.geometry.redundancy();
+        let width = a.geometry().width as usize;
+        let red = a.geometry().redundancy();
         let region = a.status().bitmap_region.expect("bitmap");
         a.close().await.unwrap();
         let mut life = Life {
@@ -955,7 +955,7 @@ fn leaves_and_returns(pulled: bool) {
         let a = Array::create(spec, specs()).await.expect("create");
         let size = a.size();
         let region = a.status().bitmap_region.expect("bitmap");
-        let member_size = a.geometry.member_size;
+        let member_size = a.geometry().member_size;
         let all = blocks_of(1, 0, size / BLOCK as u64);
         a.write(0, AlignedBuf::from_slice(&all), false)
             .await

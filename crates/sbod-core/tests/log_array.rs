@@ -72,7 +72,7 @@ async fn crash_mid_stripe(l: &Layout, log: LogKind, rng: &Rng) -> Crash {
         a.set_log_journaling(false).await;
     }
     let blocks = a.size() / BLOCK as u64;
-    let stripe_blocks = a.geometry.stripe_data() / BLOCK as u64;
+    let stripe_blocks = a.geometry().stripe_data() / BLOCK as u64;
     let old = blocks_of(1, 0, blocks);
     a.write(0, AlignedBuf::from_slice(&old), false)
         .await

@@ -172,7 +172,7 @@ proptest! {
             let size = a.size();
             let blocks_total = size / 4096;
             let mut model = vec![0u8; size as usize];
-            let width = a.geometry.width as usize;
+            let width = a.geometry().width as usize;
             let mut failed: Vec<usize> = Vec::new();
             let mut dead = false;
             for op in ops {
@@ -301,7 +301,7 @@ fn every_loss_combination_reconstructs() {
             let devs = mem_members(g.members, member_size(&g));
             let a = create(&g, &devs, 0).await;
             let size = a.size();
-            let width = a.geometry.width as usize;
+            let width = a.geometry().width as usize;
             let data = pattern(size as usize, 7, 0);
             a.write(0, AlignedBuf::from_slice(&data), false)
                 .await
@@ -438,7 +438,7 @@ fn degraded_reads_beyond_the_initial_resync_return_what_was_written() {
         a.fail("g1", false).await.expect("fail");
         let synced = a.status().resync_offset.unwrap_or(u64::MAX);
         assert!(
-            synced < a.geometry.member_size / 2,
+            synced < a.geometry().member_size / 2,
             "the resync went too far for the test to mean anything: {synced}"
         );
         // Partial-stripe writes all over the volume, then read everything written back.
@@ -734,7 +734,7 @@ proptest! {
                     }
                     TOp::Shrink { pick, keep } => {
                         let i = pick % g.members;
-                        let cut = a.geometry.data_offset + keep % a.geometry.member_size;
+                        let cut = a.geometry().data_offset + keep % a.geometry().member_size;
                         if mems[i].current_size().unwrap() > cut {
                             mems[i].truncate(cut / 4096 * 4096);
                         }
@@ -743,7 +743,7 @@ proptest! {
                         let _ = a.fail(&format!("m{}", pick % g.members), false).await;
                     }
                     TOp::Flip { pick, at } => {
-                        let off = (a.geometry.data_offset + at % a.geometry.member_size) as usize;
+                        let off = (a.geometry().data_offset + at % a.geometry().member_size) as usize;
                         mems[pick % g.members].with_data(|v| {
                             if let Some(b) = v.get_mut(off) {
                                 *b ^= 0x20;
@@ -975,7 +975,7 @@ proptest! {
             let a = create_later(&g, &devs).await;
             let size = a.size();
             let blocks_total = size / 4096;
-            let width = a.geometry.width as usize;
+            let width = a.geometry().width as usize;
             let mut model = vec![0u8; size as usize];
             let mut failed: Vec<usize> = Vec::new();
             for r in rounds {

@@ -58,11 +58,11 @@ impl Rig {
     }
 
     fn data_offset(&self) -> u64 {
-        self.a.geometry.data_offset
+        self.a.geometry().data_offset
     }
 
     fn member_data(&self) -> u64 {
-        self.a.geometry.member_size
+        self.a.geometry().member_size
     }
 
     /// Read the whole volume; it must equal the model.
@@ -445,10 +445,10 @@ fn members_vanish_mid_io() {
                 for b in model.lock().unwrap().blocks.iter_mut() {
                     b.floor = 1;
                 }
-                let red = r.a.geometry.redundancy();
+                let red = r.a.geometry().redundancy();
                 // Vanish members of one group (raid10: of one mirror set) while clients run.
-                let w = r.a.geometry.width as usize;
-                let group = rng.below(r.a.geometry.groups as u64) as usize;
+                let w = r.a.geometry().width as usize;
+                let group = rng.below(r.a.geometry().groups as u64) as usize;
                 let mut victims: Vec<usize> = (group * w..(group + 1) * w).collect();
                 for i in (1..victims.len()).rev() {
                     victims.swap(i, rng.below(i as u64 + 1) as usize);
@@ -534,7 +534,7 @@ fn scrub_finds_and_repairs_bit_flips() {
             for l in redundant_layouts() {
                 let what = format!("{} round {round} (SBOD_TORTURE_SEED={seed})", l.name);
                 let mut r = Rig::new(l, rng.next()).await;
-                let g = r.a.geometry.clone();
+                let g = r.a.geometry().clone();
                 let chunk = g.chunk as u64;
                 let w = g.width as usize;
                 let stripes = g.member_size / chunk;
@@ -622,7 +622,7 @@ fn unrecoverable_reads_are_errors_not_wrong_data() {
         for l in redundant_layouts() {
             let what = format!("{} (SBOD_TORTURE_SEED={seed})", l.name);
             let r = Rig::new(l, rng.next()).await;
-            let g = r.a.geometry.clone();
+            let g = r.a.geometry().clone();
             let w = g.width as usize;
             let red = g.redundancy();
             // The same member range unreadable on redundancy + 1 members of group 0.

@@ -223,6 +223,7 @@ fn superblock() -> impl Strategy<Value = Superblock> {
                 bitmap_since,
                 sync: Default::default(),
                 log: Default::default(),
+                tags: None,
                 extensions,
             },
         )

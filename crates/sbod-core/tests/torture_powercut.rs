@@ -257,7 +257,7 @@ fn torture(layout_name: &str, log: bool) {
             devs.push(add_log(&a, &supply, rng.next()).await);
         }
         let blocks = a.size() / BLOCK as u64;
-        let member_size = a.geometry.member_size;
+        let member_size = a.geometry().member_size;
         let region = a.status().bitmap_region.expect("bitmap");
         a.close().await.expect("close");
         drop(a);

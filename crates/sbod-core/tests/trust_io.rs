@@ -90,7 +90,7 @@ fn a_member_that_shrinks_is_failed_at_once_and_never_read_as_zeros() {
             a.write(0, AlignedBuf::from_slice(&data), false)
                 .await
                 .unwrap();
-            let g = &a.geometry;
+            let g = &a.geometry();
             let cut = g.data_offset + g.member_size / 2;
             devs[1].truncate(cut);
             let got = a.read(0, size).await.unwrap();
@@ -138,7 +138,7 @@ fn a_write_past_the_cut_fails_the_member_before_it_is_acknowledged() {
                 a.write(0, AlignedBuf::from_slice(&model), false)
                     .await
                     .unwrap();
-                let g = a.geometry.clone();
+                let g = a.geometry().clone();
                 devs[0].truncate(g.data_offset + CHUNK as u64);
                 // Write every block once, in order from the end (or from just past the
                 // cut): the first write that reaches member 0 past its cut must fail it.
@@ -192,7 +192,7 @@ fn raid0_with_a_shrunk_member_fails_rather_than_returning_zeros() {
         a.write(0, AlignedBuf::from_slice(&data), false)
             .await
             .unwrap();
-        devs[1].truncate(a.geometry.data_offset + 4 * CHUNK as u64);
+        devs[1].truncate(a.geometry().data_offset + 4 * CHUNK as u64);
         match a.read(0, size).await {
             Ok(got) => panic!(
                 "read past the cut succeeded ({} bytes differ)",
@@ -220,7 +220,7 @@ fn the_watch_finds_a_shrunk_member_without_io() {
         let a = Array::create(spec(Level::Raid5, 2), mem_specs(&devs))
             .await
             .unwrap();
-        devs[2].truncate(a.geometry.data_offset + 8 * CHUNK as u64);
+        devs[2].truncate(a.geometry().data_offset + 8 * CHUNK as u64);
         let t = std::time::Instant::now();
         while member_state(&a, "m2").0 != "failed" {
             assert!(t.elapsed() < Duration::from_secs(10), "not found");
@@ -314,7 +314,7 @@ fn a_short_read_fails_the_member_at_once() {
         // size it reports (MemDev::current_size follows the bytes, so give it a lying
         // wrapper: FaultDev reports the inner size; truncating the inner MemDev makes
         // reads short while `size()` still says the old size).
-        devs[0].truncate(a.geometry.data_offset + 2 * CHUNK as u64);
+        devs[0].truncate(a.geometry().data_offset + 2 * CHUNK as u64);
         assert!(a.read(0, size).await.unwrap()[..] == data[..]);
         let (state, why) = member_state(&a, "m0");
         assert_eq!(state, "failed");
@@ -448,7 +448,7 @@ fn a_degraded_write_that_runs_out_of_space_keeps_the_missing_data() {
             let member = 2 * MIB + 64 * CHUNK as u64;
             let t = thin(n, member, 1 << 40);
             let a = Array::create(spec(level, copies), t.specs()).await.unwrap();
-            let g = a.geometry.clone();
+            let g = a.geometry().clone();
             let (size, sd, chunk) = (a.size() as usize, g.stripe_data(), CHUNK as u64);
             // Data only in the chunks member 0 holds: the other data chunks stay
             // unallocated, so writing them needs space.
@@ -649,7 +649,7 @@ async fn scrub(a: &Arc<Array>, repair: bool) -> sbod_core::process::ProcessStatu
 /// Silent corruption on one member, in `blocks` blocks of different stripes.
 fn corrupt(a: &Array, dev: &FaultDev, blocks: u64) {
     for i in 0..blocks {
-        let off = a.geometry.data_offset + i * 3 * CHUNK as u64 + (i % 4) * 4096 + 17;
+        let off = a.geometry().data_offset + i * 3 * CHUNK as u64 + (i % 4) * 4096 + 17;
         dev.corrupt(off, 0x40).unwrap();
     }
 }
@@ -755,7 +755,7 @@ fn an_inconsistent_stripe_of_a_degraded_group_fails_reads_until_overwritten() {
             ..spec(Level::Raid5, 2)
         };
         let a = Array::create(spec, t.specs()).await.unwrap();
-        let g = a.geometry.clone();
+        let g = a.geometry().clone();
         let sd = g.stripe_data();
         // Stripe 0 written whole (allocated everywhere); then a write to part of it that
         // needs space on one member only: refused there, the stripe inconsistent.

@@ -119,7 +119,7 @@ fn images(paths: &[PathBuf]) -> Vec<Vec<u8>> {
         .iter()
         .map(|p| {
             let mut b = std::fs::read(p).unwrap();
-            let at = owner::OFFSET as usize;
+            let at = sbod_core::superblock::OWNER_OFFSET as usize;
             b[at..at + owner::BLOCK].fill(0);
             b
         })

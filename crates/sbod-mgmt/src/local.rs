@@ -172,15 +172,16 @@ impl Local {
                 if let Some(m) = sync {
                     a.set_sync(m).await?;
                 }
-                let mut s = a.settings.lock();
-                if let Some(v) = rebuild_min_rate {
-                    s.rebuild_min_rate = v;
-                }
-                if let Some(v) = rebuild_max_rate {
-                    s.rebuild_max_rate = v;
-                }
+                let settings = a.update_settings(|s| {
+                    if let Some(v) = rebuild_min_rate {
+                        s.rebuild_min_rate = v;
+                    }
+                    if let Some(v) = rebuild_max_rate {
+                        s.rebuild_max_rate = v;
+                    }
+                });
                 serde_json::to_value(SetReply {
-                    settings: s.clone(),
+                    settings,
                     sync: a.sync_mode(),
                 })?
             }

@@ -798,14 +798,14 @@ impl Manager {
         )
         .await
         .map_err(|e| explain(e, known.as_ref()))?;
-        let name = a.name.clone().unwrap_or_else(|| array.name.clone());
+        let name = a.name.clone().unwrap_or_else(|| array.name().to_string());
         let l = Local::offline(&name, array);
         self.with_offline(l, async |l| {
             registry::check_name(&name)?;
-            if name != l.array.name {
+            if name != l.array.name() {
                 self.reporter.note(&format!(
                     "note: the superblocks name this array '{}'; registering it as '{name}'",
-                    l.array.name
+                    l.array.name()
                 ));
             }
             let reg = registry::load(&name).ok();
@@ -1202,7 +1202,7 @@ pub fn report_lines(a: &Array, reg: Option<&registry::Registry>, style: Style) -
             .unwrap_or_else(|| format!("the member of slot {i}"));
         out.push(format!(
             "{who} (slot {i}) is missing: running degraded without it (it is resynced from the write-intent bitmap when it comes back, at the next start, or: {})",
-            crate::words::step(&Step::command("add", &a.name, &who), style)
+            crate::words::step(&Step::command("add", a.name(), &who), style)
         ));
     }
     for s in &rep.stale {

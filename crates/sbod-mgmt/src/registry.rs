@@ -164,7 +164,7 @@ pub fn save_array(array: &Array, name: Option<&str>) -> Result<()> {
 /// The registration of an open array's current members, as `name` (its own name if None):
 /// what [`save_array`] writes.
 pub fn of_array(array: &Array, name: Option<&str>) -> Registry {
-    let name = name.unwrap_or(&array.name);
+    let name = name.unwrap_or(array.name());
     let st = array.state();
     let prev = load(name).ok();
     let mut failed = Vec::new();

@@ -40,12 +40,12 @@ pub async fn watch(
             for uri in missing {
                 match rejoin(&array, &uri).await {
                     Ok(true) => {
-                        tracing::warn!(array = %array.name, member = %uri, "answers; rejoined the array");
+                        tracing::warn!(array = %array.name(), member = %uri, "answers; rejoined the array");
                         changed = true;
                     }
                     Ok(false) => still.push(uri),
                     Err(e) => {
-                        tracing::warn!(array = %array.name, member = %uri, "answers but cannot rejoin: {e:#}");
+                        tracing::warn!(array = %array.name(), member = %uri, "answers but cannot rejoin: {e:#}");
                     }
                 }
             }
@@ -77,10 +77,10 @@ pub async fn watch(
                     away.remove(&m.uuid);
                     match re_add(&array, m).await {
                         Ok(()) => {
-                            tracing::warn!(array = %array.name, member = %m.path, "answers again; re-added")
+                            tracing::warn!(array = %array.name(), member = %m.path, "answers again; re-added")
                         }
                         Err(e) => {
-                            tracing::warn!(array = %array.name, member = %m.path, "answers again but could not be re-added: {e:#}")
+                            tracing::warn!(array = %array.name(), member = %m.path, "answers again but could not be re-added: {e:#}")
                         }
                     }
                     changed = true;
@@ -98,7 +98,7 @@ pub async fn watch(
         }
         if changed {
             if let Err(e) = registry::save_array(&array, None) {
-                tracing::warn!(array = %array.name, "recording members: {e:#}");
+                tracing::warn!(array = %array.name(), "recording members: {e:#}");
             }
         }
     }

@@ -55,9 +55,9 @@ pub use event::{Event, EventKind};
 pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};
 pub use status::{
-    ArrayState, ArrayStatus, AssemblyReport, Integrity, MemberState, MemberStatus, MismatchRegion,
-    OwnerStatus, ProcessKind, ProcessStatus, RecoveryStatus, RescueReport, Settings, StaleMember,
-    Status,
+    ArrayState, ArrayStatus, AssemblyReport, Integrity, KnobValue, MemberState, MemberStatus,
+    MismatchRegion, OwnerStatus, ProcessKind, ProcessStatus, RecoveryStatus, RescueReport,
+    Settings, StaleMember, Status,
 };
 pub use sync::{
     LogDevState, LogDevStatus, LogReplayIssue, LogState, LogStatus, MemberRange, SyncMode,

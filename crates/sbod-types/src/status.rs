@@ -123,6 +123,10 @@ pub struct Status {
     /// The host this head holds the members as, and its heartbeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<OwnerStatus>,
+    /// The tuning knobs the serving process runs with, by environment variable
+    /// (docs/ENGINE.md, "Tuning knobs"; empty from an older sbod).
+    #[serde(default)]
+    pub tuning: std::collections::BTreeMap<String, KnobValue>,
 }
 
 /// Who holds the members (the owner block's heartbeat, see docs/RELIABILITY.md).
@@ -132,6 +136,13 @@ pub struct OwnerStatus {
     pub host_id: String,
     pub interval_ms: u64,
     pub lease_ms: u64,
+}
+
+/// A tuning knob's value in force and its default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnobValue {
+    pub value: String,
+    pub default: String,
 }
 
 /// A recovery of one member (rebuild, bitmap resync, replacement).
@@ -344,5 +355,23 @@ mod tests {
         }
         assert_eq!(ArrayState::Degraded, "degraded");
         assert!(serde_json::from_str::<ArrayState>("\"sad\"").is_err());
+    }
+
+    /// A status from an sbod without `tuning` still reads (as no knobs).
+    #[test]
+    fn a_status_without_tuning_reads() {
+        let j = serde_json::json!({
+            "name": "a", "uuid": "u", "level": "raid1", "state": "optimal",
+            "failed_reason": null, "size": 0, "chunk": 65536, "groups": 1, "width": 2,
+            "redundancy": 1, "event": 1, "members": [], "process": null,
+            "last_process": null, "bitmap_region": null, "dirty_regions": 0,
+            "resync_offset": null, "assembly": serde_json::to_value(AssemblyReport::default()).unwrap(),
+        });
+        let s: Status = serde_json::from_value(j.clone()).unwrap();
+        assert!(s.tuning.is_empty());
+        let mut with = j;
+        with["tuning"] = serde_json::json!({"SBOD_PLUG": {"value": "0", "default": "1"}});
+        let s: Status = serde_json::from_value(with).unwrap();
+        assert_eq!(s.tuning["SBOD_PLUG"].value, "0");
     }
 }

@@ -137,7 +137,7 @@ impl Backend for ArrayExport {
     type Buf = AlignedBuf;
 
     fn info(&self) -> ExportInfo {
-        let g = &self.array.geometry;
+        let g = &self.array.geometry();
         // Full-stripe writes are cheapest; NBD wants a power of two.
         let preferred = match g.scheme() {
             Scheme::Parity { m, .. } if m > 0 && g.stripe_data().is_power_of_two() => {
@@ -158,7 +158,7 @@ impl Backend for ArrayExport {
             can_write_zeroes: true,
             // FLUSH is an fdatasync of every member: it covers writes from every connection.
             can_multi_conn: true,
-            description: Some(format!("sbod {} {}", self.array.name, g.level)),
+            description: Some(format!("sbod {} {}", self.array.name(), g.level)),
         }
     }
 

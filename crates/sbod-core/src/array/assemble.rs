@@ -96,7 +96,7 @@ impl Array {
         opts: AssembleOptions,
         claim: Option<&super::ownership::Claim>,
     ) -> Result<Arc<Array>> {
-        let (members, logs) = crate::log::attach::split(members).await;
+        let (members, logs) = crate::log::slot::split(members).await;
         let mut found: Vec<(MemberSpec, Superblock)> = Vec::new();
         let mut report = AssemblyReport::default();
         for m in members {
@@ -150,7 +150,7 @@ impl Array {
         // Which member is trusted: one function, on the superblocks alone.
         let judged = {
             let sbs: Vec<&Superblock> = found.iter().map(|(_, sb)| sb).collect();
-            freshness::judge_members(&sbs)
+            freshness::rank_members(&sbs)
         };
         let verdicts = match judged {
             Ok(v) => v,
@@ -341,10 +341,7 @@ impl Array {
         let mut dirty = Vec::new();
         let regions = g.member_size.div_ceil(newest.bitmap_region).max(1);
         let any_out = state.slots.iter().any(|s| s.state != SlotState::Active);
-        let tagged = newest
-            .extensions
-            .iter()
-            .any(|e| e.tag == crate::integrity::EXT_TAG);
+        let tagged = newest.tags.is_some();
         let bitmap_read = (g.redundancy() > 0 || tagged) && (!newest.clean || any_out);
         if bitmap_read {
             report.unclean = !newest.clean;
@@ -389,6 +386,7 @@ impl Array {
                 session,
                 history,
                 bitmap_since: AtomicU64::new(newest.bitmap_since),
+                tags: newest.tags,
                 extensions: newest.extensions.clone(),
             },
         )?;
@@ -396,14 +394,20 @@ impl Array {
             array.hold(c);
         }
         array.sync.restore(&newest, logs);
-        let mut st = (*array.state.load_full()).clone();
+        let mut st = (*array.dp.state.load_full()).clone();
         for (i, event, bitmap, path) in stale {
             let planned = array.recovery_bytes(&st.slots[i]);
             let note = if opts.read_only {
                 // Only looking: nothing will be recovered.
                 format!("stale: event {event}, array at {}", newest.event)
             } else {
-                stale_note(event, newest.event, bitmap, planned, array.bitmap.as_ref())
+                stale_note(
+                    event,
+                    newest.event,
+                    bitmap,
+                    planned,
+                    array.dp.bitmap.as_ref(),
+                )
             };
             st.slots[i].note = Some(note.clone().into());
             report.stale.push(StaleMember {
@@ -417,15 +421,15 @@ impl Array {
             });
         }
         if opts.read_only {
-            array.read_only.store(true, Ordering::Release);
-            array.closing.store(true, Ordering::Release);
-            array.judge(&mut st);
-            array.state.store(Arc::new(st));
+            array.dp.read_only.store(true, Ordering::Release);
+            array.dp.closing.store(true, Ordering::Release);
+            array.decide_failed(&mut st);
+            array.dp.state.store(Arc::new(st));
             *array.report.lock() = report;
             return Ok(array);
         }
         let mut probe = st.clone();
-        array.judge(&mut probe);
+        array.decide_failed(&mut probe);
         if let Some(why) = probe.failed {
             if opts.force {
                 return Ok(array.rescue(st, report, rescue_candidates, &newest));
@@ -441,7 +445,7 @@ impl Array {
                 String::new()
             };
             return Err(Error::Failed(
-                Msg::new(format!("'{}' cannot start: {why}{against}", array.name))
+                Msg::new(format!("'{}' cannot start: {why}{against}", array.dp.name))
                     .or(Step::say(
                         "find the missing members and assemble again with them",
                     ))
@@ -461,7 +465,7 @@ impl Array {
                 if !opts.force {
                     return Err(e);
                 }
-                tracing::warn!(array = %array.name, "{e}: forced");
+                tracing::warn!(array = %array.dp.name, "{e}: forced");
                 forced_hole = true;
             }
         }
@@ -469,7 +473,7 @@ impl Array {
             .filter(|&i| st.slots[i].state == SlotState::Rebuilding)
             .collect();
         array.take_spares(&mut st);
-        array.judge(&mut st);
+        array.decide_failed(&mut st);
         for &i in &recovering {
             let s = &st.slots[i];
             if let Some(m) = &s.member {
@@ -481,14 +485,14 @@ impl Array {
                 array.log_recovery(i, m, reason, s.bitmap_recovery, array.recovery_bytes(s));
             }
         }
-        array.state.store(Arc::new(st));
+        array.dp.state.store(Arc::new(st));
         // Two superblock writes start a session: the start, then the opening once the start
         // is on every member. Nothing is written before the opening, so a member that
         // missed only the start of the newest session missed no data (`freshness` trusts
         // it), while one that stopped before a session that opened is behind.
         for _ in 0..2 {
             let _g = array.mgmt.lock().await;
-            let st = array.state.load_full();
+            let st = array.dp.state.load_full();
             let lost = array.persist(&st, false).await;
             if !lost.is_empty() {
                 drop(_g);
@@ -501,12 +505,12 @@ impl Array {
         // be on the members before anything is written. If so many members refused the
         // superblock write that the array failed, it never started: say so rather than
         // hand out an array that serves nothing and whose start left no trace.
-        if let Some(why) = array.state.load_full().failed.clone() {
+        if let Some(why) = array.dp.state.load_full().failed.clone() {
             if !opts.force {
                 array.abandon().await;
                 return Err(Error::Failed(format!(
                     "'{}' failed while starting: {why}. Check the members' paths and health, then assemble again",
-                    array.name
+                    array.dp.name
                 ).into()));
             }
         }
@@ -515,7 +519,8 @@ impl Array {
         // bits of its own past, or lacks recent ones).
         if bitmap_read {
             array
-                .sync_bitmap(&array.state.load_full().live_members())
+                .dp
+                .sync_bitmap(&array.dp.state.load_full().live_members())
                 .await;
         }
         *array.report.lock() = report;
@@ -524,14 +529,14 @@ impl Array {
                 // Out of space: serve anyway, with those stripes held as inconsistent
                 // (never rebuilt from, their regions dirty) until the watch resyncs them.
                 Err(Error::NoSpace(msg)) => {
-                    tracing::warn!(array = %array.name, "{msg}; the resync waits for space");
-                    array.defer_resync(&dirty);
+                    tracing::warn!(array = %array.dp.name, "{msg}; the resync waits for space");
+                    array.dp.defer_resync(&dirty);
                     (0, 0)
                 }
                 r => {
                     let r = r?;
                     if forced_hole {
-                        if let Some(bm) = &array.bitmap {
+                        if let Some(bm) = &array.dp.bitmap {
                             for (g, t) in bm.unsynced_stripes() {
                                 bm.synced(g, t);
                             }
@@ -723,7 +728,7 @@ impl Array {
         if missing.is_empty() && here.is_empty() {
             return Ok(());
         }
-        let (more, log) = crate::log::attach::write_hole_hint(sb);
+        let (more, log) = crate::log::slot::write_hole_hint(sb);
         let at_risk: Vec<String> = missing.iter().chain(here.iter()).cloned().collect();
         let mut text = format!(
             "'{}' was not shut down cleanly and is degraded: parity in {} region(s) written at the time may not match the data, so what {} must hold there cannot be rebuilt reliably (the RAID write hole){more}",
@@ -761,17 +766,20 @@ impl Array {
         mut candidates: Vec<(usize, u64)>,
         newest: &Superblock,
     ) -> Arc<Array> {
-        let red = self.geometry.redundancy();
+        let red = self.dp.geometry.redundancy();
         candidates.sort_by_key(|&(_, e)| std::cmp::Reverse(e));
         let mut rescue = RescueReport::default();
-        for g in 0..self.map.sets() {
+        for g in 0..self.dp.map.sets() {
             let out = |st: &State| {
-                st.slots[self.map.set_slots(g)]
+                st.slots[self.dp.map.set_slots(g)]
                     .iter()
                     .filter(|s| s.state != SlotState::Active)
                     .count()
             };
-            for &(i, event) in candidates.iter().filter(|(i, _)| self.map.set_of(*i) == g) {
+            for &(i, event) in candidates
+                .iter()
+                .filter(|(i, _)| self.dp.map.set_of(*i) == g)
+            {
                 if out(&st) <= red {
                     break;
                 }
@@ -811,16 +819,16 @@ impl Array {
         if !newest.clean {
             rescue.used.push(format!(
                 "'{}' was not shut down cleanly: where members are missing, blocks rebuilt from parity written at the time may be wrong",
-                self.name
+                self.dp.name
             ));
         }
         // Serve what can be read: a group still short answers its reads with errors.
-        self.judge(&mut st);
+        self.decide_failed(&mut st);
         st.failed = None;
-        self.read_only.store(true, Ordering::Release);
+        self.dp.read_only.store(true, Ordering::Release);
         self.rescue.store(true, Ordering::Release);
-        self.state.store(Arc::new(st));
-        tracing::info!(array = %self.name, used = ?rescue.used, "started read-only for a rescue");
+        self.dp.state.store(Arc::new(st));
+        tracing::info!(array = %self.dp.name, used = ?rescue.used, "started read-only for a rescue");
         report.rescue = Some(rescue);
         *self.report.lock() = report;
         self

@@ -427,7 +427,8 @@ impl Array {
                 session,
                 history,
                 bitmap_since: AtomicU64::new(1),
-                extensions: tags.iter().map(|t| t.extension()).collect(),
+                tags,
+                extensions: Vec::new(),
             },
         )?;
         // Zero the metadata areas (both superblock copies and the bitmap), then write the
@@ -447,7 +448,7 @@ impl Array {
         )
         .await?;
         array.hold(&claim);
-        let st = array.state.load_full();
+        let st = array.dp.state.load_full();
         let failed = array.persist(&st, false).await;
         if !failed.is_empty() {
             return Err(Error::Invalid(

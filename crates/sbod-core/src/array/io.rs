@@ -14,7 +14,7 @@ impl Array {
     /// Check a client request: the array serves, the range is whole blocks inside the
     /// volume.
     pub(crate) fn check_io(&self, offset: u64, len: u64) -> Result<Arc<State>> {
-        if self.closing.load(Ordering::Acquire) {
+        if self.dp.closing.load(Ordering::Acquire) {
             return Err(Error::ShutDown);
         }
         if !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) {
@@ -23,7 +23,7 @@ impl Array {
             ));
         }
         self.end_of(offset, len)?;
-        let st = self.state.load_full();
+        let st = self.dp.state.load_full();
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone().into()));
         }
@@ -34,12 +34,12 @@ impl Array {
     fn end_of(&self, offset: u64, len: u64) -> Result<u64> {
         offset
             .checked_add(len)
-            .filter(|&e| e <= self.size)
+            .filter(|&e| e <= self.dp.size)
             .ok_or_else(|| {
                 Error::Invalid(
                     format!(
                         "range {offset}+{len} is beyond the end of the volume ({} bytes)",
-                        self.size
+                        self.dp.size
                     )
                     .into(),
                 )
@@ -50,7 +50,7 @@ impl Array {
     pub async fn read(&self, offset: u64, len: usize) -> Result<AlignedBuf> {
         self.check_io(offset, len as u64)?;
         let out = AlignedBuf::for_overwrite(len).into_shared();
-        self.family.read(self, offset, &out).await?;
+        self.family.read(&self.dp, offset, &out).await?;
         Ok(out.try_unwrap().expect("read views released"))
     }
 
@@ -58,7 +58,7 @@ impl Array {
     pub async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
         let fua = self.sync.fua(fua);
         self.check_io(offset, data.len() as u64)?;
-        self.check_writable()?;
+        self.dp.check_writable()?;
         self.write_shared(offset, &data.into_shared(), fua, &[])
             .await
     }
@@ -144,7 +144,7 @@ impl Array {
         let (h, m, t) = futures::future::join3(head, middle, tail).await;
         h.and(m).and(t)?;
         if fua {
-            self.flush().await?;
+            self.dp.flush().await?;
         }
         Ok(())
     }
@@ -158,18 +158,20 @@ impl Array {
         patches: &[Patch],
     ) -> Result<()> {
         self.hold_lease().await?;
-        self.family.write(self, offset, data, fua, patches).await
+        self.family
+            .write(&self.dp, offset, data, fua, patches)
+            .await
     }
 
     /// Make a range read back as zeros (NBD WRITE_ZEROES); `punch` also deallocates.
     pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool, punch: bool) -> Result<()> {
         let fua = self.sync.fua(fua);
         self.check_io(offset, len)?;
-        self.check_writable()?;
+        self.dp.check_writable()?;
         self.hold_lease().await?;
-        self.family.zero(self, offset, len, punch).await?;
+        self.family.zero(&self.dp, offset, len, punch).await?;
         if fua {
-            self.flush().await?;
+            self.dp.flush().await?;
         }
         Ok(())
     }
@@ -179,14 +181,14 @@ impl Array {
     /// discard on them does not promise zeros.
     pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
         self.check_io(offset, len)?;
-        self.check_writable()?;
-        let st = self.state.load_full();
+        self.dp.check_writable()?;
+        let st = self.dp.state.load_full();
         let all_files = st.live_members().iter().all(|m| m.is_file);
         if !all_files {
             return Ok(());
         }
         // Only whole stripes: partial ones would cost a write for an advisory command.
-        let sd = self.geometry.stripe_data();
+        let sd = self.dp.geometry.stripe_data();
         let first = offset.div_ceil(sd) * sd;
         let last = (offset + len) / sd * sd;
         if first < last {

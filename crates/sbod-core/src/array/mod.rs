@@ -16,11 +16,13 @@
 pub mod assemble;
 pub mod create;
 mod io;
+mod log;
 pub mod membership;
 mod ownership;
 mod persist;
 pub mod process;
 mod status;
+mod sync;
 
 pub use assemble::AssembleOptions;
 pub use create::{check_blank, CreateSpec, MAX_CHUNK, MAX_MEMBER_DATA, MIN_CHUNK};
@@ -74,10 +76,64 @@ pub struct Array {
     pub(crate) ownership: ownership::Ownership,
 }
 
-impl std::ops::Deref for Array {
-    type Target = DataPath;
-    fn deref(&self) -> &DataPath {
-        &self.dp
+/// What the array shows of itself. The data path it shares with the families and the
+/// background processes (`dp`, private to `array/`) is not its public face: what the rest
+/// of sbod may know of it is here.
+impl Array {
+    pub fn name(&self) -> &str {
+        &self.dp.name
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.dp.geometry
+    }
+
+    /// Volume size in bytes.
+    pub fn size(&self) -> u64 {
+        self.dp.size()
+    }
+
+    /// The membership snapshot now.
+    pub fn state(&self) -> Arc<State> {
+        self.dp.state()
+    }
+
+    /// Started read-only (a rescue, or only looking).
+    pub fn is_read_only(&self) -> bool {
+        self.dp.is_read_only()
+    }
+
+    /// The checksums the array keeps on every block.
+    pub fn integrity(&self) -> crate::integrity::Kind {
+        self.dp.integrity()
+    }
+
+    /// Where the members keep the checksums of their blocks, if they do.
+    pub fn tag_layout(&self) -> Option<crate::integrity::TagLayout> {
+        self.dp.tag_layout()
+    }
+
+    /// Where every volume byte lives (the one map).
+    pub fn placement(&self) -> &Placement {
+        self.dp.placement()
+    }
+
+    /// Flush every member (and write back their checksums), whatever the sync mode: the
+    /// engine's durable flush. A client's FLUSH is `client_flush`.
+    pub async fn flush(&self) -> Result<()> {
+        self.dp.flush().await
+    }
+
+    /// The settings in force (`sbod set`).
+    pub fn settings(&self) -> Settings {
+        self.dp.settings.lock().clone()
+    }
+
+    /// Change the settings in force; returns them as changed.
+    pub fn update_settings(&self, change: impl FnOnce(&mut Settings)) -> Settings {
+        let mut s = self.dp.settings.lock();
+        change(&mut s);
+        s.clone()
     }
 }
 
@@ -98,7 +154,7 @@ impl Membership for Array {
         Box::pin(async move {
             if let Err(e) = Array::log_failed(self).await {
                 // The pool could not be flushed: the array failed, as the write will say.
-                tracing::error!(array = %self.name, "recording the failed log: {e}");
+                tracing::error!(array = %self.dp.name, "recording the failed log: {e}");
             }
         })
     }
@@ -111,6 +167,8 @@ pub(crate) struct Lineage {
     pub history: Vec<SessionRec>,
     /// Every write since this event has its bit set in the bitmap.
     pub bitmap_since: AtomicU64,
+    /// Where the checksum tags live (record `superblock::TAG_CHECKSUMS`), if any.
+    pub tags: Option<crate::superblock::TagLayout>,
     /// Extension records of a newer sbod, written back unchanged.
     pub extensions: Vec<Extension>,
 }
@@ -172,12 +230,11 @@ impl Array {
         lineage: Lineage,
     ) -> Result<Arc<Array>> {
         let family = Personality::of(&geometry)?;
-        let integrity = crate::integrity::TagLayout::from_extensions(
-            &lineage.extensions,
-            &geometry,
-            superblock::BITMAP_OFFSET + bitmap_bytes as u64,
-        )
-        .map_err(|e| Error::Invalid(e.into()))?;
+        let integrity = lineage.tags;
+        if let Some(t) = &integrity {
+            t.check(&geometry, superblock::BITMAP_OFFSET + bitmap_bytes as u64)
+                .map_err(|e| Error::Invalid(e.into()))?;
+        }
         // Without redundancy the bitmap covers only checksums (their lazy write-back).
         let bitmap = if geometry.redundancy() > 0 || integrity.is_some() {
             Some(Bitmap::new(region, geometry.member_size, dirty))

@@ -80,7 +80,7 @@ impl Array {
         let cfg = claim.cfg.clone();
         *self.ownership.cfg.lock() = Some(cfg.clone());
         *self.ownership.session.lock() = claim.session;
-        self.lease.renew(Lease::now(), cfg.lease());
+        self.dp.lease.renew(Lease::now(), cfg.lease());
         let weak = Arc::downgrade(self);
         let task = tokio::spawn(async move {
             loop {
@@ -90,7 +90,7 @@ impl Array {
                     continue;
                 }
                 a.beat().await;
-                if a.lease.fenced_by().is_some() {
+                if a.dp.lease.fenced_by().is_some() {
                     return;
                 }
             }
@@ -108,13 +108,13 @@ impl Array {
             return false;
         };
         let _g = self.ownership.beat.lock().await;
-        if self.lease.fenced_by().is_some() {
+        if self.dp.lease.fenced_by().is_some() {
             return false;
         }
         let began = Lease::now();
         let session = *self.ownership.session.lock();
         let seq = self.ownership.seq.fetch_add(1, Ordering::AcqRel) + 1;
-        let members = self.state.load_full().live_members();
+        let members = self.dp.state.load_full().live_members();
         // A member that does not answer within half the lease is left out of this beat
         // (the data path judges it by its own I/O): one hung member must not stop every
         // write by letting the lease lapse. Any other member shows a takeover.
@@ -163,13 +163,13 @@ impl Array {
         }
         if let Some(b) = taken {
             let by = format!("members taken over by {} (host id {})", b.host_name, b.host);
-            if self.lease.fence(by.clone()) {
-                tracing::error!(array = %self.name, "fenced: {by}: this head writes nothing more");
+            if self.dp.lease.fence(by.clone()) {
+                tracing::error!(array = %self.dp.name, "fenced: {by}: this head writes nothing more");
             }
             return false;
         }
         if written > 0 || members.is_empty() {
-            self.lease.renew(began, cfg.lease());
+            self.dp.lease.renew(began, cfg.lease());
             return true;
         }
         false
@@ -178,16 +178,16 @@ impl Array {
     /// Before a client write: the lease holds, or a heartbeat renews it now (a head that
     /// was paused past its lease re-reads its owner blocks before writing again).
     pub(crate) async fn hold_lease(&self) -> Result<()> {
-        if self.lease.ok() {
+        if self.dp.lease.ok() {
             return Ok(());
         }
-        if self.lease.fenced_by().is_none() && self.ownership.cfg.lock().is_some() {
+        if self.dp.lease.fenced_by().is_none() && self.ownership.cfg.lock().is_some() {
             self.beat().await;
-            if self.lease.ok() {
+            if self.dp.lease.ok() {
                 return Ok(());
             }
         }
-        Err(self.lease.error(&self.name))
+        Err(self.dp.lease.error(&self.dp.name))
     }
 
     /// Stop the heartbeat (a power cut: the blocks stay as they are).
@@ -201,12 +201,13 @@ impl Array {
     /// another host starts the array without waiting out the lease.
     pub(crate) async fn release_members(&self) {
         self.stop_heartbeat();
-        if self.ownership.cfg.lock().is_none() || self.lease.fenced_by().is_some() {
+        if self.ownership.cfg.lock().is_none() || self.dp.lease.fenced_by().is_some() {
             return;
         }
         let _g = self.ownership.beat.lock().await;
         let session = *self.ownership.session.lock();
         let devs: Vec<(String, Arc<dyn BlockDev>)> = self
+            .dp
             .state
             .load_full()
             .live_members()
@@ -233,6 +234,7 @@ impl Array {
     pub(crate) async fn probe_joining(&self, path: &str, dev: &Arc<dyn BlockDev>) -> Result<()> {
         let _g = self.ownership.beat.lock().await;
         let mut devs: Vec<(String, Arc<dyn BlockDev>)> = self
+            .dp
             .state
             .load_full()
             .live_members()
@@ -248,7 +250,7 @@ impl Array {
     /// A joining member is not one of the array's under another local name (device
     /// numbers; writes nothing).
     pub(crate) async fn check_joining(&self, spec: &super::MemberSpec) -> Result<()> {
-        let st = self.state.load_full();
+        let st = self.dp.state.load_full();
         let mut paths: Vec<String> = st.live_members().iter().map(|m| m.path.clone()).collect();
         paths.push(spec.path.clone());
         owner::check_local(paths.iter().map(|p| p.as_str()))

@@ -549,12 +549,12 @@ impl DataPath {
         key: Option<StripeAddr>,
     ) -> Result<()> {
         let out = self.write_each(targets, fua, class).await;
-        self.judge_writes(&out, key)
+        self.write_outcome(&out, key)
     }
 
-    /// The outcome of writes to targets: an error if the array failed, or NoSpace (after
+    /// The outcome of writes to targets (the caller's verdict on them): an error if the array failed, or NoSpace (after
     /// recording the stripe `key` as inconsistent) if a member was out of space.
-    pub(crate) fn judge_writes(&self, out: &Written, key: Option<StripeAddr>) -> Result<()> {
+    pub(crate) fn write_outcome(&self, out: &Written, key: Option<StripeAddr>) -> Result<()> {
         if !out.any_failed {
             return Ok(());
         }

@@ -505,7 +505,7 @@ impl Parity {
             }
             Some(back) => {
                 let first = dp.write_each(targets, fua, IoClass::Foreground).await;
-                match dp.judge_writes(&first, None) {
+                match dp.write_outcome(&first, None) {
                     Err(e @ Error::NoSpace(_)) => {
                         // Put the rows back as they were. A member out of space took a
                         // prefix of its write (a file system lands what fits, in order),
@@ -520,7 +520,7 @@ impl Parity {
                         if again.full.is_empty() {
                             again.region = None;
                         }
-                        dp.judge_writes(&again, key)?;
+                        dp.write_outcome(&again, key)?;
                         Err(e)
                     }
                     other => other,

@@ -53,50 +53,6 @@ fn the_crc_is_crc32c() {
     assert_eq!(*ZERO_CRC, crc32c::crc32c(&[0u8; BLOCK as usize]));
 }
 
-#[test]
-fn the_superblock_record_round_trips_and_is_checked() {
-    let g = Geometry {
-        level: crate::layout::Level::Raid5,
-        groups: 1,
-        width: 3,
-        chunk: 65536,
-        member_size: 1 << 30,
-        data_offset: 2 << 20,
-    };
-    let t = TagLayout {
-        offset: 64 * 1024 + 4096,
-        bytes: TagLayout::bytes_for(1 << 30),
-        zeroed: true,
-    };
-    assert_eq!(t.bytes, 1 << 20);
-    let e = t.extension();
-    assert_eq!(
-        e.flags & EXT_INCOMPAT,
-        EXT_INCOMPAT,
-        "older sbods must refuse it"
-    );
-    assert_eq!(
-        TagLayout::from_extensions(std::slice::from_ref(&e), &g, 68 * 1024),
-        Ok(Some(t))
-    );
-    assert_eq!(TagLayout::from_extensions(&[], &g, 68 * 1024), Ok(None));
-    // Overlapping the bitmap, or the data, or too small for the data: refused.
-    assert!(TagLayout::from_extensions(std::slice::from_ref(&e), &g, 72 * 1024).is_err());
-    let small = Geometry {
-        data_offset: 1 << 20,
-        ..g.clone()
-    };
-    assert!(TagLayout::from_extensions(std::slice::from_ref(&e), &small, 68 * 1024).is_err());
-    let big = Geometry {
-        member_size: 2 << 30,
-        ..g.clone()
-    };
-    assert!(TagLayout::from_extensions(std::slice::from_ref(&e), &big, 68 * 1024).is_err());
-    let mut bad = e;
-    bad.data[0] = 9;
-    assert!(TagLayout::from_extensions(&[bad], &g, 68 * 1024).is_err());
-}
-
 /// Judging between members that both fail their tags takes a tag that names the data:
 /// "unknown" vouches for nothing, "never written" only for zeros where the members were
 /// zero at creation (and for nothing elsewhere), any other tag for the data it is the tag

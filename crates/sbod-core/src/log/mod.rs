@@ -22,7 +22,7 @@
 //! then keeps those blocks as the pool has them; a damaged record that a later record
 //! vouches was durable (each header says which records before it were durable) and that
 //! neither proof covers is lost: the engine refuses to start unless forced, and says
-//! which record and member ranges (`attach`). A damaged record nothing vouches for is an
+//! which record and member ranges (`array/log.rs`). A damaged record nothing vouches for is an
 //! append a crash tore: never acknowledged, left out. A mirrored log's devices stand in
 //! for each other record by record.
 //!
@@ -39,8 +39,8 @@
 //!
 //! Hand-written: this is the product's core (its I/O path), with a format of its own.
 
-pub mod attach;
 pub mod format;
+pub mod slot;
 
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::dev::{self, BlockDev, BoxFut, IoClass};

@@ -1,111 +1,20 @@
 //! The log of an array: log devices added, mirrored and removed, found and replayed at
-//! assembly, recorded on the members, and shown in status. The only part of `log` that
-//! knows the array; the write path's hook is described in docs/RELIABILITY.md ("Sync
-//! modes and the log").
+//! assembly, recorded on the members, and shown in status (the part of the log that
+//! knows the array; `log::slot` is what the sync state keeps). The write path's hook is
+//! described in docs/RELIABILITY.md ("Sync modes and the log").
 
-use super::{format, read_super, scan, Log, LogDevice, LogError, LogHost, Record};
-use crate::array::{check_blank, Array, AssembleOptions, MemberSpec, State};
+use super::{check_blank, Array, AssembleOptions, MemberSpec, State};
 use crate::buf::AlignedBuf;
 use crate::dev::{self, BoxFut, IoClass};
 use crate::error::{Error, Msg, Result, Step};
-use crate::superblock::{LogConfig, LogDevEntry, OutReason, OutRecord, Superblock};
-use arc_swap::ArcSwapOption;
-use parking_lot::Mutex;
+use crate::log::slot::JOURNALING;
+use crate::log::{format, read_super, scan, Log, LogDevice, LogError, LogHost, Record};
+use crate::superblock::{LogDevEntry, OutReason, OutRecord, Superblock};
 use sbod_types::{LogDevState, LogDevStatus, LogReplayIssue, LogState, LogStatus, MemberRange};
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uuid::Uuid;
-
-/// Does the engine send every write through the log? Yes: while an array has a log, the
-/// member I/O layer (`DataPath::write_each`, `DataPath::zero_slots`) appends each stripe
-/// write's record before writing in place, and the superblocks say so
-/// (`LogConfig::journal`), so assembly trusts a replayed log to have closed the write hole.
-/// (A log attached by an sbod that did not journal records `journal: false`; it journals
-/// from its next start on.)
-pub const JOURNALING: bool = true;
-
-/// What the write-hole refusal adds: a log would have avoided it (once the engine
-/// journals through it).
-pub(crate) fn write_hole_hint(sb: &Superblock) -> (&'static str, Option<Step>) {
-    match (JOURNALING, sb.log.devices.iter().any(|e| e.active)) {
-        (true, false) => ("", Some(Step::AddLog)),
-        (true, true) => (
-            "; its log did not journal the writes of that session (it was attached by an sbod that did not journal)",
-            None,
-        ),
-        (false, _) => ("", None),
-    }
-}
-
-/// The array's log, as recorded and as running.
-#[derive(Default)]
-pub struct LogSlot {
-    cfg: Mutex<LogConfig>,
-    /// Log devices found at assembly or added since (any state).
-    found: Mutex<Vec<LogDevice>>,
-    log: ArcSwapOption<Log>,
-    replayed: AtomicU64,
-    /// What the replay at assembly found damaged, and did about it.
-    issues: Mutex<Vec<LogReplayIssue>>,
-    /// Serialises adding, removing and failing log devices.
-    change: tokio::sync::Mutex<()>,
-}
-
-impl LogSlot {
-    pub(crate) fn restore(&self, cfg: &LogConfig) {
-        *self.cfg.lock() = cfg.clone();
-    }
-
-    pub(crate) fn config(&self) -> LogConfig {
-        self.cfg.lock().clone()
-    }
-
-    /// The log devices given to assembly.
-    pub(crate) fn set_found(&self, found: Vec<LogDevice>) {
-        *self.found.lock() = found;
-    }
-
-    /// The running log, if any.
-    pub fn current(&self) -> Option<Arc<Log>> {
-        self.log.load_full()
-    }
-
-    /// Does every write go through the running log (so every acknowledged write is
-    /// durable in it)?
-    pub fn journaling(&self) -> bool {
-        self.cfg.lock().journal
-            && self
-                .log
-                .load()
-                .as_ref()
-                .is_some_and(|l| l.failed().is_none())
-    }
-
-    pub(crate) fn close_devices(&self) {
-        for d in self.found.lock().iter() {
-            d.dev.close();
-        }
-    }
-}
-
-/// Sort the devices given to assembly: those that start with a log superblock are log
-/// devices, the rest members.
-pub(crate) async fn split(specs: Vec<MemberSpec>) -> (Vec<MemberSpec>, Vec<LogDevice>) {
-    let mut members = Vec::new();
-    let mut logs = Vec::new();
-    for s in specs {
-        match read_super(&s.dev).await {
-            Ok(sb) => logs.push(LogDevice {
-                dev: s.dev,
-                uuid: sb.log_uuid,
-                path: s.path,
-            }),
-            Err(_) => members.push(s),
-        }
-    }
-    (members, logs)
-}
 
 /// The log's view of the array: flushing the pool for a checkpoint, and recording a log
 /// device that failed.
@@ -116,7 +25,11 @@ impl LogHost for Host {
         let a = self.0.upgrade();
         Box::pin(async move {
             match a {
-                Some(a) => a.flush().await.map_err(|e| io::Error::other(e.to_string())),
+                Some(a) => {
+                    a.dp.flush()
+                        .await
+                        .map_err(|e| io::Error::other(e.to_string()))
+                }
                 None => Err(io::Error::other("the array is gone")),
             }
         })
@@ -126,7 +39,7 @@ impl LogHost for Host {
         let a = self.0.upgrade();
         Box::pin(async move {
             if let Some(a) = a {
-                tracing::error!(array = %a.name, log = %uuid, "log device failed: {error}");
+                tracing::error!(array = %a.dp.name, log = %uuid, "log device failed: {error}");
                 a.record_log_out(&[uuid], OutReason::WriteError).await;
             }
         })
@@ -152,7 +65,7 @@ impl Array {
     /// slot's `change` lock held.
     async fn persist_log(&self) {
         let _g = self.mgmt.lock().await;
-        let st = self.state.load_full();
+        let st = self.dp.state.load_full();
         let lost = self.commit((*st).clone()).await;
         drop(_g);
         for m in lost {
@@ -215,7 +128,7 @@ impl Array {
                     return Err(Error::Refused(
                         Msg::new(format!(
                             "'{}' was not shut down cleanly and its log cannot be read ({why}): the log may hold acknowledged writes the members do not have",
-                            self.name
+                            self.dp.name
                         ))
                         .or(Step::say("give its log device(s) to assemble"))
                         .or(Step::force("start without them and lose those writes")),
@@ -230,7 +143,7 @@ impl Array {
         let mut out: Vec<Uuid> = missing;
         for (d, r) in trusted.iter().zip(&scan.per_device) {
             if let Err(e) = r {
-                tracing::warn!(array = %self.name, log = %d.path, "log device unusable: {e}");
+                tracing::warn!(array = %self.dp.name, log = %d.path, "log device unusable: {e}");
                 out.push(d.uuid);
             }
         }
@@ -246,7 +159,7 @@ impl Array {
         let plan = scan.plan(&in_pool);
         let issues = self.replay_issues(&plan, st);
         for i in &plan.issues {
-            tracing::warn!(array = %self.name, seq = i.seq, lost = i.lost, "log replay: {}", i.what);
+            tracing::warn!(array = %self.dp.name, seq = i.seq, lost = i.lost, "log replay: {}", i.what);
         }
         if plan.lost() {
             let what: Vec<String> = issues
@@ -258,7 +171,7 @@ impl Array {
                 return Err(Error::Refused(
                     Msg::new(format!(
                         "the log of '{}' lost acknowledged writes the members may not hold: {}",
-                        self.name,
+                        self.dp.name,
                         what.join("; ")
                     ))
                     .or(Step::say(
@@ -269,7 +182,7 @@ impl Array {
                     )),
                 ));
             }
-            tracing::error!(array = %self.name, "forced past a log that lost acknowledged writes: {}", what.join("; "));
+            tracing::error!(array = %self.dp.name, "forced past a log that lost acknowledged writes: {}", what.join("; "));
         }
         *self.sync.log.issues.lock() = issues;
         let n = plan.steps.len();
@@ -288,7 +201,7 @@ impl Array {
                     Error::io(format!("flushing {} after the log replay", m.path), e)
                 })?;
             }
-            tracing::info!(array = %self.name, records = n, "log replayed");
+            tracing::info!(array = %self.dp.name, records = n, "log replayed");
         }
         let usable: Vec<LogDevice> = trusted
             .into_iter()
@@ -304,7 +217,7 @@ impl Array {
                 c.journal = JOURNALING && c.devices.iter().any(|e| e.active);
             }
             Err(e) => {
-                tracing::error!(array = %self.name, "the log cannot be started: {e}");
+                tracing::error!(array = %self.dp.name, "the log cannot be started: {e}");
                 let all: Vec<Uuid> = active.iter().map(|e| e.uuid).collect();
                 self.mark_log_out(&all, OutReason::WriteError);
             }
@@ -339,7 +252,7 @@ impl Array {
             let bytes = match m {
                 Some(m) if e.offset + e.len as u64 <= m.size => {
                     let buf = AlignedBuf::zeroed(e.len as usize).into_shared();
-                    let off = self.geometry.data_offset + e.offset;
+                    let off = self.dp.geometry.data_offset + e.offset;
                     match dev::read_at(&m.dev, off, buf.clone(), IoClass::Foreground).await {
                         Ok(()) => buf.try_unwrap().ok().map(|b| b.to_vec()),
                         Err(_) => None,
@@ -350,11 +263,11 @@ impl Array {
             got.push(bytes);
         }
         let mut it = got.into_iter();
-        super::pool_holds(h, |_| it.next().flatten())
+        crate::log::pool_holds(h, |_| it.next().flatten())
     }
 
     /// The plan's issues for status: ranges named by member.
-    fn replay_issues(&self, plan: &super::Plan, st: &State) -> Vec<LogReplayIssue> {
+    fn replay_issues(&self, plan: &crate::log::Plan, st: &State) -> Vec<LogReplayIssue> {
         plan.issues
             .iter()
             .map(|i| LogReplayIssue {
@@ -381,14 +294,14 @@ impl Array {
 
     /// Write one record's entries to the members that take writes for their slots, but
     /// for the blocks the plan keeps as the pool has them.
-    async fn replay_record(&self, plan: &super::Plan, rec: &Record, st: &State) -> Result<()> {
+    async fn replay_record(&self, plan: &crate::log::Plan, rec: &Record, st: &State) -> Result<()> {
         for (slot, offset, data, len) in plan.writes(rec.header.seq, rec) {
             let slot = slot as usize;
             let Some(s) = st.slots.get(slot) else {
                 return Err(Error::Invalid(
                     format!(
                     "the log names slot {slot}, and '{}' has {} slots: it is not this array's log",
-                    self.name,
+                    self.dp.name,
                     st.slots.len()
                 )
                     .into(),
@@ -401,7 +314,7 @@ impl Array {
                         format!("the log writes past the end of {}'s data", m.path).into(),
                     ));
                 }
-                let offset = self.geometry.data_offset + offset;
+                let offset = self.dp.geometry.data_offset + offset;
                 let kind = match &buf {
                     Some(b) => dev::IoKind::Write {
                         buf: b.clone(),
@@ -426,9 +339,10 @@ impl Array {
     /// (a failed one is replaced). The device is refused if it holds anything (unless
     /// `force`) or is too small.
     pub async fn add_log(self: &Arc<Self>, spec: MemberSpec, force: bool) -> Result<()> {
-        self.check_writable()?;
+        self.dp.check_writable()?;
         let _c = self.sync.log.change.lock().await;
         if self
+            .dp
             .state
             .load()
             .live_members()
@@ -438,7 +352,7 @@ impl Array {
             return Err(Error::Invalid(
                 format!(
                     "{} is a member of '{}', not a log device",
-                    spec.path, self.name
+                    spec.path, self.dp.name
                 )
                 .into(),
             ));
@@ -450,7 +364,11 @@ impl Array {
             .any(|d| d.path == spec.path && cfg.devices.iter().any(|e| e.uuid == d.uuid))
         {
             return Err(Error::Invalid(
-                format!("{} is already a log device of '{}'", spec.path, self.name).into(),
+                format!(
+                    "{} is already a log device of '{}'",
+                    spec.path, self.dp.name
+                )
+                .into(),
             ));
         }
         let active: Vec<String> = cfg
@@ -469,7 +387,7 @@ impl Array {
             return Err(Error::Refused(
                 format!(
                     "'{}' already has a mirrored log ({}): remove one of its devices first",
-                    self.name,
+                    self.dp.name,
                     active.join(", ")
                 )
                 .into(),
@@ -482,7 +400,7 @@ impl Array {
                         "{} is a log device of {} ({})",
                         spec.path,
                         if sb.array_uuid == self.uuid {
-                            format!("'{}' removed earlier", self.name)
+                            format!("'{}' removed earlier", self.dp.name)
                         } else {
                             "another array".to_string()
                         },
@@ -496,14 +414,14 @@ impl Array {
         }
         // A record is at most a quarter of the ring, and the largest is a whole stripe's
         // plan: every member's chunk (and a replacement's), with its header.
-        let stripe = (self.geometry.width as u64 + 1) * self.geometry.chunk as u64;
+        let stripe = (self.dp.geometry.width as u64 + 1) * self.dp.geometry.chunk as u64;
         let need = (4 * (stripe + 64 * 1024)).max(format::MIN_RING);
-        let ring = super::ring_len_for(spec.dev.size());
+        let ring = crate::log::ring_len_for(spec.dev.size());
         if ring < need {
             return Err(Error::Invalid(format!(
                 "{} is too small for a log device of '{}': it needs at least {} (four of its largest stripe writes)",
                 spec.path,
-                self.name,
+                self.dp.name,
                 crate::layout::human(format::RING_START + need)
             ).into()));
         }
@@ -512,7 +430,7 @@ impl Array {
             uuid: Uuid::new_v4(),
             path: spec.path,
         };
-        super::format(&dev, self.uuid).await.map_err(log_err)?;
+        crate::log::format(&dev, self.uuid).await.map_err(log_err)?;
         match self.sync.log.current() {
             Some(log) if log.failed().is_none() => {
                 log.add_device(dev.clone()).await.map_err(log_err)?
@@ -586,10 +504,10 @@ impl Array {
     /// with it: what the log holds is made durable in the pool first, and writes take the
     /// in-pool path from then on.
     pub async fn remove_log(&self, who: &str) -> Result<()> {
-        self.check_writable()?;
+        self.dp.check_writable()?;
         let _c = self.sync.log.change.lock().await;
         let uuid = self.log_uuid_of(who).ok_or_else(|| {
-            Error::Invalid(format!("{who} is not a log device of '{}'", self.name).into())
+            Error::Invalid(format!("{who} is not a log device of '{}'", self.dp.name).into())
         })?;
         let cfg = self.sync.log.config();
         let entry = cfg
@@ -613,10 +531,10 @@ impl Array {
                     self.sync.log.cfg.lock().journal = false;
                     self.persist_log().await;
                     if let Err(e) = log.close().await {
-                        tracing::warn!(array = %self.name, "closing the log: {e}");
+                        tracing::warn!(array = %self.dp.name, "closing the log: {e}");
                         // Whatever it held is made durable in the pool.
                         log.drain().await;
-                        self.flush().await?;
+                        self.dp.flush().await?;
                     }
                     self.sync.log.log.store(None);
                 }
@@ -656,7 +574,7 @@ impl Array {
             return Ok(());
         };
         log.drain().await;
-        self.flush().await?;
+        self.dp.flush().await?;
         let uuids: Vec<Uuid> = self
             .sync
             .log
@@ -666,7 +584,7 @@ impl Array {
             .filter(|e| e.active)
             .map(|e| e.uuid)
             .collect();
-        tracing::error!(array = %self.name, "the log has failed: writes take the in-pool path");
+        tracing::error!(array = %self.dp.name, "the log has failed: writes take the in-pool path");
         // Recorded before any write goes in the pool: until then the members trust the log
         // to hold every write of the session, and writes wait here.
         self.record_log_out(&uuids, OutReason::WriteError).await;
@@ -678,7 +596,7 @@ impl Array {
     pub(crate) async fn close_log(&self) {
         if let Some(log) = self.sync.log.current() {
             if let Err(e) = log.close().await {
-                tracing::warn!(array = %self.name, "closing the log: {e}");
+                tracing::warn!(array = %self.dp.name, "closing the log: {e}");
             }
         }
         self.sync.log.close_devices();
