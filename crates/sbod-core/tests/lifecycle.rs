@@ -915,8 +915,8 @@ fn a_disk_pulled_and_pushed_back_is_resynced_from_the_bitmap() {
 }
 
 fn leaves_and_returns(pulled: bool) {
-    use sbod_testkit::fault::{FaultDev, FaultPlan};
     use sbod_core::superblock::BITMAP_OFFSET;
+    use sbod_testkit::fault::{FaultDev, FaultPlan};
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -112,7 +112,10 @@ fn main() {
             | Cmd::Web(_)
             | Cmd::Bench(_)
     );
-    match opens_members.then(sbod_mgmt::registry::owner_config).transpose() {
+    match opens_members
+        .then(sbod_mgmt::registry::owner_config)
+        .transpose()
+    {
         Ok(None) => {}
         Ok(Some(c)) => sbod_core::owner::set_default(c),
         // Without its state directory this process is a host of its own: it then waits
