@@ -431,6 +431,24 @@ pub(crate) async fn acquire(
         }
     }
     let nonces: Vec<Uuid> = members.iter().map(|_| Uuid::new_v4()).collect();
+    // Our claim (beat `seq`) on every member at once.
+    let write_claim = |seq: u64| {
+        let nonces = &nonces;
+        async move {
+            let futs = members.iter().zip(nonces).map(|((_, d), n)| {
+                let b = me.block(*n, seq);
+                async move { write_block(d, &b).await }
+            });
+            for (r, (p, _)) in futures::future::join_all(futs)
+                .await
+                .into_iter()
+                .zip(members)
+            {
+                r.map_err(|e| Error::io(format!("writing the owner block of {p}"), e))?;
+            }
+            Ok::<(), Error>(())
+        }
+    };
     // Claim, then keep the claim by heartbeats for `wait`: a head still beating (a race
     // with our claim) shows up as its block over ours. Forced, we claim again (its next
     // heartbeat then reads ours and it stops); otherwise someone else is alive: refuse.
@@ -438,17 +456,7 @@ pub(crate) async fn acquire(
     'claim: loop {
         tries += 1;
         let mut seq = 0;
-        let futs = members.iter().zip(&nonces).map(|((_, d), n)| {
-            let b = me.block(*n, seq);
-            async move { write_block(d, &b).await }
-        });
-        for (r, (p, _)) in futures::future::join_all(futs)
-            .await
-            .into_iter()
-            .zip(members)
-        {
-            r.map_err(|e| Error::io(format!("writing the owner block of {p}"), e))?;
-        }
+        write_claim(seq).await?;
         let began = Instant::now();
         loop {
             let now = read_all().await?;
@@ -480,17 +488,7 @@ pub(crate) async fn acquire(
             }
             tokio::time::sleep(me.cfg.interval.min(wait)).await;
             seq += 1;
-            let futs = members.iter().zip(&nonces).map(|((_, d), n)| {
-                let b = me.block(*n, seq);
-                async move { write_block(d, &b).await }
-            });
-            for (r, (p, _)) in futures::future::join_all(futs)
-                .await
-                .into_iter()
-                .zip(members)
-            {
-                r.map_err(|e| Error::io(format!("writing the owner block of {p}"), e))?;
-            }
+            write_claim(seq).await?;
         }
     }
 }

@@ -206,15 +206,7 @@ impl Array {
         }
         let _g = self.ownership.beat.lock().await;
         let session = *self.ownership.session.lock();
-        let devs: Vec<(String, Arc<dyn BlockDev>)> = self
-            .dp
-            .state
-            .load_full()
-            .live_members()
-            .iter()
-            .map(|m| (m.path.clone(), m.dev.clone()))
-            .collect();
-        release(&devs, session).await;
+        release(&self.live_devs(), session).await;
     }
 
     /// Test hook: pause (or resume) the heartbeat task, as a head stopped by SIGSTOP or
@@ -222,6 +214,17 @@ impl Array {
     #[doc(hidden)]
     pub fn pause_heartbeat(&self, paused: bool) {
         self.ownership.paused.store(paused, Ordering::Release);
+    }
+
+    /// The members in service, by path: what the owner blocks are written to.
+    fn live_devs(&self) -> Vec<(String, Arc<dyn BlockDev>)> {
+        self.dp
+            .state
+            .load_full()
+            .live_members()
+            .iter()
+            .map(|m| (m.path.clone(), m.dev.clone()))
+            .collect()
     }
 
     /// The host this head holds the members as, once it holds them.
@@ -233,14 +236,7 @@ impl Array {
     /// another name. The heartbeat waits meanwhile (the probe writes the owner blocks).
     pub(crate) async fn probe_joining(&self, path: &str, dev: &Arc<dyn BlockDev>) -> Result<()> {
         let _g = self.ownership.beat.lock().await;
-        let mut devs: Vec<(String, Arc<dyn BlockDev>)> = self
-            .dp
-            .state
-            .load_full()
-            .live_members()
-            .iter()
-            .map(|m| (m.path.clone(), m.dev.clone()))
-            .collect();
+        let mut devs = self.live_devs();
         devs.push((path.to_string(), dev.clone()));
         owner::probe_identity(&devs).await
     }
