@@ -587,37 +587,10 @@ fn a_flipped_bit_in_a_log_record_never_reverts_flushed_data() {
     let seed0 = seed();
     let rng = Rng::new(seed0);
     rt(2).block_on(async {
-        let l = layout("raid5");
-        let mems: Vec<Arc<MemDev>> = (0..l.members)
-            .map(|i| Arc::new(MemDev::new(format!("m{i}"), MEMBER_SIZE)))
-            .collect();
-        // A ring of 48 MiB: every round stays in the log (no checkpoint passes them), as
-        // the 58 records of the report did.
-        let logm = Arc::new(MemDev::new("log", (64 << 10) + (48 << 20)));
-        let a = Array::create(spec(&l), specs(&mems)).await.unwrap();
-        a.add_log(spec_of(logm.clone()), false).await.unwrap();
-        for round in 1..=10u64 {
-            for r in 0..REGIONS {
-                let first = r * REGION_BLOCKS;
-                let data = blocks_of(round, first, REGION_BLOCKS);
-                a.write(first * BLOCK as u64, AlignedBuf::from_slice(&data), false)
-                    .await
-                    .unwrap();
-            }
-            a.client_flush().await.unwrap();
-        }
-        // A later write elsewhere, not flushed; then the server is killed.
-        let far = 2 * REGIONS * REGION_BLOCKS;
-        a.write(
-            far * BLOCK as u64,
-            AlignedBuf::from_slice(&blocks_of(99, far, 4)),
-            false,
-        )
-        .await
-        .unwrap();
-        let array = a.uuid;
-        a.abandon().await;
-        let mut log = vec![("log".to_string(), logm.with_data(|d| d.clone()))];
+        // The report's workload; its 48 MiB ring keeps every round in the log (no
+        // checkpoint passes them), as the 58 records of the report did.
+        let (members, log_img, array) = rounds_then_kill().await;
+        let mut log = vec![("log".to_string(), log_img)];
         let recs = live_records(&log, array).await;
         assert!(recs.len() >= 20, "only {} records in the log", recs.len());
         let (off, hl, total) = recs[recs.len() / 3];
@@ -628,16 +601,7 @@ fn a_flipped_bit_in_a_log_record_never_reverts_flushed_data() {
             recs.len() / 3,
             recs.len()
         );
-        let mut devs: Vec<MemberSpec> = mems
-            .iter()
-            .map(|m| {
-                let c = MemDev::new(m.name().to_string(), MEMBER_SIZE);
-                let img = m.with_data(|d| d.clone());
-                c.with_data(|d| d.copy_from_slice(&img));
-                spec_of(Arc::new(c))
-            })
-            .collect();
-        devs.extend(log_devices(&log).await.into_iter().map(|d| spec_of(d.dev)));
+        let devs = from_images(&members, &log[0].1).await;
         let b = Array::assemble(devs, AssembleOptions::default())
             .await
             .unwrap_or_else(|e| panic!("{what}: refused: {e}"));
@@ -658,6 +622,8 @@ fn a_flipped_bit_in_a_log_record_never_reverts_flushed_data() {
             REGIONS * REGION_BLOCKS,
             &wrong[..wrong.len().min(8)]
         );
+        // The unflushed write elsewhere (rounds_then_kill's last).
+        let far = 2 * REGIONS * REGION_BLOCKS;
         let far_got = b.read(far * BLOCK as u64, 4 * BLOCK).await.unwrap();
         for (i, c) in far_got.chunks(BLOCK).enumerate() {
             assert_eq!(
