@@ -325,6 +325,7 @@ mod tests {
             sync: Default::default(),
             log: Default::default(),
             tags: None,
+            reshape: None,
             extensions: Vec::new(),
         }
     }

@@ -64,7 +64,9 @@ pub mod process {
     pub use crate::array::process::{MismatchRegion, ProcessHandle, ProcessKind, ProcessStatus};
 }
 
-pub use array::{AddOutcome, Array, AssembleOptions, CreateSpec, MemberSpec, ReAdd};
+pub use array::{
+    read_superblock, AddOutcome, Array, AssembleOptions, CreateSpec, GrowOutcome, MemberSpec, ReAdd,
+};
 pub use buf::AlignedBuf;
 pub use error::{Error, Result};
 pub use layout::{Geometry, Level};

@@ -115,3 +115,88 @@ impl Drop for StripeGuard<'_> {
         self.locks.release(self.key);
     }
 }
+
+/// The gate every client request passes while it runs, so that the array's view of its
+/// volume (its geometry and map: `Array::dp`) can be swapped between requests, never under
+/// one (a grow that changes the geometry). Client requests take a shared pass on one of
+/// a few shards (a different one from one request to the next, so no single lock word is
+/// shared by every request: the SBOD rule); a swap takes every shard exclusively, which
+/// waits for the requests in flight and holds new ones back for as long as the swap takes
+/// (a superblock write), as Linux's big-reader locks do.
+pub struct ViewGate {
+    shards: Vec<tokio::sync::RwLock<()>>,
+}
+
+const GATE_SHARDS: usize = 16;
+
+impl Default for ViewGate {
+    fn default() -> Self {
+        ViewGate {
+            shards: (0..GATE_SHARDS)
+                .map(|_| tokio::sync::RwLock::new(()))
+                .collect(),
+        }
+    }
+}
+
+thread_local! {
+    static NEXT_SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl ViewGate {
+    /// A client request's pass, held while it runs. Never taken twice by one request
+    /// (a swap waiting between the two would wait forever).
+    pub async fn enter(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        let i = NEXT_SHARD.with(|c| {
+            let i = c.get();
+            c.set(i.wrapping_add(1));
+            i
+        });
+        self.shards[i % GATE_SHARDS].read().await
+    }
+
+    /// Every shard, exclusively: no client request runs while the passes are held.
+    pub async fn exclusive(&self) -> Vec<tokio::sync::RwLockWriteGuard<'_, ()>> {
+        let mut out = Vec::with_capacity(GATE_SHARDS);
+        for s in &self.shards {
+            out.push(s.write().await);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::ViewGate;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn exclusive_waits_for_every_pass_in_flight() {
+        let gate = Arc::new(ViewGate::default());
+        // Passes on several shards, as requests from one thread take them.
+        let passes: Vec<_> = futures_join(&gate).await;
+        let swapped = Arc::new(AtomicBool::new(false));
+        let (g2, s2) = (gate.clone(), swapped.clone());
+        let t = tokio::spawn(async move {
+            let _x = g2.exclusive().await;
+            s2.store(true, Ordering::SeqCst);
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(
+            !swapped.load(Ordering::SeqCst),
+            "a swap ran under requests in flight"
+        );
+        drop(passes);
+        t.await.unwrap();
+        assert!(swapped.load(Ordering::SeqCst));
+    }
+
+    async fn futures_join(gate: &ViewGate) -> Vec<tokio::sync::RwLockReadGuard<'_, ()>> {
+        let mut v = Vec::new();
+        for _ in 0..20 {
+            v.push(gate.enter().await);
+        }
+        v
+    }
+}

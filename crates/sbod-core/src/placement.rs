@@ -61,6 +61,10 @@ pub struct Placement {
     width: usize,
     chunk: u64,
     k: usize,
+    /// Slots between the starts of two groups: the width, except in the old layout of a
+    /// reshape that widens its groups, whose slots are numbered as the new layout's (group
+    /// `g`'s old members keep their slots `g * stride ..`, the new ones follow them).
+    stride: usize,
     /// Concat: where each slot starts in the volume, and the volume's end.
     starts: Vec<u64>,
 }
@@ -85,7 +89,18 @@ impl Placement {
             width: geometry.width as usize,
             chunk: geometry.chunk as u64,
             k: geometry.k(),
+            stride: geometry.width as usize,
             starts,
+        }
+    }
+
+    /// The map of a striped layout whose slots are numbered with `stride` slots per group
+    /// (the old layout of a reshape that widens groups: see the field).
+    pub fn with_stride(geometry: &Geometry, slot_sizes: &[u64], stride: usize) -> Placement {
+        assert!(stride >= geometry.width as usize);
+        Placement {
+            stride,
+            ..Placement::new(geometry, slot_sizes)
         }
     }
 
@@ -145,7 +160,7 @@ impl Placement {
         if self.is_concat() {
             0
         } else {
-            slot / self.width
+            slot / self.stride
         }
     }
 
@@ -154,7 +169,7 @@ impl Placement {
         if self.is_concat() {
             group..group + 1
         } else {
-            group * self.width..(group + 1) * self.width
+            group * self.stride..group * self.stride + self.width
         }
     }
 
@@ -163,8 +178,13 @@ impl Placement {
         if self.is_concat() {
             slot
         } else {
-            slot / self.width
+            slot / self.stride
         }
+    }
+
+    /// Data chunks per stripe.
+    pub fn k(&self) -> usize {
+        self.k
     }
 
     /// Member offset where a stripe's chunks start (the same on every member of its group).

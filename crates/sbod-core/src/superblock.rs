@@ -41,6 +41,9 @@ pub const TAG_LOG: u16 = 2;
 /// Extension record: where the checksum tags live ([`TagLayout`], written only when the
 /// array carries tags).
 pub const TAG_CHECKSUMS: u16 = 0x0015;
+/// A reshape in progress (record [`TAG_RESHAPE`], incompatible: an older sbod would read
+/// the volume in one layout while half of it is in the other).
+pub const TAG_RESHAPE: u16 = 0x0016;
 /// Most log devices an array records (a log, and its mirror).
 pub const MAX_LOG_DEVICES: usize = 2;
 /// Bytes reserved for each superblock copy.
@@ -291,8 +294,103 @@ pub struct Superblock {
     pub log: LogConfig,
     /// Where the checksum tags live, if the array has them (record [`TAG_CHECKSUMS`]).
     pub tags: Option<TagLayout>,
+    /// A reshape in progress: the layout the volume had before it, and how far it got
+    /// (record [`TAG_RESHAPE`]). `geometry` is the layout it goes to.
+    pub reshape: Option<ReshapeRec>,
     /// Extension records this sbod does not know (compatible ones), kept as read.
     pub extensions: Vec<Extension>,
+}
+
+/// A reshape in progress, as the members record it: the volume below `pos` is in the new
+/// layout (the superblock's geometry), from `pos` on in the old one. `backup`: the window
+/// being moved when its new stripes overwrite old data still in it (the first stripes of a
+/// wider layout), whose bytes were first written aside.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReshapeRec {
+    pub old: Geometry,
+    pub pos: u64,
+    pub backup: Option<BackupRec>,
+}
+
+/// A window's volume bytes written aside before the window is overwritten in place: on
+/// each new member, at member offset `at` (from the data area's start), with a crc32c.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct BackupRec {
+    pub start: u64,
+    pub len: u64,
+    pub at: u64,
+    pub crc: u32,
+}
+
+impl ReshapeRec {
+    fn encode(&self) -> Vec<u8> {
+        let mut w = W(Vec::with_capacity(96));
+        let g = &self.old;
+        let (code, k, m) = level_code(g.level);
+        w.u8(1); // version of the record
+        w.u8(code);
+        w.u32(k as u32);
+        w.u32(m as u32);
+        w.u32(g.groups);
+        w.u32(g.width);
+        w.u32(g.chunk);
+        w.u64(g.member_size);
+        w.u64(g.data_offset);
+        w.u64(self.pos);
+        match &self.backup {
+            Some(b) => {
+                w.u8(1);
+                w.u64(b.start);
+                w.u64(b.len);
+                w.u64(b.at);
+                w.u32(b.crc);
+            }
+            None => w.u8(0),
+        }
+        w.0
+    }
+
+    fn decode(d: &[u8]) -> Result<ReshapeRec, SbError> {
+        let mut r = R { b: d, pos: 0 };
+        if r.u8()? != 1 {
+            return Err(SbError::Malformed("unknown reshape record version".into()));
+        }
+        let code = r.u8()?;
+        let k = r.u32()?;
+        let m = r.u32()?;
+        if k > u16::MAX as u32 || m > u16::MAX as u32 {
+            return Err(SbError::Malformed(
+                "bad old level in the reshape record".into(),
+            ));
+        }
+        let old = Geometry {
+            level: level_from(code, k as u16, m as u16)?,
+            groups: r.u32()?,
+            width: r.u32()?,
+            chunk: r.u32()?,
+            member_size: r.u64()?,
+            data_offset: r.u64()?,
+        };
+        old.validate()
+            .map_err(|e| SbError::Malformed(format!("reshape record: {e}")))?;
+        let pos = r.u64()?;
+        let backup = match r.u8()? {
+            0 => None,
+            1 => Some(BackupRec {
+                start: r.u64()?,
+                len: r.u64()?,
+                at: r.u64()?,
+                crc: r.u32()?,
+            }),
+            _ => return Err(SbError::Malformed("bad reshape backup flag".into())),
+        };
+        if r.pos != d.len() {
+            return Err(SbError::Malformed(
+                "trailing bytes in the reshape record".into(),
+            ));
+        }
+        Ok(ReshapeRec { old, pos, backup })
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -550,6 +648,9 @@ impl Superblock {
         if let Some(t) = &self.tags {
             record(TAG_CHECKSUMS, EXT_INCOMPAT, &t.encode());
         }
+        if let Some(r) = &self.reshape {
+            record(TAG_RESHAPE, EXT_INCOMPAT, &r.encode());
+        }
         for e in &self.extensions {
             w.u16(e.tag);
             w.u16(e.flags);
@@ -762,6 +863,7 @@ impl Superblock {
             sync: known.sync.unwrap_or_default(),
             log: known.log.unwrap_or_default(),
             tags: known.tags,
+            reshape: known.reshape,
             extensions,
         })
     }
@@ -811,6 +913,7 @@ struct Known {
     sync: Option<SyncMode>,
     log: Option<LogConfig>,
     tags: Option<TagLayout>,
+    reshape: Option<ReshapeRec>,
 }
 
 impl Known {
@@ -875,6 +978,12 @@ impl Known {
             TAG_CHECKSUMS => {
                 let t = TagLayout::decode(data).map_err(SbError::Malformed)?;
                 if self.tags.replace(t).is_some() {
+                    return Err(twice());
+                }
+            }
+            TAG_RESHAPE => {
+                let t = ReshapeRec::decode(data)?;
+                if self.reshape.replace(t).is_some() {
                     return Err(twice());
                 }
             }
@@ -1049,6 +1158,7 @@ mod tests {
             sync: SyncMode::Standard,
             log: LogConfig::default(),
             tags: None,
+            reshape: None,
             extensions: Vec::new(),
         }
     }

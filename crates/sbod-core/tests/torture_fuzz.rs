@@ -224,6 +224,7 @@ fn superblock() -> impl Strategy<Value = Superblock> {
                 sync: Default::default(),
                 log: Default::default(),
                 tags: None,
+                reshape: None,
                 extensions,
             },
         )

@@ -138,6 +138,17 @@ pub fn diff(prev: &Status, cur: &Status) -> Vec<Event> {
             _ => {}
         }
     }
+    let reshape_started = cur.process.as_ref().is_some_and(|c| {
+        c.kind == ProcessKind::Reshape && prev.process.as_ref().is_none_or(|p| p.kind != c.kind)
+    });
+    if reshape_started {
+        out.push(event(
+            EventKind::ReshapeStarted,
+            cur,
+            None,
+            format!("{}: reshape started", cur.name),
+        ));
+    }
     let started = cur.process.as_ref().filter(|c| {
         c.kind == ProcessKind::Rebuild && prev.process.as_ref().is_none_or(|p| p.kind != c.kind)
     });
@@ -193,6 +204,21 @@ pub fn diff(prev: &Status, cur: &Status) -> Vec<Event> {
                     cur,
                     None,
                     format!("{}: {} finished clean in {took}", cur.name, p.kind),
+                )),
+                ProcessKind::Reshape => out.push(event(
+                    EventKind::ReshapeFinished,
+                    cur,
+                    None,
+                    match &p.error {
+                        Some(e) => format!("{}: reshape stopped after {took}: {e}", cur.name),
+                        None if p.cancelled => {
+                            format!(
+                                "{}: reshape paused after {took}; it resumes at the next start",
+                                cur.name
+                            )
+                        }
+                        None => format!("{}: reshape finished in {took}", cur.name),
+                    },
                 )),
                 ProcessKind::Resync => {}
             }

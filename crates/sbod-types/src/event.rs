@@ -17,6 +17,10 @@ word_enum! {
         ArrayOptimal = "array_optimal",
         RebuildStarted = "rebuild_started",
         RebuildFinished = "rebuild_finished",
+        /// `sbod grow` started moving data into a new layout.
+        ReshapeStarted = "reshape_started",
+        /// The reshape ended: the new capacity is in use (or it stopped, with why).
+        ReshapeFinished = "reshape_finished",
         /// A hot spare took a failed member's slot.
         SpareActivated = "spare_activated",
         /// A scrub ended and found mismatches.

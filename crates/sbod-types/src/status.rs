@@ -16,6 +16,8 @@ word_enum! {
         Rebuilding = "rebuilding",
         /// Parity is being made consistent (initial sync).
         Resyncing = "resyncing",
+        /// Its data is being moved into a new layout (`sbod grow`); it serves meanwhile.
+        Reshaping = "reshaping",
         /// More members lost than the layout survives: data is unavailable.
         Failed = "failed",
         /// Started read-only from what could be found (`--force` on a failed array), to
@@ -67,6 +69,8 @@ word_enum! {
         Check = "check",
         Repair = "repair",
         Resync = "resync",
+        /// Data moved into a new layout (`sbod grow`): more members, more groups.
+        Reshape = "reshape",
     }
 }
 

@@ -394,7 +394,10 @@ impl Array {
             array.hold(c);
         }
         array.sync.restore(&newest, logs);
-        let mut st = (*array.dp.state.load_full()).clone();
+        if let Some(rec) = &newest.reshape {
+            array.resume_reshape(rec);
+        }
+        let mut st = (*array.dp().state.load_full()).clone();
         for (i, event, bitmap, path) in stale {
             let planned = array.recovery_bytes(&st.slots[i]);
             let note = if opts.read_only {
@@ -406,7 +409,7 @@ impl Array {
                     newest.event,
                     bitmap,
                     planned,
-                    array.dp.bitmap.as_ref(),
+                    array.dp().bitmap.as_ref(),
                 )
             };
             st.slots[i].note = Some(note.clone().into());
@@ -421,10 +424,10 @@ impl Array {
             });
         }
         if opts.read_only {
-            array.dp.read_only.store(true, Ordering::Release);
-            array.dp.closing.store(true, Ordering::Release);
+            array.dp().read_only.store(true, Ordering::Release);
+            array.dp().closing.store(true, Ordering::Release);
             array.decide_failed(&mut st);
-            array.dp.state.store(Arc::new(st));
+            array.dp().state.store(Arc::new(st));
             *array.report.lock() = report;
             return Ok(array);
         }
@@ -445,13 +448,16 @@ impl Array {
                 String::new()
             };
             return Err(Error::Failed(
-                Msg::new(format!("'{}' cannot start: {why}{against}", array.dp.name))
-                    .or(Step::say(
-                        "find the missing members and assemble again with them",
-                    ))
-                    .or(Step::force(
-                        "start it read-only and copy off what is readable",
-                    )),
+                Msg::new(format!(
+                    "'{}' cannot start: {why}{against}",
+                    array.dp().name
+                ))
+                .or(Step::say(
+                    "find the missing members and assemble again with them",
+                ))
+                .or(Step::force(
+                    "start it read-only and copy off what is readable",
+                )),
             ));
         }
         // Forced past the write hole: the user accepts the parity of the dirty regions as
@@ -465,7 +471,7 @@ impl Array {
                 if !opts.force {
                     return Err(e);
                 }
-                tracing::warn!(array = %array.dp.name, "{e}: forced");
+                tracing::warn!(array = %array.dp().name, "{e}: forced");
                 forced_hole = true;
             }
         }
@@ -485,14 +491,14 @@ impl Array {
                 array.log_recovery(i, m, reason, s.bitmap_recovery, array.recovery_bytes(s));
             }
         }
-        array.dp.state.store(Arc::new(st));
+        array.dp().state.store(Arc::new(st));
         // Two superblock writes start a session: the start, then the opening once the start
         // is on every member. Nothing is written before the opening, so a member that
         // missed only the start of the newest session missed no data (`freshness` trusts
         // it), while one that stopped before a session that opened is behind.
         for _ in 0..2 {
             let _g = array.mgmt.lock().await;
-            let st = array.dp.state.load_full();
+            let st = array.dp().state.load_full();
             let lost = array.persist(&st, false).await;
             if !lost.is_empty() {
                 drop(_g);
@@ -505,12 +511,12 @@ impl Array {
         // be on the members before anything is written. If so many members refused the
         // superblock write that the array failed, it never started: say so rather than
         // hand out an array that serves nothing and whose start left no trace.
-        if let Some(why) = array.dp.state.load_full().failed.clone() {
+        if let Some(why) = array.dp().state.load_full().failed.clone() {
             if !opts.force {
                 array.abandon().await;
                 return Err(Error::Failed(format!(
                     "'{}' failed while starting: {why}. Check the members' paths and health, then assemble again",
-                    array.dp.name
+                    array.dp().name
                 ).into()));
             }
         }
@@ -519,24 +525,28 @@ impl Array {
         // bits of its own past, or lacks recent ones).
         if bitmap_read {
             array
-                .dp
-                .sync_bitmap(&array.dp.state.load_full().live_members())
+                .dp()
+                .sync_bitmap(&array.dp().state.load_full().live_members())
                 .await;
         }
         *array.report.lock() = report;
+        if let Some(r) = array.reshaping() {
+            // A window being moved in place at the crash is written from its backup.
+            array.restore_backup(&r).await?;
+        }
         if !newest.clean && !dirty.is_empty() {
             let (bytes, n) = match array.resync_regions(&dirty).await {
                 // Out of space: serve anyway, with those stripes held as inconsistent
                 // (never rebuilt from, their regions dirty) until the watch resyncs them.
                 Err(Error::NoSpace(msg)) => {
-                    tracing::warn!(array = %array.dp.name, "{msg}; the resync waits for space");
-                    array.dp.defer_resync(&dirty);
+                    tracing::warn!(array = %array.dp().name, "{msg}; the resync waits for space");
+                    array.dp().defer_resync(&dirty);
                     (0, 0)
                 }
                 r => {
                     let r = r?;
                     if forced_hole {
-                        if let Some(bm) = &array.dp.bitmap {
+                        if let Some(bm) = &array.dp().bitmap {
                             for (g, t) in bm.unsynced_stripes() {
                                 bm.synced(g, t);
                             }
@@ -766,19 +776,19 @@ impl Array {
         mut candidates: Vec<(usize, u64)>,
         newest: &Superblock,
     ) -> Arc<Array> {
-        let red = self.dp.geometry.redundancy();
+        let red = self.dp().geometry.redundancy();
         candidates.sort_by_key(|&(_, e)| std::cmp::Reverse(e));
         let mut rescue = RescueReport::default();
-        for g in 0..self.dp.map.sets() {
+        for g in 0..self.dp().map.sets() {
             let out = |st: &State| {
-                st.slots[self.dp.map.set_slots(g)]
+                st.slots[self.dp().map.set_slots(g)]
                     .iter()
                     .filter(|s| s.state != SlotState::Active)
                     .count()
             };
             for &(i, event) in candidates
                 .iter()
-                .filter(|(i, _)| self.dp.map.set_of(*i) == g)
+                .filter(|(i, _)| self.dp().map.set_of(*i) == g)
             {
                 if out(&st) <= red {
                     break;
@@ -819,16 +829,16 @@ impl Array {
         if !newest.clean {
             rescue.used.push(format!(
                 "'{}' was not shut down cleanly: where members are missing, blocks rebuilt from parity written at the time may be wrong",
-                self.dp.name
+                self.dp().name
             ));
         }
         // Serve what can be read: a group still short answers its reads with errors.
         self.decide_failed(&mut st);
         st.failed = None;
-        self.dp.read_only.store(true, Ordering::Release);
+        self.dp().read_only.store(true, Ordering::Release);
         self.rescue.store(true, Ordering::Release);
-        self.dp.state.store(Arc::new(st));
-        tracing::info!(array = %self.dp.name, used = ?rescue.used, "started read-only for a rescue");
+        self.dp().state.store(Arc::new(st));
+        tracing::info!(array = %self.dp().name, used = ?rescue.used, "started read-only for a rescue");
         report.rescue = Some(rescue);
         *self.report.lock() = report;
         self

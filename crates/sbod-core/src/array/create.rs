@@ -448,7 +448,7 @@ impl Array {
         )
         .await?;
         array.hold(&claim);
-        let st = array.dp.state.load_full();
+        let st = array.dp().state.load_full();
         let failed = array.persist(&st, false).await;
         if !failed.is_empty() {
             return Err(Error::Invalid(

@@ -2,7 +2,7 @@
 //! handed to the array's RAID family. Byte-granular writes are merged here into whole
 //! blocks under the stripe lock the family takes.
 
-use super::Array;
+use super::{Array, Core};
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::error::{Error, Result};
 use crate::family::{Patch, BLOCK};
@@ -10,11 +10,60 @@ use crate::member::State;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// The view of the volume that serves a request: the array's own, or during a reshape
+/// the old layout's for what has not moved yet.
+pub(crate) enum View {
+    Cur(arc_swap::Guard<Arc<Core>>),
+    Old(Arc<Core>),
+}
+
+impl std::ops::Deref for View {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        match self {
+            View::Cur(g) => g,
+            View::Old(c) => c,
+        }
+    }
+}
+
+type Pass<'a> = tokio::sync::RwLockReadGuard<'a, ()>;
+
 impl Array {
+    /// Let a request on `[offset, offset + len)` in: its pass at the gate, and the view
+    /// that serves it. During a reshape, a request that touches the window being moved
+    /// (or lies across the boundary between the layouts) waits, holding no pass, until the
+    /// window is durable in the new layout.
+    pub(crate) async fn enter(&self, offset: u64, len: u64) -> (Pass<'_>, View) {
+        loop {
+            let pass = self.gate.enter().await;
+            let r = match self.reshape.load().as_ref() {
+                None => return (pass, View::Cur(self.core.load())),
+                Some(r) => r.clone(),
+            };
+            let moved = r.moved.notified();
+            let (pos, wend) = (
+                r.pos.load(Ordering::Acquire),
+                r.wend.load(Ordering::Acquire),
+            );
+            let end = offset.saturating_add(len);
+            if end <= pos || self.dp().closing.load(Ordering::Acquire) {
+                return (pass, View::Cur(self.core.load()));
+            }
+            if offset >= wend.max(pos) {
+                return (pass, View::Old(r.old.clone()));
+            }
+            drop(pass);
+            // Woken when the window moves on; a second now and then in case a reshape
+            // that stopped (closing, an error) leaves it where it is.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), moved).await;
+        }
+    }
+
     /// Check a client request: the array serves, the range is whole blocks inside the
     /// volume.
     pub(crate) fn check_io(&self, offset: u64, len: u64) -> Result<Arc<State>> {
-        if self.dp.closing.load(Ordering::Acquire) {
+        if self.dp().closing.load(Ordering::Acquire) {
             return Err(Error::ShutDown);
         }
         if !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) {
@@ -23,7 +72,7 @@ impl Array {
             ));
         }
         self.end_of(offset, len)?;
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone().into()));
         }
@@ -34,12 +83,12 @@ impl Array {
     fn end_of(&self, offset: u64, len: u64) -> Result<u64> {
         offset
             .checked_add(len)
-            .filter(|&e| e <= self.dp.size)
+            .filter(|&e| e <= self.dp().size)
             .ok_or_else(|| {
                 Error::Invalid(
                     format!(
                         "range {offset}+{len} is beyond the end of the volume ({} bytes)",
-                        self.dp.size
+                        self.dp().size
                     )
                     .into(),
                 )
@@ -48,18 +97,24 @@ impl Array {
 
     /// Read `len` bytes at `offset`.
     pub async fn read(&self, offset: u64, len: usize) -> Result<AlignedBuf> {
+        let (_pass, v) = self.enter(offset, len as u64).await;
         self.check_io(offset, len as u64)?;
         let out = AlignedBuf::for_overwrite(len).into_shared();
-        self.family.read(&self.dp, offset, &out).await?;
+        v.family.read(&v.dp, offset, &out).await?;
         Ok(out.try_unwrap().expect("read views released"))
     }
 
     /// Write `data` at `offset`; with `fua`, durable on every member before returning.
     pub async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
+        let (_pass, v) = self.enter(offset, data.len() as u64).await;
+        self.write_in(&v, offset, data, fua).await
+    }
+
+    async fn write_in(&self, v: &Core, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
         let fua = self.sync.fua(fua);
         self.check_io(offset, data.len() as u64)?;
-        self.dp.check_writable()?;
-        self.write_shared(offset, &data.into_shared(), fua, &[])
+        self.dp().check_writable()?;
+        self.write_shared(v, offset, &data.into_shared(), fua, &[])
             .await
     }
 
@@ -69,6 +124,12 @@ impl Array {
     /// any number of connections, to the same blocks at once, never lose each other's
     /// bytes. Aligned requests take the plain path.
     pub async fn write_bytes(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        let (a, b) = blocks_around(offset, data.len() as u64);
+        let (_pass, v) = self.enter(a, b - a).await;
+        self.write_bytes_in(&v, offset, data, fua).await
+    }
+
+    async fn write_bytes_in(&self, v: &Core, offset: u64, data: &[u8], fua: bool) -> Result<()> {
         let fua = self.sync.fua(fua);
         let len = data.len() as u64;
         if len == 0 {
@@ -77,7 +138,9 @@ impl Array {
         let end = self.end_of(offset, len)?;
         let (start, stop) = (offset / BLOCK * BLOCK, end.div_ceil(BLOCK) * BLOCK);
         if (start, stop) == (offset, end) {
-            return self.write(offset, AlignedBuf::from_slice(data), fua).await;
+            return self
+                .write_in(v, offset, AlignedBuf::from_slice(data), fua)
+                .await;
         }
         self.check_io(start, stop - start)?;
         let mut buf = AlignedBuf::zeroed((stop - start) as usize);
@@ -100,7 +163,7 @@ impl Array {
             });
         }
         let data = buf.into_shared();
-        self.write_shared(start, &data, fua, &patches).await
+        self.write_shared(v, start, &data, fua, &patches).await
     }
 
     /// Make `len` bytes at any byte `offset` read back as zeros: the blocks covered in
@@ -113,19 +176,22 @@ impl Array {
         fua: bool,
         punch: bool,
     ) -> Result<()> {
+        let (a, b) = blocks_around(offset, len);
+        let (_pass, v) = self.enter(a, b - a).await;
+        let v = &*v;
         let fua = self.sync.fua(fua);
         let end = self.end_of(offset, len)?;
         let (a0, a1) = (offset.div_ceil(BLOCK) * BLOCK, end / BLOCK * BLOCK);
         if a0 >= a1 {
             // No whole block inside: at most two partial ones.
             return self
-                .write_bytes(offset, &vec![0u8; len as usize], fua)
+                .write_bytes_in(v, offset, &vec![0u8; len as usize], fua)
                 .await;
         }
         let head = async {
             match offset < a0 {
                 true => {
-                    self.write_bytes(offset, &vec![0u8; (a0 - offset) as usize], false)
+                    self.write_bytes_in(v, offset, &vec![0u8; (a0 - offset) as usize], false)
                         .await
                 }
                 false => Ok(()),
@@ -134,17 +200,17 @@ impl Array {
         let tail = async {
             match a1 < end {
                 true => {
-                    self.write_bytes(a1, &vec![0u8; (end - a1) as usize], false)
+                    self.write_bytes_in(v, a1, &vec![0u8; (end - a1) as usize], false)
                         .await
                 }
                 false => Ok(()),
             }
         };
-        let middle = self.write_zeroes(a0, a1 - a0, false, punch);
+        let middle = self.write_zeroes_in(v, a0, a1 - a0, false, punch);
         let (h, m, t) = futures::future::join3(head, middle, tail).await;
         h.and(m).and(t)?;
         if fua {
-            self.dp.flush().await?;
+            self.dp().flush().await?;
         }
         Ok(())
     }
@@ -152,26 +218,37 @@ impl Array {
     /// A write of whole blocks through the family; `patches` are blocks covered in part.
     pub(crate) async fn write_shared(
         &self,
+        v: &Core,
         offset: u64,
         data: &SharedBuf,
         fua: bool,
         patches: &[Patch],
     ) -> Result<()> {
         self.hold_lease().await?;
-        self.family
-            .write(&self.dp, offset, data, fua, patches)
-            .await
+        v.family.write(&v.dp, offset, data, fua, patches).await
     }
 
     /// Make a range read back as zeros (NBD WRITE_ZEROES); `punch` also deallocates.
     pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool, punch: bool) -> Result<()> {
+        let (_pass, v) = self.enter(offset, len).await;
+        self.write_zeroes_in(&v, offset, len, fua, punch).await
+    }
+
+    async fn write_zeroes_in(
+        &self,
+        v: &Core,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        punch: bool,
+    ) -> Result<()> {
         let fua = self.sync.fua(fua);
         self.check_io(offset, len)?;
-        self.dp.check_writable()?;
+        self.dp().check_writable()?;
         self.hold_lease().await?;
-        self.family.zero(&self.dp, offset, len, punch).await?;
+        v.family.zero(&v.dp, offset, len, punch).await?;
         if fua {
-            self.dp.flush().await?;
+            self.dp().flush().await?;
         }
         Ok(())
     }
@@ -180,20 +257,28 @@ impl Array {
     /// every member, so parity stays consistent); block devices are left alone, since
     /// discard on them does not promise zeros.
     pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        let (_pass, v) = self.enter(offset, len).await;
         self.check_io(offset, len)?;
-        self.dp.check_writable()?;
-        let st = self.dp.state.load_full();
+        self.dp().check_writable()?;
+        let st = self.dp().state.load_full();
         let all_files = st.live_members().iter().all(|m| m.is_file);
         if !all_files {
             return Ok(());
         }
         // Only whole stripes: partial ones would cost a write for an advisory command.
-        let sd = self.dp.geometry.stripe_data();
+        let sd = v.dp.geometry.stripe_data();
         let first = offset.div_ceil(sd) * sd;
         let last = (offset + len) / sd * sd;
         if first < last {
-            self.write_zeroes(first, last - first, false, true).await?;
+            self.write_zeroes_in(&v, first, last - first, false, true)
+                .await?;
         }
         Ok(())
     }
+}
+
+/// The whole blocks around a byte range.
+fn blocks_around(offset: u64, len: u64) -> (u64, u64) {
+    let end = offset.saturating_add(len);
+    (offset / BLOCK * BLOCK, end.div_ceil(BLOCK) * BLOCK)
 }

@@ -25,11 +25,11 @@ impl LogHost for Host {
         let a = self.0.upgrade();
         Box::pin(async move {
             match a {
-                Some(a) => {
-                    a.dp.flush()
-                        .await
-                        .map_err(|e| io::Error::other(e.to_string()))
-                }
+                Some(a) => a
+                    .dp()
+                    .flush()
+                    .await
+                    .map_err(|e| io::Error::other(e.to_string())),
                 None => Err(io::Error::other("the array is gone")),
             }
         })
@@ -39,7 +39,7 @@ impl LogHost for Host {
         let a = self.0.upgrade();
         Box::pin(async move {
             if let Some(a) = a {
-                tracing::error!(array = %a.dp.name, log = %uuid, "log device failed: {error}");
+                tracing::error!(array = %a.dp().name, log = %uuid, "log device failed: {error}");
                 a.record_log_out(&[uuid], OutReason::WriteError).await;
             }
         })
@@ -65,7 +65,7 @@ impl Array {
     /// slot's `change` lock held.
     async fn persist_log(&self) {
         let _g = self.mgmt.lock().await;
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let lost = self.commit((*st).clone()).await;
         drop(_g);
         for m in lost {
@@ -128,7 +128,7 @@ impl Array {
                     return Err(Error::Refused(
                         Msg::new(format!(
                             "'{}' was not shut down cleanly and its log cannot be read ({why}): the log may hold acknowledged writes the members do not have",
-                            self.dp.name
+                            self.dp().name
                         ))
                         .or(Step::say("give its log device(s) to assemble"))
                         .or(Step::force("start without them and lose those writes")),
@@ -143,7 +143,7 @@ impl Array {
         let mut out: Vec<Uuid> = missing;
         for (d, r) in trusted.iter().zip(&scan.per_device) {
             if let Err(e) = r {
-                tracing::warn!(array = %self.dp.name, log = %d.path, "log device unusable: {e}");
+                tracing::warn!(array = %self.dp().name, log = %d.path, "log device unusable: {e}");
                 out.push(d.uuid);
             }
         }
@@ -159,7 +159,7 @@ impl Array {
         let plan = scan.plan(&in_pool);
         let issues = self.replay_issues(&plan, st);
         for i in &plan.issues {
-            tracing::warn!(array = %self.dp.name, seq = i.seq, lost = i.lost, "log replay: {}", i.what);
+            tracing::warn!(array = %self.dp().name, seq = i.seq, lost = i.lost, "log replay: {}", i.what);
         }
         if plan.lost() {
             let what: Vec<String> = issues
@@ -171,7 +171,7 @@ impl Array {
                 return Err(Error::Refused(
                     Msg::new(format!(
                         "the log of '{}' lost acknowledged writes the members may not hold: {}",
-                        self.dp.name,
+                        self.dp().name,
                         what.join("; ")
                     ))
                     .or(Step::say(
@@ -182,7 +182,7 @@ impl Array {
                     )),
                 ));
             }
-            tracing::error!(array = %self.dp.name, "forced past a log that lost acknowledged writes: {}", what.join("; "));
+            tracing::error!(array = %self.dp().name, "forced past a log that lost acknowledged writes: {}", what.join("; "));
         }
         *self.sync.log.issues.lock() = issues;
         let n = plan.steps.len();
@@ -201,7 +201,7 @@ impl Array {
                     Error::io(format!("flushing {} after the log replay", m.path), e)
                 })?;
             }
-            tracing::info!(array = %self.dp.name, records = n, "log replayed");
+            tracing::info!(array = %self.dp().name, records = n, "log replayed");
         }
         let usable: Vec<LogDevice> = trusted
             .into_iter()
@@ -217,7 +217,7 @@ impl Array {
                 c.journal = JOURNALING && c.devices.iter().any(|e| e.active);
             }
             Err(e) => {
-                tracing::error!(array = %self.dp.name, "the log cannot be started: {e}");
+                tracing::error!(array = %self.dp().name, "the log cannot be started: {e}");
                 let all: Vec<Uuid> = active.iter().map(|e| e.uuid).collect();
                 self.mark_log_out(&all, OutReason::WriteError);
             }
@@ -252,7 +252,7 @@ impl Array {
             let bytes = match m {
                 Some(m) if e.offset + e.len as u64 <= m.size => {
                     let buf = AlignedBuf::zeroed(e.len as usize).into_shared();
-                    let off = self.dp.geometry.data_offset + e.offset;
+                    let off = self.dp().geometry.data_offset + e.offset;
                     match dev::read_at(&m.dev, off, buf.clone(), IoClass::Foreground).await {
                         Ok(()) => buf.try_unwrap().ok().map(|b| b.to_vec()),
                         Err(_) => None,
@@ -301,7 +301,7 @@ impl Array {
                 return Err(Error::Invalid(
                     format!(
                     "the log names slot {slot}, and '{}' has {} slots: it is not this array's log",
-                    self.dp.name,
+                    self.dp().name,
                     st.slots.len()
                 )
                     .into(),
@@ -314,7 +314,7 @@ impl Array {
                         format!("the log writes past the end of {}'s data", m.path).into(),
                     ));
                 }
-                let offset = self.dp.geometry.data_offset + offset;
+                let offset = self.dp().geometry.data_offset + offset;
                 let kind = match &buf {
                     Some(b) => dev::IoKind::Write {
                         buf: b.clone(),
@@ -339,10 +339,10 @@ impl Array {
     /// (a failed one is replaced). The device is refused if it holds anything (unless
     /// `force`) or is too small.
     pub async fn add_log(self: &Arc<Self>, spec: MemberSpec, force: bool) -> Result<()> {
-        self.dp.check_writable()?;
+        self.dp().check_writable()?;
         let _c = self.sync.log.change.lock().await;
         if self
-            .dp
+            .dp()
             .state
             .load()
             .live_members()
@@ -352,7 +352,8 @@ impl Array {
             return Err(Error::Invalid(
                 format!(
                     "{} is a member of '{}', not a log device",
-                    spec.path, self.dp.name
+                    spec.path,
+                    self.dp().name
                 )
                 .into(),
             ));
@@ -366,7 +367,8 @@ impl Array {
             return Err(Error::Invalid(
                 format!(
                     "{} is already a log device of '{}'",
-                    spec.path, self.dp.name
+                    spec.path,
+                    self.dp().name
                 )
                 .into(),
             ));
@@ -387,7 +389,7 @@ impl Array {
             return Err(Error::Refused(
                 format!(
                     "'{}' already has a mirrored log ({}): remove one of its devices first",
-                    self.dp.name,
+                    self.dp().name,
                     active.join(", ")
                 )
                 .into(),
@@ -400,7 +402,7 @@ impl Array {
                         "{} is a log device of {} ({})",
                         spec.path,
                         if sb.array_uuid == self.uuid {
-                            format!("'{}' removed earlier", self.dp.name)
+                            format!("'{}' removed earlier", self.dp().name)
                         } else {
                             "another array".to_string()
                         },
@@ -414,14 +416,14 @@ impl Array {
         }
         // A record is at most a quarter of the ring, and the largest is a whole stripe's
         // plan: every member's chunk (and a replacement's), with its header.
-        let stripe = (self.dp.geometry.width as u64 + 1) * self.dp.geometry.chunk as u64;
+        let stripe = (self.dp().geometry.width as u64 + 1) * self.dp().geometry.chunk as u64;
         let need = (4 * (stripe + 64 * 1024)).max(format::MIN_RING);
         let ring = crate::log::ring_len_for(spec.dev.size());
         if ring < need {
             return Err(Error::Invalid(format!(
                 "{} is too small for a log device of '{}': it needs at least {} (four of its largest stripe writes)",
                 spec.path,
-                self.dp.name,
+                self.dp().name,
                 crate::layout::human(format::RING_START + need)
             ).into()));
         }
@@ -504,10 +506,10 @@ impl Array {
     /// with it: what the log holds is made durable in the pool first, and writes take the
     /// in-pool path from then on.
     pub async fn remove_log(&self, who: &str) -> Result<()> {
-        self.dp.check_writable()?;
+        self.dp().check_writable()?;
         let _c = self.sync.log.change.lock().await;
         let uuid = self.log_uuid_of(who).ok_or_else(|| {
-            Error::Invalid(format!("{who} is not a log device of '{}'", self.dp.name).into())
+            Error::Invalid(format!("{who} is not a log device of '{}'", self.dp().name).into())
         })?;
         let cfg = self.sync.log.config();
         let entry = cfg
@@ -531,10 +533,10 @@ impl Array {
                     self.sync.log.cfg.lock().journal = false;
                     self.persist_log().await;
                     if let Err(e) = log.close().await {
-                        tracing::warn!(array = %self.dp.name, "closing the log: {e}");
+                        tracing::warn!(array = %self.dp().name, "closing the log: {e}");
                         // Whatever it held is made durable in the pool.
                         log.drain().await;
-                        self.dp.flush().await?;
+                        self.dp().flush().await?;
                     }
                     self.sync.log.log.store(None);
                 }
@@ -574,7 +576,7 @@ impl Array {
             return Ok(());
         };
         log.drain().await;
-        self.dp.flush().await?;
+        self.dp().flush().await?;
         let uuids: Vec<Uuid> = self
             .sync
             .log
@@ -584,7 +586,7 @@ impl Array {
             .filter(|e| e.active)
             .map(|e| e.uuid)
             .collect();
-        tracing::error!(array = %self.dp.name, "the log has failed: writes take the in-pool path");
+        tracing::error!(array = %self.dp().name, "the log has failed: writes take the in-pool path");
         // Recorded before any write goes in the pool: until then the members trust the log
         // to hold every write of the session, and writes wait here.
         self.record_log_out(&uuids, OutReason::WriteError).await;
@@ -596,7 +598,7 @@ impl Array {
     pub(crate) async fn close_log(&self) {
         if let Some(log) = self.sync.log.current() {
             if let Err(e) = log.close().await {
-                tracing::warn!(array = %self.dp.name, "closing the log: {e}");
+                tracing::warn!(array = %self.dp().name, "closing the log: {e}");
             }
         }
         self.sync.log.close_devices();

@@ -115,10 +115,10 @@ impl Array {
     /// Decide whether the state still holds all data: `st.failed` says why not (a set
     /// with more members out than it survives), else None.
     pub(crate) fn decide_failed(&self, st: &mut State) {
-        let red = self.dp.geometry.redundancy();
+        let red = self.dp().geometry.redundancy();
         st.failed = None;
-        for g in 0..self.dp.map.sets() {
-            let range = self.dp.map.set_slots(g);
+        for g in 0..self.dp().map.sets() {
+            let range = self.dp().map.set_slots(g);
             let (first, w) = (range.start, range.len());
             let slots = &st.slots[range];
             let out: Vec<usize> = (0..w)
@@ -159,7 +159,7 @@ impl Array {
     /// Hand spares to failed or empty slots, choosing one whose failure domain the
     /// group can absorb when there is a choice.
     pub(crate) fn take_spares(&self, st: &mut State) -> bool {
-        let red = self.dp.geometry.redundancy();
+        let red = self.dp().geometry.redundancy();
         let mut changed = false;
         for i in 0..st.slots.len() {
             if !matches!(st.slots[i].state, SlotState::Failed | SlotState::Empty)
@@ -167,7 +167,7 @@ impl Array {
             {
                 continue;
             }
-            let set = self.dp.map.set_slots(self.dp.map.set_of(i));
+            let set = self.dp().map.set_slots(self.dp().map.set_of(i));
             let domain_count = |d: &str, st: &State| {
                 st.slots[set.clone()]
                     .iter()
@@ -207,7 +207,7 @@ impl Array {
         // Members that then refuse the superblock recording it fail for that reason.
         let mut pending = vec![(member.clone(), why.into())];
         while let Some((m, why)) = pending.pop() {
-            let st = self.dp.state.load_full();
+            let st = self.dp().state.load_full();
             let mut new = (*st).clone();
             let event = self.event.load(Ordering::Acquire) + 1;
             let rec = OutRecord {
@@ -224,15 +224,15 @@ impl Array {
                     .get_or_insert_with(|| d.to_string());
             }
             if why.code == OutReason::Admin {
-                tracing::info!(member = %m.path, array = %self.dp.name, "member failed by the administrator");
+                tracing::info!(member = %m.path, array = %self.dp().name, "member failed by the administrator");
             } else {
-                tracing::error!(member = %m.path, reason = %why, array = %self.dp.name, "member failed");
+                tracing::error!(member = %m.path, reason = %why, array = %self.dp().name, "member failed");
             }
             self.end_recovery(&m.uuid, false);
             self.take_spares(&mut new);
             self.decide_failed(&mut new);
             if let Some(f) = &new.failed {
-                tracing::error!(array = %self.dp.name, "array failed: {f}");
+                tracing::error!(array = %self.dp().name, "array failed: {f}");
             }
             let lost = self.commit(new).await;
             pending.extend(lost.into_iter().map(|m| (m, reason::SUPERBLOCK_WRITE)));
@@ -276,13 +276,13 @@ impl Array {
     }
 
     fn find_member(&self, who: &str) -> Result<(Role, Arc<Member>)> {
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         st.find(who).ok_or_else(|| {
             let known: Vec<String> = st.live_members().iter().map(|m| m.path.clone()).collect();
             Error::Invalid(
                 format!(
                     "{who} is not a member of '{}' (members: {})",
-                    self.dp.name,
+                    self.dp().name,
                     known.join(", ")
                 )
                 .into(),
@@ -296,13 +296,13 @@ impl Array {
     pub async fn fail(&self, who: &str, force: bool) -> Result<()> {
         let (role, m) = self.find_member(who)?;
         if let Role::Slot(i) = role {
-            let st = self.dp.state.load_full();
+            let st = self.dp().state.load_full();
             if st.slots[i].state == SlotState::Failed {
                 return Err(Error::Invalid(format!("{who} has already failed").into()));
             }
         }
-        if self.dp.read_only.load(Ordering::Acquire) {
-            return Err(self.dp.read_only_error());
+        if self.dp().read_only.load(Ordering::Acquire) {
+            return Err(self.dp().read_only_error());
         }
         if !force {
             self.refuse_unsafe_fail(&m)?;
@@ -314,7 +314,7 @@ impl Array {
     /// `sbod remove`: forget a failed member or a spare.
     pub async fn remove(&self, who: &str) -> Result<()> {
         let _g = self.mgmt.lock().await;
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let mut new = (*st).clone();
         let found = st.slots.iter().position(|s| {
             s.member
@@ -330,10 +330,10 @@ impl Array {
                     Msg::new(format!(
                         "{who} is {} in '{}': only a failed member can be removed",
                         format!("{:?}", s.state).to_lowercase(),
-                        self.dp.name,
+                        self.dp().name,
                     ))
-                    .or(Step::command("fail", &self.dp.name, who))
-                    .or(Step::command("replace", &self.dp.name, who)),
+                    .or(Step::command("fail", &self.dp().name, who))
+                    .or(Step::command("replace", &self.dp().name, who)),
                 ));
             }
             removed = s.member.take();
@@ -350,7 +350,7 @@ impl Array {
             return Err(Error::Invalid(
                 format!(
                     "{who} is not a failed member or spare of '{}'",
-                    self.dp.name
+                    self.dp().name
                 )
                 .into(),
             ));
@@ -368,41 +368,43 @@ impl Array {
         Ok(())
     }
 
-    async fn wipe(m: &Arc<Member>) {
+    pub(crate) async fn wipe(m: &Arc<Member>) {
         let z = AlignedBuf::zeroed(2 * superblock::COPY_SIZE).into_shared();
         let _ = dev::write_at(&m.dev, 0, z, true, IoClass::Foreground).await;
     }
 
-    fn check_new_member(&self, spec: &MemberSpec) -> Result<u64> {
-        let st = self.dp.state.load_full();
+    pub(crate) fn check_new_member(&self, spec: &MemberSpec) -> Result<u64> {
+        let st = self.dp().state.load_full();
         if st.live_members().iter().any(|m| m.path == spec.path) {
             return Err(Error::Invalid(
-                format!("{} is already a member of '{}'", spec.path, self.dp.name).into(),
+                format!("{} is already a member of '{}'", spec.path, self.dp().name).into(),
             ));
         }
-        let need = self.dp.geometry.data_offset + self.dp.geometry.member_size;
-        if self.dp.geometry.level != Level::Concat && spec.dev.size() < need {
+        let need = self.dp().geometry.data_offset + self.dp().geometry.member_size;
+        if self.dp().geometry.level != Level::Concat && spec.dev.size() < need {
             return Err(Error::Invalid(
                 format!(
                     "{} has {} but members of '{}' need {}",
                     spec.path,
                     crate::layout::human(spec.dev.size()),
-                    self.dp.name,
+                    self.dp().name,
                     crate::layout::human(need)
                 )
                 .into(),
             ));
         }
-        Ok(if self.dp.geometry.level == Level::Concat {
-            spec.dev.size().saturating_sub(self.dp.geometry.data_offset)
-                / self.dp.geometry.chunk as u64
-                * self.dp.geometry.chunk as u64
+        Ok(if self.dp().geometry.level == Level::Concat {
+            spec.dev
+                .size()
+                .saturating_sub(self.dp().geometry.data_offset)
+                / self.dp().geometry.chunk as u64
+                * self.dp().geometry.chunk as u64
         } else {
-            self.dp.geometry.member_size
+            self.dp().geometry.member_size
         })
     }
 
-    fn new_member(spec: MemberSpec, size: u64) -> Arc<Member> {
+    pub(crate) fn new_member(spec: MemberSpec, size: u64) -> Arc<Member> {
         Arc::new(Member {
             dev: spec.dev,
             uuid: Uuid::new_v4(),
@@ -421,14 +423,14 @@ impl Array {
     /// be re-added is refused with the reason unless `force` (then it is wiped and added
     /// as a new member).
     pub async fn add(&self, spec: MemberSpec, force: bool) -> Result<AddOutcome> {
-        if self.dp.read_only.load(Ordering::Acquire) {
-            return Err(self.dp.read_only_error());
+        if self.dp().read_only.load(Ordering::Acquire) {
+            return Err(self.dp().read_only_error());
         }
         self.check_joining(&spec).await?;
         if let Ok(sb) = read_superblock(&spec.dev).await {
             if sb.array_uuid == self.uuid {
                 // A member in service, under another name.
-                let st = self.dp.state.load_full();
+                let st = self.dp().state.load_full();
                 if let Some(m) = st.live_members().iter().find(|m| m.uuid == sb.this_member) {
                     return Err(crate::owner::same(&m.path, &spec.path));
                 }
@@ -447,11 +449,11 @@ impl Array {
         let size = self.check_new_member(&spec)?;
         check_blank(&spec.dev, force).await?;
         self.probe_joining(&spec.path, &spec.dev).await?;
-        claim_metadata(&spec.dev, self.dp.geometry.data_offset, &spec.path).await?;
+        claim_metadata(&spec.dev, self.dp().geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
         let uuid = m.uuid;
         let _g = self.mgmt.lock().await;
-        let mut new = (*self.dp.state.load_full()).clone();
+        let mut new = (*self.dp().state.load_full()).clone();
         new.spares.push(m);
         self.take_spares(&mut new);
         self.decide_failed(&mut new);
@@ -478,10 +480,10 @@ impl Array {
         if spec.domain.is_empty() {
             return Ok(());
         }
-        let g = self.dp.map.set_of(slot);
-        let red = self.dp.geometry.redundancy();
+        let g = self.dp().map.set_of(slot);
+        let red = self.dp().geometry.redundancy();
         let others: Vec<&str> = self
-            .dp
+            .dp()
             .map
             .set_slots(g)
             .filter(|&i| i != slot && st.slots[i].state != SlotState::Failed)
@@ -509,10 +511,10 @@ impl Array {
     /// `sbod replace`: rebuild `new` to take `old`'s place. While `old` still works it keeps
     /// serving (redundancy is never reduced); if it has failed, `new` simply rebuilds.
     pub async fn replace(&self, old: &str, spec: MemberSpec, force: bool) -> Result<()> {
-        if self.dp.read_only.load(Ordering::Acquire) {
-            return Err(self.dp.read_only_error());
+        if self.dp().read_only.load(Ordering::Acquire) {
+            return Err(self.dp().read_only_error());
         }
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let slot = st
             .slots
             .iter()
@@ -523,7 +525,7 @@ impl Array {
                     || s.entry.as_ref().is_some_and(|e| e.uuid.to_string() == old)
             })
             .ok_or_else(|| {
-                Error::Invalid(format!("{old} is not in a slot of '{}'", self.dp.name).into())
+                Error::Invalid(format!("{old} is not in a slot of '{}'", self.dp().name).into())
             })?;
         if st.slots[slot].replacement.is_some() {
             return Err(Error::Busy(
@@ -537,10 +539,10 @@ impl Array {
         self.check_joining(&spec).await?;
         check_blank(&spec.dev, force).await?;
         self.probe_joining(&spec.path, &spec.dev).await?;
-        claim_metadata(&spec.dev, self.dp.geometry.data_offset, &spec.path).await?;
+        claim_metadata(&spec.dev, self.dp().geometry.data_offset, &spec.path).await?;
         let m = Self::new_member(spec, size);
         let _g = self.mgmt.lock().await;
-        let mut new = (*self.dp.state.load_full()).clone();
+        let mut new = (*self.dp().state.load_full()).clone();
         let s = &mut new.slots[slot];
         let mut retired = None;
         match s.state {
@@ -579,7 +581,7 @@ impl Array {
     /// The guard rail of `fail`: refuse when failing `m` would leave its group with more
     /// members out than it survives. The same `decide_failed` that fails the array decides.
     pub(crate) fn refuse_unsafe_fail(&self, m: &Arc<Member>) -> Result<()> {
-        let mut probe = (*self.dp.state.load_full()).clone();
+        let mut probe = (*self.dp().state.load_full()).clone();
         let rec = crate::superblock::OutRecord {
             reason: OutReason::Admin,
             event: 0,
@@ -596,8 +598,8 @@ impl Array {
             .slots
             .iter()
             .position(|s| s.member.as_ref().is_some_and(|x| Arc::ptr_eq(x, m)));
-        let g = slot.map_or(0, |i| self.dp.map.set_of(i));
-        let set = self.dp.map.set_slots(g);
+        let g = slot.map_or(0, |i| self.dp().map.set_of(i));
+        let set = self.dp().map.set_slots(g);
         let w = set.len();
         let working = match slot {
             Some(_) => probe.slots[set.clone()]
@@ -606,16 +608,16 @@ impl Array {
                 .count(),
             None => 0,
         };
-        let red = self.dp.geometry.redundancy();
+        let red = self.dp().geometry.redundancy();
         let rebuilding = probe.slots[set]
             .iter()
             .any(|s| s.state == SlotState::Rebuilding);
         Err(Error::WouldFail(Msg::new(format!(
             "failing {} would leave group {g} of '{}' with {working} working member{} of {w} ({} survives {red} out{}): the array would stop serving and its data would be unavailable",
             m.path,
-            self.dp.name,
+            self.dp().name,
             if working == 1 { "" } else { "s" },
-            self.dp.geometry.level,
+            self.dp().geometry.level,
             if rebuilding {
                 "; a member being rebuilt does not count until its rebuild is done"
             } else {
@@ -628,7 +630,7 @@ impl Array {
     pub(crate) fn recovery_bytes(&self, s: &SlotRt) -> u64 {
         let Some(m) = &s.member else { return 0 };
         let from = s.recovery.load(Ordering::Acquire).min(m.size);
-        match (&self.dp.bitmap, s.bitmap_recovery) {
+        match (&self.dp().bitmap, s.bitmap_recovery) {
             (Some(bm), true) => bm
                 .dirty_regions()
                 .into_iter()
@@ -729,15 +731,17 @@ impl Array {
             return Err(Error::Invalid(
                 format!(
                     "{path} is not a member of '{}' (its superblock names '{}', {})",
-                    self.dp.name, sb.name, sb.array_uuid
+                    self.dp().name,
+                    sb.name,
+                    sb.array_uuid
                 )
                 .into(),
             ));
         }
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         if st.live_members().iter().any(|m| m.uuid == sb.this_member) {
             return Err(Error::Invalid(
-                format!("{path} is already a member of '{}'", self.dp.name).into(),
+                format!("{path} is already a member of '{}'", self.dp().name).into(),
             ));
         }
         let event = self.event.load(Ordering::Acquire);
@@ -748,7 +752,7 @@ impl Array {
         if let Verdict::Diverged { .. } = freshness::trust_of(&n, sb) {
             return Err(Error::Refused(Msg::new(format!(
                 "{path} went on without '{}' (split brain: its superblock is from event {} of another session, the array is at {event}); its data is not this array's",
-                self.dp.name, sb.event
+                self.dp().name, sb.event
             )).or(again)));
         }
         match n.role_of(&sb.this_member) {
@@ -760,7 +764,7 @@ impl Array {
             }
             _ => Err(Error::Refused(Msg::new(format!(
                 "{path} was a member of '{}' but its place has been taken (its superblock is from event {}, the array is at {event})",
-                self.dp.name, sb.event
+                self.dp().name, sb.event
             )).or(again))),
         }
     }
@@ -771,7 +775,7 @@ impl Array {
     /// `Invalid` for a device that is not a former member and `Refused` for one that cannot
     /// go back (the caller may wipe it and `add` it with `force`).
     pub async fn re_add(&self, spec: MemberSpec) -> Result<ReAdd> {
-        self.dp.check_writable()?;
+        self.dp().check_writable()?;
         let sb = read_superblock(&spec.dev).await?;
         let plan = self.plan_re_add(&sb, &spec.path)?;
         self.apply_re_add(spec, &sb, plan).await
@@ -786,18 +790,18 @@ impl Array {
         let _g = self.mgmt.lock().await;
         // Decide again under the lock: the state may have moved since.
         let plan = self.plan_re_add(sb, &spec.path)?;
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let entry = st.slots[plan.slot]
             .entry
             .clone()
             .expect("a re-added slot records its member");
-        let g = &self.dp.geometry;
+        let g = &self.dp().geometry;
         if spec.dev.size() < g.data_offset.saturating_add(entry.size) {
             return Err(Error::Refused(
                 format!(
                     "{} is smaller than '{}' expects ({} of data at offset {})",
                     spec.path,
-                    self.dp.name,
+                    self.dp().name,
                     human(entry.size),
                     human(g.data_offset)
                 )
@@ -826,7 +830,7 @@ impl Array {
         let how = if plan.bitmap {
             format!(
                 "resyncing {} region(s) ({}) from the write-intent bitmap",
-                self.dp
+                self.dp()
                     .bitmap
                     .as_ref()
                     .map(|b| b.dirty_count())
@@ -883,7 +887,7 @@ impl Array {
     /// The device of an out (failed) member the array still holds, by path or uuid, to
     /// re-add it without opening it again (an open file keeps its lock).
     pub fn held_device(&self, who: &str) -> Option<MemberSpec> {
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         st.slots
             .iter()
             .filter(|s| s.state == SlotState::Failed)

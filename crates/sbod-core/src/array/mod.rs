@@ -15,6 +15,7 @@
 
 pub mod assemble;
 pub mod create;
+mod grow;
 mod io;
 mod log;
 pub mod membership;
@@ -26,6 +27,7 @@ mod sync;
 
 pub use assemble::AssembleOptions;
 pub use create::{check_blank, CreateSpec, MAX_CHUNK, MAX_MEMBER_DATA, MIN_CHUNK};
+pub use grow::GrowOutcome;
 pub use membership::{AddOutcome, ReAdd};
 pub use sbod_types::{
     ArrayState, AssemblyReport, MemberState, MemberStatus, RecoveryStatus, RescueReport, Settings,
@@ -41,7 +43,6 @@ use crate::dev::{self, BlockDev, IoClass};
 use crate::error::{Error, Result};
 use crate::family::Personality;
 use crate::layout::Geometry;
-use crate::locks::StripeLocks;
 use crate::placement::Placement;
 use crate::reason::Why;
 use crate::superblock::{self, Extension, SessionRec, Superblock};
@@ -53,10 +54,11 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 pub struct Array {
-    /// What the data path, the RAID family and the background processes share.
-    dp: DataPath,
-    /// The RAID family that turns requests into member I/O.
-    pub(crate) family: Personality,
+    /// The view of the volume the array runs (its data path and RAID family): one for the
+    /// array's life, swapped only when a reshape ends (see [`Core`]).
+    core: ArcSwap<Core>,
+    /// What every view shares (the members, bitmap, settings, lease).
+    shared: Arc<crate::datapath::Shared>,
     pub uuid: Uuid,
     pub created: u64,
     /// Serialises state changes and superblock writes (never taken by plain I/O).
@@ -74,6 +76,84 @@ pub struct Array {
     pub(crate) sync: crate::sync::SyncState,
     /// This head's hold on the members: its heartbeat (see `owner`).
     pub(crate) ownership: ownership::Ownership,
+    /// Every client request holds a pass while it runs; a grow swaps the view of the
+    /// volume only with every pass held (see `grow`).
+    pub(crate) gate: crate::locks::ViewGate,
+    /// The reshape running, if any (see `process::reshape`).
+    pub(crate) reshape: process::reshape::Slot,
+}
+
+/// One view of the volume: the data path the families and processes work on, and the
+/// RAID family of its geometry. An array keeps one for its life; a reshape builds the new
+/// layout's beside it and swaps it in when every byte has moved (`reshape`).
+pub(crate) struct Core {
+    pub dp: DataPath,
+    pub family: Personality,
+}
+
+tokio::task_local! {
+    /// A view a task works in instead of the array's own: the resync after a crash during
+    /// a reshape judges the stripes of the old layout in the old layout's view.
+    static VIEW: Arc<Core>;
+}
+
+/// Run `f` with `view` as the array's view for everything it calls (see [`VIEW`]).
+pub(crate) async fn in_view<F: std::future::Future>(view: Arc<Core>, f: F) -> F::Output {
+    VIEW.scope(view, f).await
+}
+
+enum Loaded {
+    Cur(arc_swap::Guard<Arc<Core>>),
+    Scoped(Arc<Core>),
+}
+
+impl std::ops::Deref for Loaded {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        match self {
+            Loaded::Cur(g) => g,
+            Loaded::Scoped(c) => c,
+        }
+    }
+}
+
+/// A loaded view of the data path (see [`Array::dp`]).
+pub(crate) struct DpRef(Loaded);
+
+impl std::ops::Deref for DpRef {
+    type Target = DataPath;
+    fn deref(&self) -> &DataPath {
+        &self.0.dp
+    }
+}
+
+/// A loaded view of the RAID family (see [`Array::fam`]).
+pub(crate) struct FamRef(Loaded);
+
+impl std::ops::Deref for FamRef {
+    type Target = Personality;
+    fn deref(&self) -> &Personality {
+        &self.0.family
+    }
+}
+
+impl Array {
+    fn loaded(&self) -> Loaded {
+        match VIEW.try_with(|c| c.clone()) {
+            Ok(c) => Loaded::Scoped(c),
+            Err(_) => Loaded::Cur(self.core.load()),
+        }
+    }
+
+    /// The data path of the view in force.
+    pub(crate) fn dp(&self) -> DpRef {
+        DpRef(self.loaded())
+    }
+
+    /// The RAID family of the view in force.
+    pub(crate) fn fam(&self) -> FamRef {
+        FamRef(self.loaded())
+    }
 }
 
 /// What the array shows of itself. The data path it shares with the families and the
@@ -81,57 +161,57 @@ pub struct Array {
 /// of sbod may know of it is here.
 impl Array {
     pub fn name(&self) -> &str {
-        &self.dp.name
+        &self.shared.name
     }
 
-    pub fn geometry(&self) -> &Geometry {
-        &self.dp.geometry
+    pub fn geometry(&self) -> Geometry {
+        self.dp().geometry.clone()
     }
 
     /// Volume size in bytes.
     pub fn size(&self) -> u64 {
-        self.dp.size()
+        self.dp().size()
     }
 
     /// The membership snapshot now.
     pub fn state(&self) -> Arc<State> {
-        self.dp.state()
+        self.dp().state()
     }
 
     /// Started read-only (a rescue, or only looking).
     pub fn is_read_only(&self) -> bool {
-        self.dp.is_read_only()
+        self.dp().is_read_only()
     }
 
     /// The checksums the array keeps on every block.
     pub fn integrity(&self) -> crate::integrity::Kind {
-        self.dp.integrity()
+        self.dp().integrity()
     }
 
     /// Where the members keep the checksums of their blocks, if they do.
     pub fn tag_layout(&self) -> Option<crate::integrity::TagLayout> {
-        self.dp.tag_layout()
+        self.dp().tag_layout()
     }
 
     /// Where every volume byte lives (the one map).
-    pub fn placement(&self) -> &Placement {
-        self.dp.placement()
+    pub fn placement(&self) -> Placement {
+        self.dp().placement().clone()
     }
 
     /// Flush every member (and write back their checksums), whatever the sync mode: the
     /// engine's durable flush. A client's FLUSH is `client_flush`.
     pub async fn flush(&self) -> Result<()> {
-        self.dp.flush().await
+        self.dp().flush().await
     }
 
     /// The settings in force (`sbod set`).
     pub fn settings(&self) -> Settings {
-        self.dp.settings.lock().clone()
+        self.shared.settings.lock().clone()
     }
 
     /// Change the settings in force; returns them as changed.
     pub fn update_settings(&self, change: impl FnOnce(&mut Settings)) -> Settings {
-        let mut s = self.dp.settings.lock();
+        let mut s = self.shared.settings.lock();
         change(&mut s);
         s.clone()
     }
@@ -154,7 +234,7 @@ impl Membership for Array {
         Box::pin(async move {
             if let Err(e) = Array::log_failed(self).await {
                 // The pool could not be flushed: the array failed, as the write will say.
-                tracing::error!(array = %self.dp.name, "recording the failed log: {e}");
+                tracing::error!(array = %self.dp().name, "recording the failed log: {e}");
             }
         })
     }
@@ -246,40 +326,40 @@ impl Array {
             .iter()
             .map(|s| s.entry.as_ref().map(|e| e.size).unwrap_or(0))
             .collect();
-        let map = Placement::new(&geometry, &sizes);
-        let size = map.volume_size(&geometry);
-        Ok(Arc::new_cyclic(|me: &std::sync::Weak<Array>| Array {
-            dp: DataPath {
+        Ok(Arc::new_cyclic(|me: &std::sync::Weak<Array>| {
+            let owner: std::sync::Weak<dyn Membership> = me.clone();
+            let shared = Arc::new(crate::datapath::Shared {
                 name,
-                geometry,
-                map,
                 state: ArcSwap::from_pointee(state),
-                locks: StripeLocks::default(),
                 bitmap,
                 bitmap_bytes,
-                resync_offset: AtomicU64::new(resync_offset),
-                size,
                 closing: AtomicBool::new(false),
                 read_only: AtomicBool::new(false),
                 settings: parking_lot::Mutex::new(Settings::default()),
-                owner: me.clone(),
+                owner,
                 integrity,
                 crash_resync: AtomicBool::new(false),
                 lease: Default::default(),
-            },
-            family,
-            uuid,
-            created,
-            mgmt: tokio::sync::Mutex::new(()),
-            event: AtomicU64::new(event),
-            closed: AtomicBool::new(false),
-            report: parking_lot::Mutex::new(AssemblyReport::default()),
-            lineage,
-            recoveries: parking_lot::Mutex::new(Vec::new()),
-            rescue: AtomicBool::new(false),
-            bg: Background::default(),
-            sync: Default::default(),
-            ownership: Default::default(),
+            });
+            let dp = DataPath::view(shared.clone(), geometry, &sizes, resync_offset);
+            Array {
+                core: ArcSwap::from_pointee(Core { dp, family }),
+                shared,
+                uuid,
+                created,
+                mgmt: tokio::sync::Mutex::new(()),
+                event: AtomicU64::new(event),
+                closed: AtomicBool::new(false),
+                report: parking_lot::Mutex::new(AssemblyReport::default()),
+                lineage,
+                recoveries: parking_lot::Mutex::new(Vec::new()),
+                rescue: AtomicBool::new(false),
+                bg: Background::default(),
+                sync: Default::default(),
+                ownership: Default::default(),
+                gate: Default::default(),
+                reshape: ArcSwap::from_pointee(None),
+            }
         }))
     }
 

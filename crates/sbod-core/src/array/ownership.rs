@@ -80,7 +80,7 @@ impl Array {
         let cfg = claim.cfg.clone();
         *self.ownership.cfg.lock() = Some(cfg.clone());
         *self.ownership.session.lock() = claim.session;
-        self.dp.lease.renew(Lease::now(), cfg.lease());
+        self.dp().lease.renew(Lease::now(), cfg.lease());
         let weak = Arc::downgrade(self);
         let task = tokio::spawn(async move {
             loop {
@@ -90,7 +90,7 @@ impl Array {
                     continue;
                 }
                 a.beat().await;
-                if a.dp.lease.fenced_by().is_some() {
+                if a.dp().lease.fenced_by().is_some() {
                     return;
                 }
             }
@@ -108,13 +108,13 @@ impl Array {
             return false;
         };
         let _g = self.ownership.beat.lock().await;
-        if self.dp.lease.fenced_by().is_some() {
+        if self.dp().lease.fenced_by().is_some() {
             return false;
         }
         let began = Lease::now();
         let session = *self.ownership.session.lock();
         let seq = self.ownership.seq.fetch_add(1, Ordering::AcqRel) + 1;
-        let members = self.dp.state.load_full().live_members();
+        let members = self.dp().state.load_full().live_members();
         // A member that does not answer within half the lease is left out of this beat
         // (the data path judges it by its own I/O): one hung member must not stop every
         // write by letting the lease lapse. Any other member shows a takeover.
@@ -163,13 +163,13 @@ impl Array {
         }
         if let Some(b) = taken {
             let by = format!("members taken over by {} (host id {})", b.host_name, b.host);
-            if self.dp.lease.fence(by.clone()) {
-                tracing::error!(array = %self.dp.name, "fenced: {by}: this head writes nothing more");
+            if self.dp().lease.fence(by.clone()) {
+                tracing::error!(array = %self.dp().name, "fenced: {by}: this head writes nothing more");
             }
             return false;
         }
         if written > 0 || members.is_empty() {
-            self.dp.lease.renew(began, cfg.lease());
+            self.dp().lease.renew(began, cfg.lease());
             return true;
         }
         false
@@ -178,16 +178,16 @@ impl Array {
     /// Before a client write: the lease holds, or a heartbeat renews it now (a head that
     /// was paused past its lease re-reads its owner blocks before writing again).
     pub(crate) async fn hold_lease(&self) -> Result<()> {
-        if self.dp.lease.ok() {
+        if self.dp().lease.ok() {
             return Ok(());
         }
-        if self.dp.lease.fenced_by().is_none() && self.ownership.cfg.lock().is_some() {
+        if self.dp().lease.fenced_by().is_none() && self.ownership.cfg.lock().is_some() {
             self.beat().await;
-            if self.dp.lease.ok() {
+            if self.dp().lease.ok() {
                 return Ok(());
             }
         }
-        Err(self.dp.lease.error(&self.dp.name))
+        Err(self.dp().lease.error(&self.dp().name))
     }
 
     /// Stop the heartbeat (a power cut: the blocks stay as they are).
@@ -201,7 +201,7 @@ impl Array {
     /// another host starts the array without waiting out the lease.
     pub(crate) async fn release_members(&self) {
         self.stop_heartbeat();
-        if self.ownership.cfg.lock().is_none() || self.dp.lease.fenced_by().is_some() {
+        if self.ownership.cfg.lock().is_none() || self.dp().lease.fenced_by().is_some() {
             return;
         }
         let _g = self.ownership.beat.lock().await;
@@ -218,7 +218,7 @@ impl Array {
 
     /// The members in service, by path: what the owner blocks are written to.
     fn live_devs(&self) -> Vec<(String, Arc<dyn BlockDev>)> {
-        self.dp
+        self.dp()
             .state
             .load_full()
             .live_members()
@@ -246,7 +246,7 @@ impl Array {
     /// A joining member is not one of the array's under another local name (device
     /// numbers; writes nothing).
     pub(crate) async fn check_joining(&self, spec: &super::MemberSpec) -> Result<()> {
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let mut paths: Vec<String> = st.live_members().iter().map(|m| m.path.clone()).collect();
         paths.push(spec.path.clone());
         owner::check_local(paths.iter().map(|p| p.as_str()))

@@ -16,22 +16,22 @@ impl Array {
     pub(crate) fn superblock(&self, st: &State, event: u64, clean: bool, this: Uuid) -> Superblock {
         Superblock {
             array_uuid: self.uuid,
-            name: self.dp.name.clone(),
+            name: self.dp().name.clone(),
             created: self.created,
             event,
             this_member: this,
-            geometry: self.dp.geometry.clone(),
+            geometry: self.dp().geometry.clone(),
             bitmap_region: self
-                .dp
+                .dp()
                 .bitmap
                 .as_ref()
                 .map(|b| b.region)
                 .unwrap_or_else(|| {
-                    default_region(self.dp.geometry.member_size, self.dp.geometry.chunk)
+                    default_region(self.dp().geometry.member_size, self.dp().geometry.chunk)
                 }),
-            bitmap_bytes: self.dp.bitmap_bytes,
+            bitmap_bytes: self.dp().bitmap_bytes,
             clean,
-            resync_offset: self.dp.resync_offset.load(Ordering::Acquire),
+            resync_offset: self.dp().resync_offset.load(Ordering::Acquire),
             slots: st
                 .slots
                 .iter()
@@ -57,6 +57,11 @@ impl Array {
             sync: self.sync.mode(),
             log: self.sync.log_entries(),
             tags: self.lineage.tags,
+            reshape: self.reshaping().map(|r| crate::superblock::ReshapeRec {
+                old: r.old.dp.geometry.clone(),
+                pos: r.pos.load(Ordering::Acquire),
+                backup: *r.backup.lock(),
+            }),
             extensions: self.lineage.extensions.clone(),
         }
     }
@@ -64,17 +69,17 @@ impl Array {
     /// Write the superblock for `st` to every live member (event + 1). Returns the
     /// members whose write failed; the caller fails them. Call with `mgmt` held.
     pub(crate) async fn persist(&self, st: &State, clean: bool) -> Vec<Arc<Member>> {
-        if self.dp.read_only.load(Ordering::Acquire) {
+        if self.dp().read_only.load(Ordering::Acquire) {
             // Looking or rescuing: nothing is ever written to a member.
             return Vec::new();
         }
-        if !self.dp.lease.ok() && !self.beat().await {
+        if !self.dp().lease.ok() && !self.beat().await {
             // Taken over, or the heartbeat cannot reach the members: write nothing, for
             // good (a superblock another head may be writing too must not be touched).
-            if self.dp.lease.fenced_by().is_none() {
+            if self.dp().lease.fenced_by().is_none() {
                 let by = "the ownership lease lapsed while recording a state change".to_string();
-                if self.dp.lease.fence(by.clone()) {
-                    tracing::error!(array = %self.dp.name, "fenced: {by}: this head writes nothing more");
+                if self.dp().lease.fence(by.clone()) {
+                    tracing::error!(array = %self.dp().name, "fenced: {by}: this head writes nothing more");
                 }
             }
             return Vec::new();
@@ -115,7 +120,7 @@ impl Array {
     /// members whose superblock write failed (the caller fails them).
     pub(crate) async fn commit(&self, new: State) -> Vec<Arc<Member>> {
         let lost = self.persist(&new, false).await;
-        self.dp.state.store(Arc::new(new));
+        self.dp().state.store(Arc::new(new));
         lost
     }
 
@@ -126,7 +131,7 @@ impl Array {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.dp.closing.store(true, Ordering::Release);
+        self.dp().closing.store(true, Ordering::Release);
         self.stop_heartbeat();
         if let Some(p) = self.bg.process.lock().clone() {
             p.cancel();
@@ -139,7 +144,7 @@ impl Array {
         for t in tasks {
             let _ = t.await;
         }
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         for s in &st.slots {
             if let Some(m) = &s.member {
                 m.dev.close();
@@ -159,10 +164,10 @@ impl Array {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if self.dp.read_only.load(Ordering::Acquire) {
+        if self.dp().read_only.load(Ordering::Acquire) {
             // Looked at or rescued: nothing was written, nothing to record.
             self.release_members().await;
-            let st = self.dp.state.load_full();
+            let st = self.dp().state.load_full();
             for m in st.live_members() {
                 m.dev.close();
             }
@@ -172,7 +177,7 @@ impl Array {
             self.sync.close_devices();
             return Ok(());
         }
-        self.dp.closing.store(true, Ordering::Release);
+        self.dp().closing.store(true, Ordering::Release);
         if let Some(p) = self.bg.process.lock().clone() {
             p.cancel();
         }
@@ -185,20 +190,20 @@ impl Array {
         // dirty (the array is not marked clean) and are resynced at the next start.
         let unsynced = self.resync_unsynced().await.unwrap_or(1);
         self.close_log().await;
-        let flushed = self.dp.flush().await;
+        let flushed = self.dp().flush().await;
         let _g = self.mgmt.lock().await;
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let clean = flushed.is_ok() && st.failed.is_none() && unsynced == 0;
         // With every slot in service, everything is durable everywhere: clear the whole
         // bitmap. Degraded, keep it: its bits are the record of what the members that are
         // out missed (they come back by it).
         let whole = st.slots.iter().all(|s| s.state == SlotState::Active);
-        if clean && whole && self.dp.bitmap.is_some() {
+        if clean && whole && self.dp().bitmap.is_some() {
             // Nothing older than this stop can be recovered from the bitmap now.
             self.lineage
                 .bitmap_since
                 .store(self.event.load(Ordering::Acquire) + 1, Ordering::Release);
-            self.dp.clear_all().await;
+            self.dp().clear_all().await;
         }
         let _ = self.persist(&st, clean).await;
         // Last: another host may start the array at once now.

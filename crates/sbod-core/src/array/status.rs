@@ -9,12 +9,12 @@ pub use sbod_types::{ArrayState, MemberState, MemberStatus, Status};
 
 impl Array {
     pub fn status(&self) -> Status {
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let event = self.event.load(Ordering::Relaxed);
         let mut members = Vec::new();
         let ms = |m: &Arc<Member>, slot: Option<usize>, state: MemberState| MemberStatus {
             slot,
-            group: slot.map(|s| self.dp.map.set_of(s)),
+            group: slot.map(|s| self.dp().map.set_of(s)),
             path: Some(m.path.clone()),
             uuid: Some(m.uuid.to_string()),
             state,
@@ -66,7 +66,7 @@ impl Array {
                 (Some(m), SlotState::Rebuilding) => {
                     rebuilding = true;
                     // Looked at (or rescued), a stale member is not being rebuilt.
-                    let stale = self.dp.read_only.load(Ordering::Relaxed)
+                    let stale = self.dp().read_only.load(Ordering::Relaxed)
                         && s.out.is_some_and(|o| o.reason == OutReason::Stale);
                     let mut x = ms(
                         m,
@@ -98,7 +98,7 @@ impl Array {
                 }
                 (None, state) => members.push(MemberStatus {
                     slot: Some(i),
-                    group: Some(self.dp.map.set_of(i)),
+                    group: Some(self.dp().map.set_of(i)),
                     path: None,
                     uuid: s.entry.as_ref().map(|e| e.uuid.to_string()),
                     state: if state == SlotState::Empty {
@@ -140,7 +140,7 @@ impl Array {
             members.push(ms(m, None, MemberState::Spare));
         }
         let degraded = st.slots.iter().any(|s| s.state != SlotState::Active);
-        let resync = self.dp.resync_offset.load(Ordering::Relaxed);
+        let resync = self.dp().resync_offset.load(Ordering::Relaxed);
         let process = self.bg.process.lock().as_ref().map(|p| p.status());
         let rescue = self.rescue.load(Ordering::Relaxed);
         let state = if st.failed.is_some() {
@@ -151,37 +151,39 @@ impl Array {
             ArrayState::Rebuilding
         } else if degraded {
             ArrayState::Degraded
+        } else if self.reshaping().is_some() {
+            ArrayState::Reshaping
         } else if resync != u64::MAX {
             ArrayState::Resyncing
         } else {
             ArrayState::Optimal
         };
         Status {
-            name: self.dp.name.clone(),
+            name: self.dp().name.clone(),
             uuid: self.uuid.to_string(),
-            level: self.dp.geometry.level,
+            level: self.dp().geometry.level,
             state,
             failed_reason: st.failed.clone(),
             read_only: rescue,
-            size: self.dp.size,
-            chunk: self.dp.geometry.chunk,
-            groups: self.dp.geometry.groups,
-            width: self.dp.geometry.width,
-            redundancy: self.dp.geometry.redundancy(),
-            integrity: self.dp.integrity(),
+            size: self.dp().size,
+            chunk: self.dp().geometry.chunk,
+            groups: self.dp().geometry.groups,
+            width: self.dp().geometry.width,
+            redundancy: self.dp().geometry.redundancy(),
+            integrity: self.dp().integrity(),
             event,
             members,
             process: process.filter(|p| !p.finished),
             last_process: self.last_process(),
-            bitmap_region: self.dp.bitmap.as_ref().map(|b| b.region),
+            bitmap_region: self.dp().bitmap.as_ref().map(|b| b.region),
             dirty_regions: self
-                .dp
+                .dp()
                 .bitmap
                 .as_ref()
                 .map(|b| b.dirty_count())
                 .unwrap_or(0),
             inconsistent_stripes: self
-                .dp
+                .dp()
                 .bitmap
                 .as_ref()
                 .map(|b| b.unsynced_stripes().len() as u64)
@@ -191,7 +193,7 @@ impl Array {
             recoveries: self.recovery_status(),
             sync: self.sync_status(),
             log: self.log_status(),
-            fenced: self.dp.fenced_by(),
+            fenced: self.dp().fenced_by(),
             owner: self.owner_config().map(|c| sbod_types::OwnerStatus {
                 host: c.host_name.clone(),
                 host_id: c.host.to_string(),

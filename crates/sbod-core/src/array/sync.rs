@@ -19,7 +19,7 @@ impl Array {
     /// acknowledged before this call is made durable before it returns (writes from then
     /// on follow the new mode).
     pub async fn set_sync(&self, mode: SyncMode) -> Result<()> {
-        self.dp.check_writable()?;
+        self.dp().check_writable()?;
         let old = self.sync.mode();
         if old == mode {
             return Ok(());
@@ -28,10 +28,10 @@ impl Array {
         // one, which is only stronger when going to `disabled`.
         self.sync.set_mode(mode);
         if old == SyncMode::Disabled {
-            self.dp.flush().await?;
+            self.dp().flush().await?;
         }
         let _g = self.mgmt.lock().await;
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         if let Some(why) = &st.failed {
             return Err(Error::Failed(why.clone().into()));
         }
@@ -41,7 +41,7 @@ impl Array {
             self.fail_member(&m, OutReason::MetadataWrite).await;
         }
         if mode == SyncMode::Disabled {
-            tracing::warn!(array = %self.dp.name, "sync=disabled: {}", self.sync_promise());
+            tracing::warn!(array = %self.dp().name, "sync=disabled: {}", self.sync_promise());
         }
         Ok(())
     }
@@ -58,20 +58,20 @@ impl Array {
         // With every write journaled, every acknowledged write is durable in the log: the
         // members are flushed by the log's checkpoints, not for each FLUSH.
         if self.sync.mode() == SyncMode::Disabled || self.sync.log.journaling() {
-            if let Some(why) = &self.dp.state.load().failed {
+            if let Some(why) = &self.dp().state.load().failed {
                 return Err(Error::Failed(why.clone().into()));
             }
             // The log records that everything acknowledged was durable, so a replay never
             // takes a damaged record of it for a torn append (`Log::seal`).
             if let Some(log) = self.sync.log.current() {
                 if self.sync.mode() != SyncMode::Disabled && log.seal().await.is_err() {
-                    return self.dp.flush().await;
+                    return self.dp().flush().await;
                 }
             }
             self.sync.skipped_flushes.fetch_add(1, Relaxed);
             return Ok(());
         }
-        self.dp.flush().await
+        self.dp().flush().await
     }
 
     /// The interval of the background flushes with sync=disabled (tests use a short one).
@@ -105,7 +105,7 @@ pub(crate) fn spawn_flusher(a: &Arc<Array>) -> tokio::task::JoinHandle<()> {
         loop {
             // Made before `closing` is read, so a close's kick is not missed.
             let kicked = a.bg.wake.notified();
-            if a.dp.closing.load(std::sync::atomic::Ordering::Acquire) {
+            if a.dp().closing.load(std::sync::atomic::Ordering::Acquire) {
                 return;
             }
             tokio::select! {
@@ -113,14 +113,14 @@ pub(crate) fn spawn_flusher(a: &Arc<Array>) -> tokio::task::JoinHandle<()> {
                 _ = kicked => continue,
             }
             due = tokio::time::Instant::now() + a.sync.interval();
-            if a.sync.mode() != SyncMode::Disabled || a.dp.is_read_only() {
+            if a.sync.mode() != SyncMode::Disabled || a.dp().is_read_only() {
                 continue;
             }
-            match a.dp.flush().await {
+            match a.dp().flush().await {
                 Ok(()) => {
                     a.sync.background_flushes.fetch_add(1, Relaxed);
                 }
-                Err(e) => tracing::debug!(array = %a.dp.name, error = %e, "background flush"),
+                Err(e) => tracing::debug!(array = %a.dp().name, error = %e, "background flush"),
             }
         }
     })

@@ -41,19 +41,28 @@ pub(crate) trait Membership: Send + Sync {
     fn log_failed(&self) -> BoxFuture<'_, ()>;
 }
 
-/// What the data path and the background processes share.
+/// What the data path and the background processes share: one view of the volume (a
+/// geometry, its placement map and the stripe locks of that map) over the state every view
+/// shares ([`Shared`]: the members, the bitmap, the settings, the lease). An array runs one
+/// view; a reshape runs two at once over the same [`Shared`] (the old layout for what it
+/// has not moved yet, the new one for what it has) and keeps the new one when it ends.
 pub struct DataPath {
-    pub name: String,
+    pub(crate) shared: Arc<Shared>,
     pub geometry: Geometry,
     /// Where every volume byte lives (the one map).
     pub(crate) map: Placement,
-    pub(crate) state: ArcSwap<State>,
     pub(crate) locks: StripeLocks,
-    pub(crate) bitmap: Option<Bitmap>,
-    pub(crate) bitmap_bytes: u32,
     /// Parity known good below this member offset (initial sync in progress otherwise).
     pub(crate) resync_offset: AtomicU64,
     pub(crate) size: u64,
+}
+
+/// What every view of an array's volume shares (see [`DataPath`]).
+pub struct Shared {
+    pub name: String,
+    pub(crate) state: ArcSwap<State>,
+    pub(crate) bitmap: Option<Bitmap>,
+    pub(crate) bitmap_bytes: u32,
     pub(crate) closing: AtomicBool,
     pub(crate) read_only: AtomicBool,
     pub settings: parking_lot::Mutex<Settings>,
@@ -66,6 +75,87 @@ pub struct DataPath {
     /// Whether this head may write the members (see `owner`): checked before every
     /// member write.
     pub(crate) lease: crate::owner::Lease,
+}
+
+/// A `Shared` with no members and no array above it, for unit tests of the views.
+#[cfg(test)]
+pub(crate) fn test_shared() -> Arc<Shared> {
+    struct Nobody;
+    impl Membership for Nobody {
+        fn fail_member<'a>(&'a self, _: &'a Arc<Member>, _: Why) -> BoxFuture<'a, ()> {
+            Box::pin(async {})
+        }
+        fn journal(&self) -> Option<Arc<Log>> {
+            None
+        }
+        fn log_failed(&self) -> BoxFuture<'_, ()> {
+            Box::pin(async {})
+        }
+    }
+    let owner: Weak<dyn Membership> = Weak::<Nobody>::new();
+    Arc::new(Shared {
+        name: "test".into(),
+        state: ArcSwap::from_pointee(State {
+            slots: Vec::new(),
+            spares: Vec::new(),
+            failed: None,
+        }),
+        bitmap: None,
+        bitmap_bytes: 0,
+        closing: AtomicBool::new(false),
+        read_only: AtomicBool::new(false),
+        settings: Default::default(),
+        owner,
+        integrity: None,
+        crash_resync: AtomicBool::new(false),
+        lease: Default::default(),
+    })
+}
+
+impl std::ops::Deref for DataPath {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl DataPath {
+    /// A view of the volume in `geometry` over `shared` (slot sizes: see
+    /// [`Placement::new`]).
+    pub(crate) fn view(
+        shared: Arc<Shared>,
+        geometry: Geometry,
+        slot_sizes: &[u64],
+        resync_offset: u64,
+    ) -> DataPath {
+        let stride = geometry.width as usize;
+        Self::view_strided(shared, geometry, slot_sizes, resync_offset, stride)
+    }
+
+    /// A view whose slots are numbered `stride` per group (a reshape's old layout: see
+    /// `Placement::with_stride`).
+    pub(crate) fn view_strided(
+        shared: Arc<Shared>,
+        geometry: Geometry,
+        slot_sizes: &[u64],
+        resync_offset: u64,
+        stride: usize,
+    ) -> DataPath {
+        let map = if geometry.level == crate::layout::Level::Concat {
+            Placement::new(&geometry, slot_sizes)
+        } else {
+            Placement::with_stride(&geometry, slot_sizes, stride)
+        };
+        let size = map.volume_size(&geometry);
+        DataPath {
+            shared,
+            geometry,
+            map,
+            locks: StripeLocks::default(),
+            resync_offset: AtomicU64::new(resync_offset),
+            size,
+        }
+    }
 }
 
 /// A member found smaller than the data the array keeps on it.

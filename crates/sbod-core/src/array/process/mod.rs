@@ -8,6 +8,7 @@
 
 mod rebuild;
 use rebuild::rebuild_targets;
+pub(crate) mod reshape;
 mod scrub;
 mod verify;
 
@@ -137,7 +138,7 @@ impl ProcessHandle {
 
 /// Keeps a background process to its rate: `min_rate` while clients are busy, `max_rate`
 /// otherwise (0 = unlimited).
-struct Throttle {
+pub(crate) struct Throttle {
     window: Instant,
     bytes: u64,
     fg_last: u64,
@@ -145,7 +146,7 @@ struct Throttle {
 }
 
 impl Throttle {
-    fn new() -> Throttle {
+    pub(crate) fn new() -> Throttle {
         Throttle {
             window: Instant::now(),
             bytes: 0,
@@ -154,8 +155,8 @@ impl Throttle {
         }
     }
 
-    async fn pace(&mut self, array: &Array, bytes: u64) {
-        let st = array.dp.state.load();
+    pub(crate) async fn pace(&mut self, array: &Array, bytes: u64) {
+        let st = array.dp().state.load();
         let fg: u64 = st
             .live_members()
             .iter()
@@ -163,7 +164,7 @@ impl Throttle {
             .sum();
         let busy = fg != self.fg_last;
         self.fg_last = fg;
-        let s = array.dp.settings.lock().clone();
+        let s = array.dp().settings.lock().clone();
         let rate = if busy && s.rebuild_min_rate > 0 {
             if s.rebuild_max_rate > 0 {
                 s.rebuild_min_rate.min(s.rebuild_max_rate)
@@ -227,7 +228,7 @@ impl Array {
                     format!(
                         "a {:?} is running on '{}' ({:.1}% done); try again when it finishes",
                         p.kind,
-                        self.dp.name,
+                        self.dp().name,
                         p.status().percent
                     )
                     .to_lowercase()
@@ -258,19 +259,19 @@ impl Array {
         loop {
             // Made before `closing` is read, so a close's kick during a round is not missed.
             let kicked = self.bg.wake.notified();
-            if self.dp.closing.load(Ordering::Acquire) {
+            if self.dp().closing.load(Ordering::Acquire) {
                 return;
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = kicked => {}
             }
-            if self.dp.closing.load(Ordering::Acquire) {
+            if self.dp().closing.load(Ordering::Acquire) {
                 return;
             }
             self.check_sizes().await;
             if let Err(e) = self.resync_unsynced().await {
-                tracing::debug!(array = %self.dp.name, error = %e, "inconsistent stripes wait");
+                tracing::debug!(array = %self.dp().name, error = %e, "inconsistent stripes wait");
             }
         }
     }
@@ -279,8 +280,8 @@ impl Array {
     /// it. Returns how many were failed.
     pub async fn check_sizes(&self) -> usize {
         let mut n = 0;
-        for m in self.dp.state.load_full().live_members() {
-            if let Some(s) = self.dp.shrunk(&m) {
+        for m in self.dp().state.load_full().live_members() {
+            if let Some(s) = self.dp().shrunk(&m) {
                 self.fail_member(&m, s.why()).await;
                 n += 1;
             }
@@ -291,11 +292,20 @@ impl Array {
     /// Runs rebuilds and the initial resync whenever there is work.
     async fn supervise(self: Arc<Self>) {
         loop {
-            if self.dp.closing.load(Ordering::Acquire) {
+            if self.dp().closing.load(Ordering::Acquire) {
                 return;
             }
             let notified = self.bg.wake.notified();
-            let st = self.dp.state.load_full();
+            let st = self.dp().state.load_full();
+            if st.failed.is_none() && self.reshaping().is_some() {
+                // The reshape first: a rebuild (onto a spare that took a slot meanwhile)
+                // and the initial sync run in one layout, after it.
+                if let Err(e) = self.run_reshape().await {
+                    tracing::error!(array = %self.dp().name, error = %e, "reshape stopped");
+                    let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+                }
+                continue;
+            }
             if st.failed.is_none() && !rebuild_targets(&st).is_empty() {
                 // A scrub gives way to a rebuild (one run in the foreground is waited for).
                 let running = self.bg.process.lock().clone();
@@ -306,18 +316,18 @@ impl Array {
                     p.wait().await;
                 }
                 if let Err(e) = self.rebuild().await {
-                    tracing::error!(array = %self.dp.name, error = %e, "rebuild stopped");
+                    tracing::error!(array = %self.dp().name, error = %e, "rebuild stopped");
                     // Try again in a while, or at once when woken (a close, a new member).
                     let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }
                 continue;
             }
             if st.failed.is_none()
-                && self.dp.resync_offset.load(Ordering::Acquire) != u64::MAX
+                && self.dp().resync_offset.load(Ordering::Acquire) != u64::MAX
                 && !st.slots.iter().any(|s| s.state != SlotState::Active)
             {
                 if let Err(e) = self.initial_resync().await {
-                    tracing::warn!(array = %self.dp.name, error = %e, "resync paused");
+                    tracing::warn!(array = %self.dp().name, error = %e, "resync paused");
                     let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }
                 continue;
@@ -328,28 +338,28 @@ impl Array {
 
     /// Clear bitmap bits of regions idle since the last sweep, after a flush.
     async fn sweep_loop(self: Arc<Self>) {
-        let Some(bm) = self.dp.bitmap.as_ref() else {
+        let Some(bm) = self.shared.bitmap.as_ref() else {
             return;
         };
         loop {
             // Created before looking at `closing`, so a close's kick is never missed (a
             // sweeper first polled after the close used to sleep its full second).
             let notified = self.bg.wake.notified();
-            if self.dp.closing.load(Ordering::Acquire) {
+            if self.dp().closing.load(Ordering::Acquire) {
                 return;
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(1000)) => {}
                 _ = notified => {}
             }
-            if self.dp.closing.load(Ordering::Acquire) {
+            if self.dp().closing.load(Ordering::Acquire) {
                 return;
             }
             let cand = bm.idle_candidates();
-            if cand.is_empty() || !self.may_clear_bits().await || self.dp.flush().await.is_err() {
+            if cand.is_empty() || !self.may_clear_bits().await || self.dp().flush().await.is_err() {
                 continue;
             }
-            self.dp.clear_idle(&cand).await;
+            self.dp().clear_idle(&cand).await;
         }
     }
 
@@ -359,11 +369,11 @@ impl Array {
     /// back, a member taken out) can never be recovered from bits already gone.
     async fn may_clear_bits(&self) -> bool {
         let whole = |st: &State| st.slots.iter().all(|s| s.state == SlotState::Active);
-        if !whole(&self.dp.state.load_full()) {
+        if !whole(&self.dp().state.load_full()) {
             return false;
         }
         let _g = self.mgmt.lock().await;
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         if !whole(&st) || st.failed.is_some() {
             return false;
         }
@@ -396,11 +406,11 @@ impl Array {
     /// recorded offsets is made durable first: a superblock must never say a member is
     /// valid where its data could still be lost to a power cut.
     async fn checkpoint(&self) {
-        if self.dp.flush().await.is_err() {
+        if self.dp().flush().await.is_err() {
             return;
         }
         let _g = self.mgmt.lock().await;
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let lost = self.persist(&st, false).await;
         drop(_g);
         for m in lost {

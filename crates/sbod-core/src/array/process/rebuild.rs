@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 impl Array {
     /// Rebuild every slot that is rebuilding or being replaced, resumably.
     pub(super) async fn rebuild(self: &Arc<Self>) -> Result<()> {
-        let chunk = self.dp.geometry.chunk as u64;
-        let total = self.dp.geometry.member_size;
-        if rebuild_targets(&self.dp.state.load_full()).is_empty() {
+        let chunk = self.dp().geometry.chunk as u64;
+        let total = self.dp().geometry.member_size;
+        if rebuild_targets(&self.dp().state.load_full()).is_empty() {
             return Ok(());
         }
         let handle = self.claim(ProcessKind::Rebuild, total)?;
@@ -30,7 +30,7 @@ impl Array {
         let mut last_persist = Instant::now();
         let result: Result<()> = async {
             loop {
-                let st = self.dp.state.load_full();
+                let st = self.dp().state.load_full();
                 if let Some(why) = &st.failed {
                     return Err(Error::Failed(why.clone().into()));
                 }
@@ -49,7 +49,7 @@ impl Array {
                 let event = self.event.load(Ordering::Acquire);
                 let mut t = start;
                 while t < end {
-                    if handle.cancelled() || self.dp.closing.load(Ordering::Acquire) {
+                    if handle.cancelled() || self.dp().closing.load(Ordering::Acquire) {
                         self.checkpoint().await;
                         return Ok(());
                     }
@@ -75,8 +75,8 @@ impl Array {
                     for tt in t..w_end {
                         let mut groups: Vec<usize> = targets
                             .iter()
-                            .filter(|x| self.target_needs(x, self.dp.map.stripe_offset(tt)))
-                            .map(|x| self.dp.map.group_of(x.slot))
+                            .filter(|x| self.target_needs(x, self.dp().map.stripe_offset(tt)))
+                            .map(|x| self.dp().map.group_of(x.slot))
                             .collect();
                         groups.sort_unstable();
                         groups.dedup();
@@ -127,7 +127,7 @@ impl Array {
                 p.wait().await;
                 continue;
             }
-            let st = self.dp.state.load_full();
+            let st = self.dp().state.load_full();
             if let Some(why) = &st.failed {
                 return Err(Error::Failed(why.clone().into()));
             }
@@ -155,8 +155,8 @@ impl Array {
                     })
             })
         };
-        let st = self.dp.state.load_full();
-        if !complete(&st) || self.dp.flush().await.is_err() {
+        let st = self.dp().state.load_full();
+        if !complete(&st) || self.dp().flush().await.is_err() {
             return;
         }
         // About to be in sync: they carry the whole bitmap first.
@@ -171,9 +171,9 @@ impl Array {
                     .chain(s.replacement.as_ref().map(|(m, _)| m.clone()))
             })
             .collect();
-        self.dp.sync_bitmap(&joining).await;
+        self.dp().sync_bitmap(&joining).await;
         let _g = self.mgmt.lock().await;
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let mut new = (*st).clone();
         let mut retired = Vec::new();
         let mut done = Vec::new();
@@ -234,7 +234,7 @@ impl Array {
             && off < x.member.size
             && (!x.bitmap
                 || self
-                    .dp
+                    .dp()
                     .bitmap
                     .as_ref()
                     .is_none_or(|b| b.is_dirty(b.region_of(off))))
@@ -249,7 +249,7 @@ impl Array {
                 if start >= x.member.size {
                     return None;
                 }
-                match (&self.dp.bitmap, x.bitmap) {
+                match (&self.dp().bitmap, x.bitmap) {
                     (Some(b), true) => {
                         let first = b.region_of(start);
                         (first..b.regions)
@@ -266,11 +266,14 @@ impl Array {
     /// Rebuild member offsets `[t*chunk, (t+1)*chunk)` of every target in the group (or
     /// concat slot) `key`. Returns bytes written.
     async fn rebuild_stripe(&self, addr: StripeAddr, plan: &[Target]) -> Result<u64> {
-        let chunk = self.dp.geometry.chunk as u64;
-        let _lock = self.dp.locks.lock(addr.group, addr.stripe).await;
-        let st = self.dp.state.load_full();
-        let base = self.dp.map.stripe_offset(addr.stripe);
-        let slots = self.dp.map.group_slots(addr.group);
+        let chunk = self.dp().geometry.chunk as u64;
+        // A grow swaps the view only between stripes (see `ViewGate`).
+        let _pass = self.gate.enter().await;
+        let dp = self.dp();
+        let _lock = dp.locks.lock(addr.group, addr.stripe).await;
+        let st = self.dp().state.load_full();
+        let base = self.dp().map.stripe_offset(addr.stripe);
+        let slots = self.dp().map.group_slots(addr.group);
         let targets: Vec<(usize, Arc<Member>)> = rebuild_targets(&st)
             .into_iter()
             .filter(|x| slots.contains(&x.slot) && self.target_needs(x, base))
@@ -283,7 +286,7 @@ impl Array {
             return Ok(0);
         }
         let len = chunk.min(targets[0].1.size - base);
-        let bufs = self.family.recover(&self.dp, addr, len, &targets).await?;
+        let bufs = self.fam().recover(&self.dp(), addr, len, &targets).await?;
         let writes = targets.into_iter().map(|(_, m)| m).zip(bufs);
         let mut bytes = 0;
         let mut full = Vec::new();
@@ -291,14 +294,17 @@ impl Array {
             let n = buf.len() as u64;
             bytes += n;
             let r = self
-                .dp
+                .dp()
                 .mwrite(&mem, base, buf, false, IoClass::Background)
                 .await;
             if r.is_ok() {
                 self.note_recovered(&mem.uuid, n);
             }
             if let Err(e) = r {
-                if self.dp.write_failed(&mem, &e, reason::REBUILD_WRITE).await
+                if self
+                    .dp()
+                    .write_failed(&mem, &e, reason::REBUILD_WRITE)
+                    .await
                     == WriteFault::NoSpace
                 {
                     full.push(mem);
@@ -308,7 +314,7 @@ impl Array {
         if !full.is_empty() {
             // Out of space: the rebuild pauses here (its progress stays before this
             // stripe) and the supervisor tries again; the member stays.
-            return Err(self.dp.nospace_error(&full));
+            return Err(self.dp().nospace_error(&full));
         }
         Ok(bytes)
     }

@@ -36,9 +36,9 @@ impl Array {
     /// Start a scrub: `repair` fixes what it finds. Refused while another process runs or
     /// when redundancy is missing.
     pub fn start_scrub(self: &Arc<Self>, repair: bool) -> Result<Arc<ProcessHandle>> {
-        if self.dp.geometry.redundancy() == 0 && self.dp.integrity.is_some() {
+        if self.dp().geometry.redundancy() == 0 && self.dp().integrity.is_some() {
             // Checksums can still be verified; nothing can be repaired.
-            let h = self.claim(ProcessKind::Check, self.dp.geometry.member_size)?;
+            let h = self.claim(ProcessKind::Check, self.dp().geometry.member_size)?;
             let (a, h2) = (self.clone(), h.clone());
             let task = tokio::spawn(async move {
                 let r = a.verify_pass(&h2).await;
@@ -47,21 +47,22 @@ impl Array {
             self.bg.tasks.lock().push(task);
             return Ok(h);
         }
-        if self.dp.geometry.redundancy() == 0 {
+        if self.dp().geometry.redundancy() == 0 {
             return Err(Error::Invalid(
                 format!(
                     "'{}' is {}: there is no redundancy to check",
-                    self.dp.name, self.dp.geometry.level
+                    self.dp().name,
+                    self.dp().geometry.level
                 )
                 .into(),
             ));
         }
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         if st.slots.iter().any(|s| s.state != SlotState::Active) {
             return Err(Error::Refused(
                 format!(
                     "'{}' is degraded: scrub needs every member; replace or rebuild first",
-                    self.dp.name
+                    self.dp().name
                 )
                 .into(),
             ));
@@ -71,8 +72,8 @@ impl Array {
         } else {
             ProcessKind::Check
         };
-        let stripes = self.dp.geometry.stripes();
-        let h = self.claim(kind, stripes * self.dp.geometry.chunk as u64)?;
+        let stripes = self.dp().geometry.stripes();
+        let h = self.claim(kind, stripes * self.dp().geometry.chunk as u64)?;
         let a = self.clone();
         let h2 = h.clone();
         let task = tokio::spawn(async move {
@@ -84,7 +85,7 @@ impl Array {
             let r = a.scrub_pass(&h2, mode, 0, stripes).await;
             if repair {
                 // Repaired data must be durable before anyone relies on it.
-                let _ = a.dp.flush().await;
+                let _ = a.dp().flush().await;
             }
             h2.finish(r.err().map(|e| e.to_string()));
         });
@@ -100,24 +101,24 @@ impl Array {
         from: u64,
         to: u64,
     ) -> Result<()> {
-        let chunk = self.dp.geometry.chunk as u64;
+        let chunk = self.dp().geometry.chunk as u64;
         let mut throttle = Throttle::new();
         let region = self
-            .dp
+            .dp()
             .bitmap
             .as_ref()
             .map(|b| b.region)
             .unwrap_or(chunk * 1024);
-        let groups = self.dp.map.groups();
+        let groups = self.dp().map.groups();
         let mut t = from;
         while t < to {
-            if h.cancelled() || self.dp.closing.load(Ordering::Acquire) {
+            if h.cancelled() || self.dp().closing.load(Ordering::Acquire) {
                 return Err(Error::Busy("scrub stopped before it finished".into()));
             }
             let w_end = (t + PIPELINE).min(to);
             let jobs = (t..w_end).flat_map(|tt| (0..groups).map(move |g| (tt, g)));
             let checks = futures::future::join_all(jobs.clone().map(|(tt, g)| {
-                self.check_stripe(
+                self.check_stripe_in_its_layout(
                     StripeAddr {
                         group: g,
                         stripe: tt,
@@ -145,7 +146,7 @@ impl Array {
                     // A resync that cannot run (a member missing): the stripe stays held
                     // as inconsistent, so nothing is rebuilt from its parity, which may
                     // not match (the write hole); the watch resyncs it once it can.
-                    if let Some(bm) = &self.dp.bitmap {
+                    if let Some(bm) = &self.dp().bitmap {
                         bm.unsynced(g, tt, bm.region_of(tt * chunk));
                     }
                 }
@@ -162,8 +163,8 @@ impl Array {
                         None => regions.push(MismatchRegion {
                             group: g,
                             member_offset: moff,
-                            volume_offset: (tt * self.dp.geometry.groups as u64 + g as u64)
-                                * self.dp.geometry.stripe_data(),
+                            volume_offset: (tt * self.dp().geometry.groups as u64 + g as u64)
+                                * self.dp().geometry.stripe_data(),
                             blocks: c.mismatched_blocks,
                         }),
                     }
@@ -176,7 +177,7 @@ impl Array {
             throttle
                 .pace(
                     self,
-                    (w_end - t) * chunk * self.dp.geometry.members() as u64,
+                    (w_end - t) * chunk * self.dp().geometry.members() as u64,
                 )
                 .await;
             t = w_end;
@@ -184,22 +185,49 @@ impl Array {
         Ok(())
     }
 
+    /// `check_stripe` in the layout that holds the stripe's row: during a reshape, a row
+    /// below the reshape's position in the new layout's view, a row still holding old
+    /// data in the old layout's, a row between (moved away, not yet written anew) nowhere.
+    async fn check_stripe_in_its_layout(
+        &self,
+        addr: StripeAddr,
+        mode: CheckMode,
+    ) -> Result<StripeCheck> {
+        let Some(r) = self.reshaping() else {
+            return self.check_stripe(addr, mode).await;
+        };
+        match r.layout_of(addr.group as u64, addr.stripe) {
+            super::reshape::RowIn::New => self.check_stripe(addr, mode).await,
+            super::reshape::RowIn::Old => {
+                crate::array::in_view(r.old.clone(), self.check_stripe(addr, mode)).await
+            }
+            super::reshape::RowIn::Neither => Ok(StripeCheck::default()),
+        }
+    }
+
     /// Read a whole stripe of a group, compare redundancy with data, and fix per `mode`.
     async fn check_stripe(&self, addr: StripeAddr, mode: CheckMode) -> Result<StripeCheck> {
         let (g, t) = (addr.group, addr.stripe);
-        let chunk = self.dp.geometry.chunk as u64;
-        let base = self.dp.map.stripe_offset(t);
-        let _lock = self.dp.locks.lock(g, t).await;
+        let chunk = self.dp().geometry.chunk as u64;
+        let base = self.dp().map.stripe_offset(t);
+        // A grow swaps the view only between stripes (see `ViewGate`).
+        let _pass = self.gate.enter().await;
+        let dp = self.dp();
+        let _lock = dp.locks.lock(g, t).await;
         // A stripe a write left inconsistent is not corrupt: a check passes over it, a
         // repair resyncs it (parity from the data), and nobody is blamed.
-        let unsynced = self.dp.bitmap.as_ref().is_some_and(|b| b.is_unsynced(g, t));
+        let unsynced = self
+            .dp()
+            .bitmap
+            .as_ref()
+            .is_some_and(|b| b.is_unsynced(g, t));
         if unsynced && mode == CheckMode::Check {
             return Ok(StripeCheck::default());
         }
         let mode = if unsynced { CheckMode::Resync } else { mode };
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let members: Vec<Option<Arc<Member>>> = self
-            .dp
+            .dp()
             .map
             .group_slots(g)
             .map(|slot| st.slots[slot].readable(base + chunk).cloned())
@@ -208,8 +236,8 @@ impl Array {
             if mode == CheckMode::Resync {
                 // Nothing to make consistent without it; the checksums of what the others
                 // hold are made all the same (a crash leaves them behind the data).
-                if self.dp.crash_resync.load(Ordering::Acquire) {
-                    self.dp
+                if self.dp().crash_resync.load(Ordering::Acquire) {
+                    self.dp()
                         .retag_chunks(members.iter().flatten(), base, chunk)
                         .await;
                 }
@@ -229,15 +257,19 @@ impl Array {
             .collect();
         // The resync after a crash reads what is there: the checksums of a dirty region
         // are made below. (Other resyncs run with checksums that are right.)
-        let raw = mode == CheckMode::Resync && self.dp.crash_resync.load(Ordering::Acquire);
+        let raw = mode == CheckMode::Resync && self.dp().crash_resync.load(Ordering::Acquire);
         let futs = members.iter().zip(&bufs).map(|(m, b)| async move {
             match raw {
                 true => {
-                    self.dp
+                    self.dp()
                         .mread_raw(m, base, b.clone(), IoClass::Background)
                         .await
                 }
-                false => self.dp.mread(m, base, b.clone(), IoClass::Background).await,
+                false => {
+                    self.dp()
+                        .mread(m, base, b.clone(), IoClass::Background)
+                        .await
+                }
             }
         });
         let results = futures::future::join_all(futs).await;
@@ -256,7 +288,7 @@ impl Array {
                         mismatched.push((i, e));
                         continue;
                     }
-                    _ => self.dp.note_read_error(&members[i], &e).await,
+                    _ => self.dp().note_read_error(&members[i], &e).await,
                 }
                 unreadable.push(i);
             }
@@ -265,14 +297,14 @@ impl Array {
         // members fail than the group survives: some may be right data, wrong tags).
         let mut tags: Vec<Option<Vec<u32>>> = vec![None; members.len()];
         for (i, _) in &bad_rows {
-            tags[*i] = self.dp.member_tags(&members[*i], base, chunk).await.ok();
+            tags[*i] = self.dp().member_tags(&members[*i], base, chunk).await.ok();
         }
         let (healed, retag) = match self.heal_rows(addr, &bufs, &unreadable, &bad_rows, &tags) {
             Ok(h) => h,
             Err(x) => {
                 // Too little to judge them by: counted, nobody failed for them.
                 for (i, e) in &mismatched {
-                    self.dp.unhealed(&members[*i], e).await;
+                    self.dp().unhealed(&members[*i], e).await;
                 }
                 return Err(x);
             }
@@ -287,7 +319,7 @@ impl Array {
                 .map(|(_, row, _)| base + row)
                 .collect();
             if !blocks.is_empty() {
-                self.dp
+                self.dp()
                     .note_data_errors(&members[*i], &crate::integrity::Mismatch { blocks })
                     .await;
             }
@@ -298,26 +330,26 @@ impl Array {
             let at = row as usize..(row + BLOCK) as usize;
             // SAFETY: the reads completed; the stripe lock is held.
             let data = &unsafe { bufs[i].as_slice() }[at];
-            match self.dp.retag(m, base + row, data).await {
+            match self.dp().retag(m, base + row, data).await {
                 Ok(()) => {
-                    self.dp.note_tag_errors(m, 1, base + row);
+                    self.dp().note_tag_errors(m, 1, base + row);
                     tags_repaired += 1;
                 }
-                Err(e) => self.dp.note_read_error(m, &e).await,
+                Err(e) => self.dp().note_read_error(m, &e).await,
             }
         }
         // The crash resync of mirrors: which rows of each copy match their checksums.
         let vouched = match raw {
-            true => self.dp.rows_vouched(&members, base, &bufs).await,
+            true => self.dp().rows_vouched(&members, base, &bufs).await,
             false => Vec::new(),
         };
         let judged = self
-            .family
-            .judge(&self.dp, addr, &bufs, &unreadable, mode, &vouched)?;
+            .fam()
+            .judge(&self.dp(), addr, &bufs, &unreadable, mode, &vouched)?;
         if judged.skipped {
             if raw {
                 let read = (0..members.len()).filter(|i| !unreadable.contains(i));
-                self.dp
+                self.dp()
                     .retag_chunks(read.map(|i| &members[i]), base, chunk)
                     .await;
             }
@@ -337,7 +369,7 @@ impl Array {
         if raw {
             // Checksums agree with what the stripe will hold once rewritten (a rewrite that
             // cannot land leaves a block its checksum does not vouch for).
-            self.dp
+            self.dp()
                 .retag_resynced(&members, base, &bufs, &rewrite)
                 .await;
         }
@@ -347,7 +379,7 @@ impl Array {
             let n = buf.len() as u64 / 4096;
             // Rewrites never grow a member (one that shrank is failed instead).
             match self
-                .dp
+                .dp()
                 .mwrite_in_place(m, base + row, buf, IoClass::Background)
                 .await
             {
@@ -357,7 +389,7 @@ impl Array {
                 }
                 Err(e) => {
                     if self
-                        .dp
+                        .dp()
                         .write_failed(m, &e, reason::SCRUB_REPAIR_WRITE)
                         .await
                         == WriteFault::NoSpace
@@ -368,10 +400,10 @@ impl Array {
             }
         }
         if !full.is_empty() {
-            return Err(self.dp.nospace_error(&full));
+            return Err(self.dp().nospace_error(&full));
         }
         if unsynced {
-            if let Some(bm) = &self.dp.bitmap {
+            if let Some(bm) = &self.dp().bitmap {
                 bm.synced(g, t);
             }
         }
@@ -379,11 +411,11 @@ impl Array {
         // a check (which rewrites nothing); a repair has just rewritten its blocks (and a
         // repair it refused has failed it). Never left in service, wrong and unrepaired,
         // past the limit.
-        let max = self.dp.settings.lock().max_checksum_errors;
+        let max = self.dp().settings.lock().max_checksum_errors;
         for (i, n) in blame {
             let m = &members[i];
             let total = m.stats.checksum_errors.fetch_add(n, Ordering::Relaxed) + n;
-            if mode == CheckMode::Check && total > max && self.dp.in_service(m) {
+            if mode == CheckMode::Check && total > max && self.dp().in_service(m) {
                 let why = reason::corrupt(total);
                 self.fail_member(m, why.clone()).await;
                 out.failed.push(format!("{} ({why})", m.path));
@@ -395,40 +427,40 @@ impl Array {
     /// Make parity (or copies) agree with data in the given bitmap regions. Returns the
     /// member bytes covered and the number of regions.
     pub(crate) async fn resync_regions(&self, regions: &[u64]) -> Result<(u64, u64)> {
-        if self.dp.geometry.redundancy() == 0 {
+        if self.dp().geometry.redundancy() == 0 {
             // Its bitmap covers only checksums: recompute them.
             return self.retag_regions(regions).await;
         }
-        self.dp.crash_resync.store(true, Ordering::Release);
+        self.dp().crash_resync.store(true, Ordering::Release);
         let r = self.resync_crashed(regions).await;
-        self.dp.crash_resync.store(false, Ordering::Release);
+        self.dp().crash_resync.store(false, Ordering::Release);
         r
     }
 
     async fn resync_crashed(&self, regions: &[u64]) -> Result<(u64, u64)> {
-        let Some(bm) = self.dp.bitmap.as_ref() else {
+        let Some(bm) = self.shared.bitmap.as_ref() else {
             return Ok((0, 0));
         };
-        let chunk = self.dp.geometry.chunk as u64;
+        let chunk = self.dp().geometry.chunk as u64;
         let h = ProcessHandle::new(ProcessKind::Resync, regions.len() as u64 * bm.region);
         let mut bytes = 0;
         for &r in regions {
             let from = r * bm.region / chunk;
-            let to = ((r + 1) * bm.region).min(self.dp.geometry.member_size) / chunk;
+            let to = ((r + 1) * bm.region).min(self.dp().geometry.member_size) / chunk;
             self.scrub_pass(&h, CheckMode::Resync, from, to).await?;
             bytes += (to - from) * chunk;
         }
-        self.dp.flush().await?;
-        tracing::info!(array = %self.dp.name, regions = regions.len(), bytes, "resynced dirty regions after an unclean shutdown");
+        self.dp().flush().await?;
+        tracing::info!(array = %self.dp().name, regions = regions.len(), bytes, "resynced dirty regions after an unclean shutdown");
         Ok((bytes, regions.len() as u64))
     }
 
     /// The initial sync of a new array whose members were not known to be zero.
     pub(super) async fn initial_resync(self: &Arc<Self>) -> Result<()> {
-        let chunk = self.dp.geometry.chunk as u64;
-        let stripes = self.dp.geometry.stripes();
+        let chunk = self.dp().geometry.chunk as u64;
+        let stripes = self.dp().geometry.stripes();
         let h = self.claim(ProcessKind::Resync, stripes * chunk)?;
-        let start = self.dp.resync_offset.load(Ordering::Acquire) / chunk;
+        let start = self.dp().resync_offset.load(Ordering::Acquire) / chunk;
         h.done.store(start * chunk, Ordering::Relaxed);
         let mut last = Instant::now();
         let mut result = Ok(());
@@ -439,7 +471,9 @@ impl Array {
                 result = Err(e);
                 break;
             }
-            self.dp.resync_offset.store(step * chunk, Ordering::Release);
+            self.dp()
+                .resync_offset
+                .store(step * chunk, Ordering::Release);
             t = step;
             if last.elapsed() > Duration::from_secs(2) {
                 self.checkpoint().await;
@@ -447,8 +481,8 @@ impl Array {
             }
         }
         if result.is_ok() {
-            self.dp.flush().await?;
-            self.dp.resync_offset.store(u64::MAX, Ordering::Release);
+            self.dp().flush().await?;
+            self.dp().resync_offset.store(u64::MAX, Ordering::Release);
             self.checkpoint().await;
         }
         h.finish(result.as_ref().err().map(|e| e.to_string()));
@@ -460,7 +494,7 @@ impl Array {
     /// waits (its parity cannot be recomputed); out of space stops the round. Returns how
     /// many stay inconsistent.
     pub async fn resync_unsynced(&self) -> Result<usize> {
-        let Some(bm) = self.dp.bitmap.as_ref() else {
+        let Some(bm) = self.shared.bitmap.as_ref() else {
             return Ok(0);
         };
         let stripes = bm.unsynced_stripes();
@@ -469,7 +503,7 @@ impl Array {
         }
         for (g, t) in stripes {
             match self
-                .check_stripe(
+                .check_stripe_in_its_layout(
                     StripeAddr {
                         group: g,
                         stripe: t,
@@ -480,12 +514,12 @@ impl Array {
             {
                 Ok(c) if !c.skipped => {
                     bm.synced(g, t);
-                    tracing::info!(array = %self.dp.name, group = g, stripe = t, "resynced a stripe a write had left inconsistent");
+                    tracing::info!(array = %self.dp().name, group = g, stripe = t, "resynced a stripe a write had left inconsistent");
                 }
                 Ok(_) => {}
                 Err(e @ Error::NoSpace(_)) => return Err(e),
                 Err(e) => {
-                    tracing::warn!(array = %self.dp.name, group = g, stripe = t, error = %e, "could not resync an inconsistent stripe")
+                    tracing::warn!(array = %self.dp().name, group = g, stripe = t, error = %e, "could not resync an inconsistent stripe")
                 }
             }
         }

@@ -50,13 +50,13 @@ impl Array {
                     unreadable.contains(i) || bad.iter().any(|(p, rs)| p == i && rs.contains(&r))
                 })
                 .collect();
-            if lost.len() > self.dp.geometry.redundancy() {
+            if lost.len() > self.dp().geometry.redundancy() {
                 if let Some(s) = self.which_to_rebuild(addr, bufs, r, &lost, unreadable, tags) {
                     // Rebuild `s`; the others that failed hold right data (their tags
                     // are rewritten below, as rows rebuilt as they are).
                     let mut work: Vec<Vec<u8>> =
                         bufs.iter().map(|b| row_of(b, r).to_vec()).collect();
-                    self.family.heal_row(&self.dp, addr, &mut work, &s)?;
+                    self.fam().heal_row(&self.dp(), addr, &mut work, &s)?;
                     for &i in lost.iter().filter(|i| !unreadable.contains(i)) {
                         if row_of(&bufs[i], r) == &work[i][..] {
                             tags_out.push((i, r));
@@ -79,7 +79,7 @@ impl Array {
                 ));
             }
             let mut work: Vec<Vec<u8>> = bufs.iter().map(|b| row_of(b, r).to_vec()).collect();
-            self.family.heal_row(&self.dp, addr, &mut work, &lost)?;
+            self.fam().heal_row(&self.dp(), addr, &mut work, &lost)?;
             for &i in lost.iter().filter(|i| !unreadable.contains(i)) {
                 if row_of(&bufs[i], r) == &work[i][..] {
                     // Rebuilt as it is: the data is right, its checksum is not.
@@ -106,8 +106,8 @@ impl Array {
         unreadable: &[usize],
         tags: &[Option<Vec<u32>>],
     ) -> Option<Vec<usize>> {
-        let zeroed = self.dp.tag_layout()?.zeroed;
-        let red = self.dp.geometry.redundancy();
+        let zeroed = self.dp().tag_layout()?.zeroed;
+        let red = self.dp().geometry.redundancy();
         let gone: Vec<usize> = lost
             .iter()
             .copied()
@@ -121,7 +121,7 @@ impl Array {
         if gone.len() >= red || suspects.len() > 16 {
             return None;
         }
-        let b = (self.dp.map.stripe_offset(addr.stripe) + r) / BLOCK;
+        let b = (self.dp().map.stripe_offset(addr.stripe) + r) / BLOCK;
         let (zt, row) = (crate::integrity::zero_tag(b), (r / BLOCK) as usize);
         // Choices of suspects to rebuild, fewest first (trusting as many as can be).
         let room = red - gone.len();
@@ -137,7 +137,11 @@ impl Array {
                 let mut s = gone.clone();
                 s.extend(&pick);
                 let mut work: Vec<Vec<u8>> = bufs.iter().map(|x| row_of(x, r).to_vec()).collect();
-                if self.family.heal_row(&self.dp, addr, &mut work, &s).is_err() {
+                if self
+                    .fam()
+                    .heal_row(&self.dp(), addr, &mut work, &s)
+                    .is_err()
+                {
                     continue;
                 }
                 let named = pick.iter().all(|&i| {
@@ -165,10 +169,10 @@ impl Array {
     /// concat): the data there is what it is (a write in flight may or may not have
     /// landed, and none was flushed); its tags are made to agree.
     pub(crate) async fn retag_regions(&self, regions: &[u64]) -> Result<(u64, u64)> {
-        let Some(bm) = self.dp.bitmap.as_ref() else {
+        let Some(bm) = self.shared.bitmap.as_ref() else {
             return Ok((0, 0));
         };
-        let st = self.dp.state.load_full();
+        let st = self.dp().state.load_full();
         let step = 1u64 << 20;
         let mut bytes = 0;
         for &r in regions {
@@ -179,15 +183,15 @@ impl Array {
                     let n = step.min(to - off);
                     let buf = AlignedBuf::for_overwrite(n as usize).into_shared();
                     if let Err(e) = self
-                        .dp
+                        .dp()
                         .mread_raw(&m, off, buf.clone(), IoClass::Background)
                         .await
                     {
-                        self.dp.note_read_error(&m, &e).await;
+                        self.dp().note_read_error(&m, &e).await;
                         return Err(Error::io(format!("reading {}", m.path), e));
                     }
                     // SAFETY: the read completed.
-                    self.dp
+                    self.dp()
                         .retag(&m, off, unsafe { buf.as_slice() })
                         .await
                         .map_err(|e| Error::io(format!("reading the tags of {}", m.path), e))?;
@@ -196,8 +200,8 @@ impl Array {
                 }
             }
         }
-        self.dp.flush().await?;
-        tracing::info!(array = %self.dp.name, regions = regions.len(), bytes, "checksums of dirty regions recomputed after an unclean shutdown");
+        self.dp().flush().await?;
+        tracing::info!(array = %self.dp().name, regions = regions.len(), bytes, "checksums of dirty regions recomputed after an unclean shutdown");
         Ok((bytes, regions.len() as u64))
     }
 
@@ -205,8 +209,8 @@ impl Array {
     /// be repaired (there is no other copy); blocks that fail are counted, and reads of
     /// them answer EIO.
     pub(super) async fn verify_pass(&self, h: &ProcessHandle) -> Result<()> {
-        let st = self.dp.state.load_full();
-        let step = self.dp.geometry.chunk as u64 * 16;
+        let st = self.dp().state.load_full();
+        let step = self.dp().geometry.chunk as u64 * 16;
         let mut done = 0;
         for (slot, s) in st.slots.iter().enumerate() {
             let Some(m) = s.member.as_ref().filter(|_| s.state == SlotState::Active) else {
@@ -214,27 +218,27 @@ impl Array {
             };
             let mut off = 0;
             while off < m.size {
-                if h.cancelled() || self.dp.closing.load(Ordering::Acquire) {
+                if h.cancelled() || self.dp().closing.load(Ordering::Acquire) {
                     return Err(Error::Busy("scrub stopped before it finished".into()));
                 }
                 let n = step.min(m.size - off);
                 let buf = AlignedBuf::for_overwrite(n as usize).into_shared();
                 // Block by block where a read fails, so each bad block is named.
                 if self
-                    .dp
+                    .dp()
                     .mread(m, off, buf.clone(), IoClass::Background)
                     .await
                     .is_err()
                 {
                     for b in (off..off + n).step_by(BLOCK as usize) {
                         let one = AlignedBuf::for_overwrite(BLOCK as usize).into_shared();
-                        if let Err(e) = self.dp.mread(m, b, one, IoClass::Background).await {
-                            self.dp.note_read_error(m, &e).await;
+                        if let Err(e) = self.dp().mread(m, b, one, IoClass::Background).await {
+                            self.dp().note_read_error(m, &e).await;
                             h.mismatches.fetch_add(1, Ordering::Relaxed);
                             h.regions.lock().push(sbod_types::MismatchRegion {
                                 group: 0,
                                 member_offset: b,
-                                volume_offset: self.dp.map.locate(slot, b).unwrap_or(u64::MAX),
+                                volume_offset: self.dp().map.locate(slot, b).unwrap_or(u64::MAX),
                                 blocks: 1,
                             });
                         }

@@ -1,0 +1,518 @@
+//! The reshape: moving every byte of the volume from the layout it had into a new one
+//! (`sbod grow`: more members per group, more groups), online, window by window, as md's
+//! raid5 reshape does going forward.
+//!
+//! The volume below `pos` is in the new layout, from `pos` on in the old one; both views
+//! run at once over the same members (the old one numbers its slots as the new one does,
+//! see `Placement::with_stride`). A window `[pos, pos + w)` of whole new stripes is moved
+//! at a time: client requests that touch it wait (they are let in again when it is
+//! durable), requests below it go to the new view, above it to the old one
+//! (`Array::enter`). For each window:
+//!
+//! 1. it is read through the old view (degraded reads reconstruct as ever);
+//! 2. if writing its new stripes would overwrite old data that is still in the window
+//!    (only the first windows of a wider layout: the new stripes are narrower in member
+//!    space than the old ones, so they catch up with the data being read), its bytes are
+//!    first written aside on every new member ("backup") and the superblocks record it;
+//! 3. the new stripes are written through the new view (full stripes: parity from the
+//!    data, checksums, bitmap and log as any client write);
+//! 4. the members are flushed and the superblocks record `pos + w`.
+//!
+//! In place (no backup), the new stripes of a window overwrite only old data below the
+//! durable `pos`, which the superblocks already say is in the new layout: a crash at any
+//! point leaves the old layout of everything from `pos` on intact, and the reshape starts
+//! that window again. With a backup, a crash is repaired at the next start by writing the
+//! backup into the window's new stripes. When `pos` reaches the old capacity the space the
+//! new layout adds is zeroed the same way (it reads as zeros, its parity and checksums are
+//! right), and the new view takes the whole volume.
+
+use super::{ProcessHandle, Throttle};
+use crate::array::{Array, Core};
+use crate::buf::{AlignedBuf, SharedBuf};
+use crate::datapath::DataPath;
+use crate::dev::IoClass;
+use crate::error::{Error, Result};
+use crate::layout::Geometry;
+use crate::member::Member;
+use crate::superblock::{BackupRec, OutReason, SlotState};
+use arc_swap::ArcSwap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use sbod_types::ProcessKind;
+
+/// The largest window moved at once.
+pub(crate) const MAX_WINDOW: u64 = 16 << 20;
+/// The largest window written aside (the backup area at the end of every new member).
+pub(crate) const MAX_BACKUP: u64 = 4 << 20;
+
+/// A reshape in progress.
+pub(crate) struct Reshape {
+    /// The old layout's view (its own stripe locks, the shared state).
+    pub old: Arc<Core>,
+    /// The new layout's geometry.
+    pub new: Geometry,
+    /// Below this the volume is in the new layout, durably (the superblocks say so).
+    pub pos: AtomicU64,
+    /// The end of the window being moved (`pos` when none is).
+    pub wend: AtomicU64,
+    /// Woken when a window ends (requests that waited for it go on).
+    pub moved: tokio::sync::Notify,
+    /// The window written aside, while one is.
+    pub backup: parking_lot::Mutex<Option<BackupRec>>,
+    /// The volume's size in the old layout and in the new one.
+    pub old_cap: u64,
+    pub new_cap: u64,
+    /// The slots the new layout adds (they hold the backup area).
+    pub added: Vec<usize>,
+}
+
+/// Which layout a member row is in during a reshape (see `Reshape::layout_of`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RowIn {
+    New,
+    Old,
+    Neither,
+}
+
+/// The reshape of an array, if one runs.
+pub(crate) type Slot = ArcSwap<Option<Arc<Reshape>>>;
+
+impl Reshape {
+    /// Where the backup area starts on every added member (from its data area's start):
+    /// the last `MAX_BACKUP` bytes, which the new layout reaches only in the last windows
+    /// of the zeroing, long after the last backup (checked by `plan_window`).
+    pub fn backup_at(&self) -> u64 {
+        self.new.member_size - self.backup_room()
+    }
+
+    /// Bytes of the backup area: `MAX_BACKUP`, or a quarter of a small member.
+    fn backup_room(&self) -> u64 {
+        let c = self.new.chunk as u64;
+        (MAX_BACKUP.min(self.new.member_size / 4) / c * c).max(c)
+    }
+
+    /// Bytes of one new stripe's data: windows are whole new stripes.
+    fn unit(&self) -> u64 {
+        self.new.stripe_data()
+    }
+
+    /// The end (exclusive) of the old data at member row `row` of new group `g`: what
+    /// writing that row in the new layout overwrites (0: nothing, a group or row the old
+    /// layout does not have).
+    fn old_end(&self, g: u64, row: u64) -> u64 {
+        let o = &self.old.dp.geometry;
+        if g >= o.groups as u64 || row >= o.stripes() {
+            return 0;
+        }
+        (row * o.groups as u64 + g + 1) * o.stripe_data()
+    }
+
+    /// The end of the old data that writing the new stripes of `[pos, pos + w)` overwrites.
+    fn overwrites(&self, pos: u64, w: u64) -> u64 {
+        let u = self.unit();
+        let groups = self.new.groups as u64;
+        (pos / u..(pos + w) / u)
+            .map(|s| self.old_end(s % groups, s / groups))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Which layout holds member row `row` of group `g` now (groups and rows numbered as
+    /// in the new layout; the old layout's group `g` is the new one's).
+    pub fn layout_of(&self, g: u64, row: u64) -> RowIn {
+        let pos = self.pos.load(Ordering::Acquire);
+        let s = row * self.new.groups as u64 + g;
+        if (s + 1) * self.unit() <= pos {
+            RowIn::New
+        } else if self.old_end(g, row) > pos {
+            RowIn::Old
+        } else {
+            RowIn::Neither
+        }
+    }
+
+    /// The next window from `pos`: its length, and whether it must be written aside first.
+    pub fn plan_window(&self, pos: u64) -> Result<(u64, bool)> {
+        let u = self.unit();
+        let left = self.new_cap - pos;
+        let most = (MAX_WINDOW / u).max(1) * u;
+        let mut w = most.min(left);
+        // In place: the new stripes overwrite only data already durable in the new layout.
+        loop {
+            if self.overwrites(pos, w) <= pos {
+                return Ok((w, false));
+            }
+            if w <= u {
+                break;
+            }
+            w = (w / 2 / u).max(1) * u;
+        }
+        // Written aside: all it overwrites is in the window itself.
+        let mut w = (self.backup_room() / u * u).min(left);
+        while w >= u {
+            if self.overwrites(pos, w) <= pos + w {
+                let rows = (pos + w).div_ceil(u).div_ceil(self.new.groups as u64);
+                if rows * self.new.chunk as u64 > self.backup_at() {
+                    break;
+                }
+                return Ok((w, true));
+            }
+            w -= u;
+        }
+        Err(Error::Invalid(
+            format!(
+                "internal: the reshape from {} to {} cannot move the window at {pos}",
+                self.old.dp.geometry.level, self.new.level
+            )
+            .into(),
+        ))
+    }
+}
+
+impl Array {
+    /// The reshape running, if any.
+    pub(crate) fn reshaping(&self) -> Option<Arc<Reshape>> {
+        self.reshape.load().as_ref().clone()
+    }
+
+    /// Run the reshape to its end (or until the array closes: it resumes at the next
+    /// start). The array's process slot shows it.
+    pub(crate) async fn run_reshape(self: &Arc<Self>) -> Result<()> {
+        let Some(r) = self.reshaping() else {
+            return Ok(());
+        };
+        let h = self.claim(ProcessKind::Reshape, r.new_cap)?;
+        h.done
+            .store(r.pos.load(Ordering::Acquire), Ordering::Relaxed);
+        let result = self.reshape_windows(&r, &h).await;
+        h.finish(result.as_ref().err().map(|e| e.to_string()));
+        result
+    }
+
+    async fn reshape_windows(self: &Arc<Self>, r: &Arc<Reshape>, h: &ProcessHandle) -> Result<()> {
+        let mut throttle = Throttle::new();
+        loop {
+            if self.dp().closing.load(Ordering::Acquire) || h.cancelled() {
+                h.cancel();
+                return Ok(());
+            }
+            self.dp().failed()?;
+            let pos = r.pos.load(Ordering::Acquire);
+            if pos >= r.new_cap {
+                return self.finish_reshape(r).await;
+            }
+            let (w, backup) = r.plan_window(pos)?;
+            match self.move_window(r, pos, w, backup).await {
+                Ok(()) => {}
+                Err(e @ Error::NoSpace(_)) => {
+                    // Its file system is full: try again when there is room.
+                    tracing::warn!(array = %self.name(), error = %e, "reshape waits for space");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            h.done.store(pos + w, Ordering::Relaxed);
+            throttle.pace(self, w).await;
+        }
+    }
+
+    /// Move `[pos, pos + w)` into the new layout (see the module's steps).
+    async fn move_window(&self, r: &Reshape, pos: u64, w: u64, backup: bool) -> Result<()> {
+        // Open the window: requests in flight drain, new ones touching it wait.
+        {
+            let _x = self.gate.exclusive().await;
+            r.wend.store(pos + w, Ordering::Release);
+        }
+        let done = self.copy_window(r, pos, w, backup).await;
+        if done.is_err() {
+            // The window stays as the superblocks say: from `pos` on in the old layout.
+            r.wend.store(pos, Ordering::Release);
+            r.moved.notify_waiters();
+            return done;
+        }
+        // Durable where the superblocks will say it is, then said.
+        self.dp().flush().await?;
+        {
+            let _g = self.mgmt.lock().await;
+            r.pos.store(pos + w, Ordering::Release);
+            *r.backup.lock() = None;
+            let st = self.dp().state.load_full();
+            let lost = self.persist(&st, false).await;
+            drop(_g);
+            for m in lost {
+                self.fail_member(&m, OutReason::MetadataWrite).await;
+            }
+        }
+        r.wend.store(pos + w, Ordering::Release);
+        r.moved.notify_waiters();
+        Ok(())
+    }
+
+    async fn copy_window(&self, r: &Reshape, pos: u64, w: u64, backup: bool) -> Result<()> {
+        let data = self.read_old(r, pos, w).await?;
+        if backup {
+            self.write_backup(r, pos, &data).await?;
+        }
+        let core = self.core.load_full();
+        core.family.write(&core.dp, pos, &data, false, &[]).await
+    }
+
+    /// The window's bytes in the old layout (zeros past the old capacity), read under the
+    /// old stripes' locks so no old-layout write changes them meanwhile.
+    async fn read_old(&self, r: &Reshape, pos: u64, w: u64) -> Result<SharedBuf> {
+        let out = AlignedBuf::zeroed(w as usize).into_shared();
+        let end = (pos + w).min(r.old_cap);
+        if pos < end {
+            let old = &r.old;
+            let sd = old.dp.geometry.stripe_data();
+            let groups = old.dp.geometry.groups as u64;
+            let mut guards = Vec::new();
+            for s in pos / sd..end.div_ceil(sd) {
+                guards.push(old.dp.locks.lock((s % groups) as usize, s / groups).await);
+            }
+            old.family
+                .read(&old.dp, pos, &out.slice(0..(end - pos) as usize))
+                .await?;
+            drop(guards);
+        }
+        Ok(out)
+    }
+
+    /// Write a window aside on every added member, durably, and record where.
+    async fn write_backup(&self, r: &Reshape, pos: u64, data: &SharedBuf) -> Result<()> {
+        let at = r.backup_at();
+        let st = self.dp().state.load_full();
+        let targets: Vec<Arc<Member>> = r
+            .added
+            .iter()
+            .filter(|&&i| st.slots[i].state == SlotState::Active)
+            .filter_map(|&i| st.slots[i].member.clone())
+            .collect();
+        if targets.is_empty() {
+            return Err(Error::Refused(
+                "every member the reshape added has failed: the first windows cannot be written aside"
+                    .into(),
+            ));
+        }
+        let mut written = 0;
+        for m in &targets {
+            match self
+                .dp()
+                .mwrite(m, at, data.clone(), true, IoClass::Background)
+                .await
+            {
+                Ok(()) => written += 1,
+                Err(e) => tracing::warn!(member = %m.path, error = %e, "reshape backup write"),
+            }
+        }
+        if written == 0 {
+            return Err(Error::Refused(
+                "the reshape's backup could not be written to any added member".into(),
+            ));
+        }
+        let rec = BackupRec {
+            start: pos,
+            len: data.len() as u64,
+            at,
+            crc: crc32c::crc32c(crate::datapath::slice_of(data)),
+        };
+        let _g = self.mgmt.lock().await;
+        *r.backup.lock() = Some(rec);
+        let st = self.dp().state.load_full();
+        let lost = self.persist(&st, false).await;
+        drop(_g);
+        for m in lost {
+            self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
+        Ok(())
+    }
+
+    /// Every byte is in the new layout: the new view takes the whole volume, and the
+    /// superblocks no longer speak of a reshape.
+    async fn finish_reshape(&self, r: &Reshape) -> Result<()> {
+        self.dp().flush().await?;
+        let _x = self.gate.exclusive().await;
+        let _g = self.mgmt.lock().await;
+        let st = self.dp().state.load_full();
+        let sizes: Vec<u64> = st
+            .slots
+            .iter()
+            .map(|s| s.entry.as_ref().map(|e| e.size).unwrap_or(0))
+            .collect();
+        let family = crate::family::Personality::of(&r.new)?;
+        let dp = DataPath::view(self.shared.clone(), r.new.clone(), &sizes, u64::MAX);
+        self.core.store(Arc::new(Core { dp, family }));
+        self.reshape.store(Arc::new(None));
+        let lost = self.persist(&st, false).await;
+        drop(_g);
+        drop(_x);
+        r.moved.notify_waiters();
+        for m in lost {
+            self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
+        tracing::info!(array = %self.name(), size = self.size(), "reshape finished");
+        self.kick();
+        Ok(())
+    }
+
+    /// At a start after a crash during a window that was written aside: the backup (the
+    /// window's bytes as they were) is written into the window's new stripes, and the
+    /// superblocks move past it. A backup no added member holds whole is an error: the
+    /// window's old stripes may be half overwritten.
+    pub(crate) async fn restore_backup(&self, r: &Reshape) -> Result<()> {
+        let Some(b) = *r.backup.lock() else {
+            return Ok(());
+        };
+        let st = self.dp().state.load_full();
+        let mut found = None;
+        for &i in &r.added {
+            let Some(m) = st.slots[i].member.clone() else {
+                continue;
+            };
+            if st.slots[i].state != SlotState::Active {
+                continue;
+            }
+            let buf = AlignedBuf::zeroed(b.len as usize).into_shared();
+            if self
+                .dp()
+                .mread(&m, b.at, buf.clone(), IoClass::Foreground)
+                .await
+                .is_ok()
+                && crc32c::crc32c(crate::datapath::slice_of(&buf)) == b.crc
+            {
+                found = Some(buf);
+                break;
+            }
+        }
+        let Some(data) = found else {
+            return Err(Error::Refused(
+                format!(
+                    "the reshape was writing the volume's bytes {}..{} in place and no added member holds their backup whole",
+                    b.start,
+                    b.start + b.len
+                )
+                .into(),
+            ));
+        };
+        let core = self.core.load_full();
+        core.family
+            .write(&core.dp, b.start, &data, false, &[])
+            .await?;
+        self.dp().flush().await?;
+        let _g = self.mgmt.lock().await;
+        r.pos.store(b.start + b.len, Ordering::Release);
+        r.wend.store(b.start + b.len, Ordering::Release);
+        *r.backup.lock() = None;
+        let st = self.dp().state.load_full();
+        let lost = self.persist(&st, false).await;
+        drop(_g);
+        for m in lost {
+            self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
+        tracing::warn!(array = %self.name(), start = b.start, len = b.len, "reshape: the window being moved at the crash was written from its backup");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Level;
+
+    fn reshape(old: Geometry, new: Geometry) -> Reshape {
+        let old_cap = old.capacity();
+        let new_cap = new.capacity();
+        let sizes = vec![0; new.members()];
+        let shared_state = crate::datapath::test_shared();
+        let dp = DataPath::view_strided(
+            shared_state,
+            old.clone(),
+            &sizes,
+            u64::MAX,
+            new.width as usize,
+        );
+        let family = crate::family::Personality::of(&old).unwrap();
+        Reshape {
+            old: Arc::new(Core { dp, family }),
+            new,
+            pos: AtomicU64::new(0),
+            wend: AtomicU64::new(0),
+            moved: Default::default(),
+            backup: Default::default(),
+            old_cap,
+            new_cap,
+            added: vec![],
+        }
+    }
+
+    fn geo(level: Level, groups: u32, width: u32) -> Geometry {
+        Geometry {
+            level,
+            groups,
+            width,
+            chunk: 64 << 10,
+            member_size: 256 << 20,
+            data_offset: 1 << 20,
+        }
+    }
+
+    /// Walk a whole reshape window by window: every window either overwrites only data
+    /// below the durable position, or (written aside) only data inside itself; every
+    /// byte of old data is read before its place is overwritten.
+    fn walk(old: Geometry, new: Geometry) -> (u64, u64) {
+        let r = reshape(old, new);
+        let (mut pos, mut windows, mut backups) = (0, 0, 0);
+        while pos < r.new_cap {
+            let (w, b) = r.plan_window(pos).expect("a window");
+            assert!(w > 0 && w % r.unit() == 0);
+            let over = r.overwrites(pos, w);
+            if b {
+                assert!(over <= pos + w && w <= r.backup_room());
+                backups += 1;
+            } else {
+                assert!(over <= pos, "window {pos}+{w} overwrites up to {over}");
+            }
+            pos += w;
+            windows += 1;
+        }
+        assert_eq!(pos, r.new_cap);
+        (windows, backups)
+    }
+
+    #[test]
+    fn widening_needs_a_backup_only_for_the_first_windows() {
+        for (old, new) in [
+            (geo(Level::Raid5, 1, 4), geo(Level::Raid5, 1, 5)),
+            (geo(Level::Raid6, 1, 8), geo(Level::Raid6, 1, 10)),
+            (geo(Level::Raid0, 1, 2), geo(Level::Raid0, 1, 3)),
+            (
+                geo(Level::Ec { k: 4, m: 2 }, 1, 6),
+                geo(Level::Ec { k: 5, m: 2 }, 1, 7),
+            ),
+            (geo(Level::Raid6, 2, 6), geo(Level::Raid6, 2, 7)),
+            (geo(Level::Raid6, 2, 6), geo(Level::Raid6, 3, 6)),
+            (geo(Level::Raid10, 2, 2), geo(Level::Raid10, 3, 2)),
+        ] {
+            let (windows, backups) = walk(old.clone(), new.clone());
+            assert!(
+                backups >= 1 && backups <= 3,
+                "{old:?} -> {new:?}: {backups} backups"
+            );
+            assert!(windows < 200, "{windows} windows");
+        }
+    }
+
+    #[test]
+    fn the_old_end_of_a_row_is_its_old_stripe_data_end() {
+        let r = reshape(geo(Level::Raid5, 2, 4), geo(Level::Raid5, 2, 5));
+        let sd = 3 * (64 << 10);
+        // Old group 1, row 0 = old logical stripe 1.
+        assert_eq!(r.old_end(1, 0), 2 * sd);
+        assert_eq!(r.old_end(0, 2), 5 * sd);
+        // New groups the old layout lacks hold nothing old.
+        assert_eq!(r.old_end(2, 0), 0);
+    }
+}
