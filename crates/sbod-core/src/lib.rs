@@ -61,6 +61,7 @@ pub(crate) mod fault;
 
 /// The background processes' handles and statuses.
 pub mod process {
+    pub use crate::array::process::reshape::{Hook as ReshapeHook, Step as ReshapeStep};
     pub use crate::array::process::{MismatchRegion, ProcessHandle, ProcessKind, ProcessStatus};
 }
 

@@ -47,7 +47,10 @@ impl Array {
                 r.wend.load(Ordering::Acquire),
             );
             let end = offset.saturating_add(len);
-            if end <= pos || self.dp().closing.load(Ordering::Acquire) {
+            // Closing or failed: the request is refused as ever (`check_io`).
+            let refused = self.dp().closing.load(Ordering::Acquire)
+                || self.dp().state.load().failed.is_some();
+            if end <= pos || refused {
                 return (pass, View::Cur(self.core.load()));
             }
             if offset >= wend.max(pos) {

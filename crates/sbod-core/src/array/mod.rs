@@ -81,6 +81,8 @@ pub struct Array {
     pub(crate) gate: crate::locks::ViewGate,
     /// The reshape running, if any (see `process::reshape`).
     pub(crate) reshape: process::reshape::Slot,
+    /// Fault-injection tests' hook into the reshape's steps.
+    pub(crate) reshape_hook: parking_lot::Mutex<Option<process::reshape::Hook>>,
 }
 
 /// One view of the volume: the data path the families and processes work on, and the
@@ -359,6 +361,7 @@ impl Array {
                 ownership: Default::default(),
                 gate: Default::default(),
                 reshape: ArcSwap::from_pointee(None),
+                reshape_hook: parking_lot::Mutex::new(None),
             }
         }))
     }

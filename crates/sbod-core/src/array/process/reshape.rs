@@ -68,6 +68,20 @@ pub(crate) struct Reshape {
     pub added: Vec<usize>,
 }
 
+/// A point in a window's move, for fault-injection tests (`Array::on_reshape_step`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The window's bytes are written aside and the superblocks say so.
+    BackupRecorded,
+    /// The window's new stripes are written, not yet flushed.
+    Written,
+    /// The superblocks record the window as moved.
+    Recorded,
+}
+
+/// What a test runs at each step: the step and the window's start.
+pub type Hook = Arc<dyn Fn(Step, u64) + Send + Sync>;
+
 /// Which layout a member row is in during a reshape (see `Reshape::layout_of`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RowIn {
@@ -199,6 +213,13 @@ impl Array {
                 return Ok(());
             }
             self.dp().failed()?;
+            if r.backup.lock().is_some() {
+                // A window written aside did not end (an error after its bytes were put
+                // aside): its old stripes may be half overwritten, so it is finished from
+                // the backup, never read again from the old layout.
+                self.restore_backup(r).await?;
+                continue;
+            }
             let pos = r.pos.load(Ordering::Acquire);
             if pos >= r.new_cap {
                 return self.finish_reshape(r).await;
@@ -226,15 +247,23 @@ impl Array {
             let _x = self.gate.exclusive().await;
             r.wend.store(pos + w, Ordering::Release);
         }
-        let done = self.copy_window(r, pos, w, backup).await;
-        if done.is_err() {
-            // The window stays as the superblocks say: from `pos` on in the old layout.
-            r.wend.store(pos, Ordering::Release);
-            r.moved.notify_waiters();
-            return done;
+        let done = async {
+            self.copy_window(r, pos, w, backup).await?;
+            // Durable where the superblocks will say it is, then said.
+            self.dp().flush().await
         }
-        // Durable where the superblocks will say it is, then said.
-        self.dp().flush().await?;
+        .await;
+        if let Err(e) = done {
+            if r.backup.lock().is_none() {
+                // Nothing of the window's old stripes was overwritten: it stays in the old
+                // layout, as the superblocks say, and is served from there meanwhile.
+                r.wend.store(pos, Ordering::Release);
+                r.moved.notify_waiters();
+            }
+            // Else its old stripes may be half overwritten: requests keep waiting until
+            // it is finished from the backup (the next round, or the next start).
+            return Err(e);
+        }
         {
             let _g = self.mgmt.lock().await;
             r.pos.store(pos + w, Ordering::Release);
@@ -248,6 +277,7 @@ impl Array {
         }
         r.wend.store(pos + w, Ordering::Release);
         r.moved.notify_waiters();
+        self.reshape_step(Step::Recorded, pos);
         Ok(())
     }
 
@@ -255,9 +285,25 @@ impl Array {
         let data = self.read_old(r, pos, w).await?;
         if backup {
             self.write_backup(r, pos, &data).await?;
+            self.reshape_step(Step::BackupRecorded, pos);
         }
         let core = self.core.load_full();
-        core.family.write(&core.dp, pos, &data, false, &[]).await
+        core.family.write(&core.dp, pos, &data, false, &[]).await?;
+        self.reshape_step(Step::Written, pos);
+        Ok(())
+    }
+
+    fn reshape_step(&self, step: Step, pos: u64) {
+        let hook = self.reshape_hook.lock().clone();
+        if let Some(f) = hook {
+            f(step, pos);
+        }
+    }
+
+    /// Run `f` at every step of every window the reshape moves (fault-injection tests).
+    #[doc(hidden)]
+    pub fn on_reshape_step(&self, f: Hook) {
+        *self.reshape_hook.lock() = Some(f);
     }
 
     /// The window's bytes in the old layout (zeros past the old capacity), read under the
@@ -376,9 +422,11 @@ impl Array {
                 continue;
             }
             let buf = AlignedBuf::zeroed(b.len as usize).into_shared();
+            // Raw: the backup's own crc vouches for it (its blocks' checksums were not
+            // flushed with it).
             if self
                 .dp()
-                .mread(&m, b.at, buf.clone(), IoClass::Foreground)
+                .mread_raw(&m, b.at, buf.clone(), IoClass::Foreground)
                 .await
                 .is_ok()
                 && crc32c::crc32c(crate::datapath::slice_of(&buf)) == b.crc
