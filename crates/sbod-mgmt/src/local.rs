@@ -7,7 +7,7 @@ use crate::metrics::IoStats;
 use crate::{members, registry};
 use anyhow::Result;
 use sbod_core::Array;
-use sbod_types::control::{Request, SetReply};
+use sbod_types::control::{GrowReply, Request, SetReply};
 use sbod_types::Step;
 use serde_json::Value;
 use std::sync::Arc;
@@ -155,6 +155,60 @@ impl Local {
                 self.record_after(room, r, &done, Some(&device))?;
                 Value::Null
             }
+            Request::Grow {
+                add,
+                drop,
+                domain,
+                new_groups,
+                force,
+            } => {
+                let room = room()?;
+                let before = a.size();
+                let r = match &drop {
+                    Some(who) => a.drop_copy(who, force).await.map(|()| GrowReply {
+                        kind: "dropped".into(),
+                        from: before,
+                        to: a.size(),
+                        level: a.geometry().level,
+                        groups: a.geometry().groups,
+                        width: a.geometry().width,
+                    }),
+                    None => {
+                        let mut specs = Vec::new();
+                        for p in &add {
+                            specs.push(members::open(p, &domain)?);
+                        }
+                        a.grow_add(specs, new_groups, force).await.map(|o| {
+                            let g = a.geometry();
+                            let (kind, from, to, g) = match o {
+                                sbod_core::GrowOutcome::Reshaping { from, to, geometry } => {
+                                    ("reshape", from, to, geometry)
+                                }
+                                sbod_core::GrowOutcome::Copies { .. } => {
+                                    ("copies", before, a.size(), g)
+                                }
+                                sbod_core::GrowOutcome::Appended { from, to } => {
+                                    ("appended", from, to, g)
+                                }
+                            };
+                            GrowReply {
+                                kind: kind.into(),
+                                from,
+                                to,
+                                level: g.level,
+                                groups: g.groups,
+                                width: g.width,
+                            }
+                        })
+                    }
+                };
+                let done = match &drop {
+                    Some(d) => format!("{d} dropped"),
+                    None => format!("grown by {}", add.join(", ")),
+                };
+                let out = self.record_after(room, r, &done, add.first().map(|s| s.as_str()))?;
+                serde_json::to_value(out)?
+            }
             Request::Replace { old, new, force } => {
                 let room = room()?;
                 let spec = members::open(&new, "")?;
@@ -219,5 +273,6 @@ pub fn changes_membership(req: &Request) -> bool {
             | Request::Add { .. }
             | Request::AddLog { .. }
             | Request::Replace { .. }
+            | Request::Grow { .. }
     )
 }

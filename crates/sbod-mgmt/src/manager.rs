@@ -13,8 +13,8 @@ use sbod_core::array::read_superblock;
 use sbod_core::superblock::Superblock;
 use sbod_core::{AddOutcome, Array, AssembleOptions, CreateSpec};
 use sbod_types::control::{
-    AddArgs, AssembleArgs, CreateArgs, IoMetrics, MemberArgs, ReplaceArgs, Request, ScrubArgs,
-    SetArgs, SetReply,
+    AddArgs, AssembleArgs, CreateArgs, GrowArgs, GrowReply, IoMetrics, MemberArgs, ReplaceArgs,
+    Request, ScrubArgs, SetArgs, SetReply,
 };
 use sbod_types::{
     human, ArrayStatus, AssemblyReport, LogDevState, MemberState, ProcessKind, ProcessStatus,
@@ -463,6 +463,95 @@ impl Manager {
         })
         .await?;
         Ok((Via::Offline, out))
+    }
+
+    /// Change an array's shape (`sbod grow`): members added (a reshape moves the data into
+    /// the new layout online; new mirror copies rebuild; concat grows at once) or a mirror
+    /// copy dropped. With a server, `wait` follows the reshape or rebuild to its end;
+    /// offline it always runs to the end here.
+    pub async fn grow(&self, name: &str, a: &GrowArgs, wait: bool) -> Result<(Via, GrowReply)> {
+        registry::load(name)?;
+        if a.add.is_empty() == a.drop.is_none() {
+            return Err(err(
+                ErrorKind::Invalid,
+                "grow takes either --add DEV... or --drop MEMBER",
+            ));
+        }
+        let served = control::running(name).await;
+        if !served {
+            self.refuse_offline(name, "a grow (and the reshape or rebuild it starts)")?;
+        }
+        let mut created = Vec::new();
+        let r = self.grow_with(name, a, wait, served, &mut created).await;
+        if r.is_err() {
+            self.remove_unused(name, served, &created).await;
+        }
+        r
+    }
+
+    async fn grow_with(
+        &self,
+        name: &str,
+        a: &GrowArgs,
+        wait: bool,
+        served: bool,
+        created: &mut Vec<String>,
+    ) -> Result<(Via, GrowReply)> {
+        let paths = match a.add.is_empty() {
+            true => Vec::new(),
+            false => self.prepare_new(&a.add, a.size.map(|s| s.0), a.preallocate, created)?,
+        };
+        let req = Request::Grow {
+            add: paths.clone(),
+            drop: a.drop.as_ref().map(|d| registry::member_ref(name, d)),
+            domain: a.domain.clone(),
+            new_groups: a.new_groups,
+            force: a.force,
+        };
+        if served {
+            let v = self
+                .remote(name, &req)
+                .await?
+                .ok_or_else(|| anyhow!("the server for '{name}' went away"))?;
+            for p in &paths {
+                keep(created, p);
+            }
+            let reply: GrowReply = serde_json::from_value(v)?;
+            if wait {
+                let what = if reply.kind == "reshape" {
+                    "reshape"
+                } else {
+                    "rebuild"
+                };
+                self.wait_served(name, what, |s| {
+                    s.process.as_ref().is_some_and(|p| {
+                        matches!(p.kind, ProcessKind::Reshape | ProcessKind::Rebuild)
+                    }) || s.rebuilding()
+                        || s.state == sbod_types::ArrayState::Reshaping
+                })
+                .await?;
+            }
+            return Ok((Via::Served, reply));
+        }
+        let room = registry::reserve(name)?;
+        let l = self.open_for_change(name).await?;
+        let reply = self
+            .with_offline(l, async |l| {
+                let v = l.call_with(req, Some(room)).await?;
+                for p in &paths {
+                    keep(created, p);
+                }
+                let reply: GrowReply = serde_json::from_value(v)?;
+                if reply.kind == "reshape" {
+                    self.with_progress(&l.array, "reshape", l.array.reshape_now())
+                        .await?;
+                    registry::save_array(&l.array, Some(&l.name))?;
+                }
+                self.rebuild_here(l).await?;
+                Ok(reply)
+            })
+            .await?;
+        Ok((Via::Offline, reply))
     }
 
     /// Rebuild `new` in place of `old`. With a server, `wait` follows the rebuild to its end;

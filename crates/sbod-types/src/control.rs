@@ -29,6 +29,21 @@ pub enum Request {
         #[serde(default)]
         force: bool,
     },
+    /// Change the array's shape (`sbod grow`): add members (`add`: absolute paths the
+    /// server can open; wider groups, or whole groups with `new_groups`), or drop a mirror
+    /// copy (`drop`). Reply: a [`GrowReply`].
+    Grow {
+        #[serde(default)]
+        add: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        drop: Option<String>,
+        #[serde(default)]
+        domain: String,
+        #[serde(default, skip_serializing_if = "is_false")]
+        new_groups: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        force: bool,
+    },
     /// Rebuild `new` in place of `old`. Reply: null.
     Replace {
         old: String,
@@ -221,6 +236,45 @@ pub struct AddArgs {
     pub log: bool,
     #[serde(default)]
     pub force: bool,
+}
+
+/// `POST .../grow`: `sbod grow NAME [--add DEV...] [--drop MEMBER] [--new-groups]
+/// [--size S] [--preallocate] [--domain D] [--force]`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrowArgs {
+    #[serde(default)]
+    pub add: Vec<String>,
+    #[serde(default)]
+    pub drop: Option<String>,
+    #[serde(default)]
+    pub domain: String,
+    /// Add the members as whole new groups (of the array's width) rather than widen every
+    /// group.
+    #[serde(default)]
+    pub new_groups: bool,
+    /// Create missing member files of this size.
+    #[serde(default)]
+    pub size: Option<Size>,
+    #[serde(default)]
+    pub preallocate: bool,
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// What a grow did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrowReply {
+    /// `reshape` (data moves into the new layout, in the background), `copies` (new
+    /// mirror copies rebuilding), `appended` (concat: the volume grew at once), `dropped`
+    /// (a mirror copy left).
+    pub kind: String,
+    /// The volume's size before, and once the change is done.
+    pub from: u64,
+    pub to: u64,
+    pub level: crate::Level,
+    pub groups: u32,
+    pub width: u32,
 }
 
 /// `POST .../replace`: `sbod replace NAME OLD NEW [--size S] [--force]`.

@@ -8,7 +8,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use sbod_mgmt::{kind_of, ErrorKind};
-use sbod_types::control::{AddArgs, MemberArgs, ReplaceArgs, ScrubArgs, SetArgs};
+use sbod_types::control::{AddArgs, GrowArgs, MemberArgs, ReplaceArgs, ScrubArgs, SetArgs};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -210,11 +210,11 @@ async fn action(
     authorised(&app, &headers)?;
     if !matches!(
         action.as_str(),
-        "fail" | "remove" | "add" | "replace" | "scrub" | "set" | "stop"
+        "fail" | "remove" | "add" | "replace" | "grow" | "scrub" | "set" | "stop"
     ) {
         return Err(ApiError(
             StatusCode::NOT_FOUND,
-            format!("no action '{action}': fail, remove, add, replace, scrub, set or stop"),
+            format!("no action '{action}': fail, remove, add, replace, grow, scrub, set or stop"),
             "no_route",
         ));
     }
@@ -236,6 +236,11 @@ async fn action(
             let a: AddArgs = body(&raw)?;
             m.add(&name, &a).await?;
             ok(m.status(&name).await?)
+        }
+        "grow" => {
+            let a: GrowArgs = body(&raw)?;
+            let (_, reply) = m.grow(&name, &a, false).await?;
+            ok(json!({"grow": reply, "status": m.status(&name).await?}))
         }
         "replace" => {
             let a: ReplaceArgs = body(&raw)?;

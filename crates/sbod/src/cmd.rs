@@ -161,6 +161,37 @@ pub struct AddArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct GrowArgs {
+    pub name: String,
+    /// Members to add: raid0, raid5, raid6 and ec get wider groups (every group the same
+    /// number of members more), raid10 more mirror sets, raid1 more copies, concat more
+    /// space. The data moves into the new layout online; the new capacity appears when
+    /// it has.
+    #[arg(long, num_args = 1.., value_name = "DEV")]
+    pub add: Vec<String>,
+    /// A mirror copy to drop (raid1; refused without --force while it is in service).
+    #[arg(long, value_name = "MEMBER", conflicts_with = "add")]
+    pub drop: Option<String>,
+    /// Add the members as whole new groups of the array's width, not wider groups.
+    #[arg(long)]
+    pub new_groups: bool,
+    /// Failure domain of the new members.
+    #[arg(long, default_value = "")]
+    pub domain: String,
+    /// Create missing member files of this size.
+    #[arg(long, value_parser = size_arg)]
+    pub size: Option<u64>,
+    /// Give the member files all their space now (fallocate).
+    #[arg(long)]
+    pub preallocate: bool,
+    /// Follow the reshape (or the new copies' rebuild) to its end.
+    #[arg(long)]
+    pub wait: bool,
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct ReplaceArgs {
     pub name: String,
     /// The member to replace.
@@ -563,6 +594,43 @@ pub async fn add(args: AddArgs) -> Result<()> {
                 println!("{}: {}", args.name, output::recovery_line(r));
             }
         }
+    }
+    Ok(())
+}
+
+pub async fn grow(args: GrowArgs) -> Result<()> {
+    let a = req::GrowArgs {
+        add: args.add,
+        drop: args.drop,
+        domain: args.domain,
+        new_groups: args.new_groups,
+        size: args.size.map(Size),
+        preallocate: args.preallocate,
+        force: args.force,
+    };
+    let m = manager();
+    let (via, r) = m.grow(&args.name, &a, args.wait).await?;
+    let n = &args.name;
+    let shape = format!("{} in {} group(s) of {}", r.level, r.groups, r.width);
+    match r.kind.as_str() {
+        "reshape" if via == Via::Served && !args.wait => println!(
+            "{n}: reshaping to {shape}: {} now, {} when the data has moved (online; `sbod status {n}` shows progress)",
+            human(r.from),
+            human(r.to)
+        ),
+        "reshape" => println!(
+            "{n}: reshaped to {shape}: {} (was {})",
+            human(r.to),
+            human(r.from)
+        ),
+        "copies" => println!("{n}: now {shape}: the new copies are being rebuilt"),
+        "appended" => println!("{n}: now {} (was {})", human(r.to), human(r.from)),
+        _ => println!("{n}: now {shape}"),
+    }
+    if r.to != r.from && via == Via::Served {
+        println!(
+            "{n}: NBD clients see the new size when they connect again; qemu: `block_resize`, then grow the file system"
+        );
     }
     Ok(())
 }

@@ -42,6 +42,9 @@ enum Cmd {
     Add(cmd::AddArgs),
     /// Rebuild a new member in place of an old one.
     Replace(cmd::ReplaceArgs),
+    /// Change an array's shape online: more members (raid0/5/6/ec and raid10 are
+    /// restriped, mirrors get another copy, concat grows), or one mirror copy fewer.
+    Grow(cmd::GrowArgs),
     /// Check parity and mirrors; --repair fixes what it finds.
     Scrub(cmd::ScrubArgs),
     /// Stop a served array cleanly.
@@ -105,6 +108,7 @@ fn main() {
             | Cmd::Remove(_)
             | Cmd::Add(_)
             | Cmd::Replace(_)
+            | Cmd::Grow(_)
             | Cmd::Scrub(_)
             | Cmd::Stop(_)
             | Cmd::Set(_)
@@ -132,6 +136,7 @@ fn main() {
             Cmd::Remove(a) => cmd::remove(a).await,
             Cmd::Add(a) => cmd::add(a).await,
             Cmd::Replace(a) => cmd::replace(a).await,
+            Cmd::Grow(a) => cmd::grow(a).await,
             Cmd::Scrub(a) => cmd::scrub(a).await,
             Cmd::Stop(a) => cmd::stop(a).await,
             Cmd::Forget(a) => cmd::forget(a).await,

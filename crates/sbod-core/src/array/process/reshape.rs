@@ -191,6 +191,12 @@ impl Array {
         self.reshape.load().as_ref().clone()
     }
 
+    /// Run the reshape to its end here, in the foreground (an array opened without its
+    /// background processes: `sbod grow` of an array nobody serves).
+    pub async fn reshape_now(self: &Arc<Self>) -> Result<()> {
+        self.run_reshape().await
+    }
+
     /// Run the reshape to its end (or until the array closes: it resumes at the next
     /// start). The array's process slot shows it.
     pub(crate) async fn run_reshape(self: &Arc<Self>) -> Result<()> {
