@@ -1,0 +1,279 @@
+//! `sbod grow` end to end: a served raid5 of four files gets a fifth while nbdcopy reads
+//! and writes it; the volume keeps its bytes through the reshape, new NBD connections see
+//! the new size when it ends, and a restart finds the new layout. Offline, a mirror gets a
+//! third copy; bad grows are refused with nothing changed.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct Env {
+    dir: tempfile::TempDir,
+    server: Option<Child>,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn need(tool: &str) {
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(ok, "{tool} is not installed: run scripts/deps.sh");
+}
+
+fn check(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+impl Env {
+    fn new() -> Env {
+        for t in ["nbdcopy", "nbdinfo"] {
+            need(t);
+        }
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+            server: None,
+        }
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.p("nbd.sock").display())
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_sbod"));
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env("SBOD_STATE_DIR", self.p("state"));
+        c
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.cmd(args).output().unwrap();
+        check(&o, &format!("sbod {args:?}"));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    }
+
+    fn fails(&self, args: &[&str]) -> String {
+        let o = self.cmd(args).output().unwrap();
+        assert!(!o.status.success(), "sbod {args:?} should have failed");
+        String::from_utf8_lossy(&o.stderr).to_string()
+    }
+
+    fn status(&self, name: &str) -> Value {
+        serde_json::from_str(&self.ok(&["status", name, "--json"])).unwrap()
+    }
+
+    fn serve(&mut self, name: &str) {
+        let sock = format!("unix:{}", self.p("nbd.sock").display());
+        let child = self
+            .cmd(&["serve", name, "--nbd", &sock])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        self.server = Some(child);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(30) {
+            if self.nbd_size().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("sbod serve did not come up");
+    }
+
+    fn nbd_size(&self) -> Option<u64> {
+        let o = Command::new("nbdinfo")
+            .arg("--size")
+            .arg(self.uri())
+            .output()
+            .ok()?;
+        o.status
+            .success()
+            .then(|| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .flatten()
+    }
+
+    fn stop(&mut self, name: &str) {
+        self.ok(&["stop", name]);
+        let mut c = self.server.take().expect("server running");
+        let st = c.wait().unwrap();
+        assert!(st.success(), "sbod serve exited with {st}");
+    }
+
+    fn nbdcopy(&self, from: &str, to: &str) {
+        let o = Command::new("nbdcopy").args([from, to]).output().unwrap();
+        check(&o, &format!("nbdcopy {from} {to}"));
+    }
+
+    /// The volume's bytes now.
+    fn volume(&self) -> Vec<u8> {
+        let out = self.p("read.img");
+        let _ = std::fs::remove_file(&out);
+        self.nbdcopy(&self.uri(), &out.display().to_string());
+        std::fs::read(out).unwrap()
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn a_served_raid5_grows_a_member_while_clients_read_and_write() {
+    let mut e = Env::new();
+    e.ok(&[
+        "create",
+        "vol0",
+        "--level",
+        "raid5",
+        "--size-each",
+        "24M",
+        "d0.img",
+        "d1.img",
+        "d2.img",
+        "d3.img",
+    ]);
+    e.serve("vol0");
+    let small = e.nbd_size().unwrap();
+    let data = pattern(small as usize, 7);
+    std::fs::write(e.p("src.img"), &data).unwrap();
+    e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
+
+    // Slow enough that clients work while it runs.
+    e.ok(&["set", "vol0", "--rebuild-max-rate", "16M"]);
+    let out = e.ok(&["grow", "vol0", "--add", "d4.img", "--size", "24M"]);
+    assert!(
+        out.contains("reshaping to raid5 in 1 group(s) of 5"),
+        "{out}"
+    );
+    let st = e.status("vol0");
+    assert_eq!(st["state"], "reshaping", "{st}");
+    assert_eq!(st["process"]["kind"], "reshape", "{st}");
+    // Clients during the reshape: the whole volume reads back, a new write lands.
+    assert!(e.volume() == data, "the volume changed during the reshape");
+    let mut data = data;
+    let patch = pattern(3 << 20, 8);
+    let at = (small as usize / 2) & !4095;
+    data[at..at + patch.len()].copy_from_slice(&patch);
+    std::fs::write(e.p("src.img"), &data).unwrap();
+    e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
+
+    let t = Instant::now();
+    loop {
+        let st = e.status("vol0");
+        if st["state"] == "optimal" {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "reshape did not end: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let st = e.status("vol0");
+    assert_eq!(st["width"], 5, "{st}");
+    let big = st["size"].as_u64().unwrap();
+    assert_eq!(big, small / 3 * 4, "raid5 of 5 holds 4/3 of raid5 of 4");
+    // A new connection sees the new size; the old bytes are where they were, the new
+    // space reads as zeros.
+    assert_eq!(e.nbd_size(), Some(big));
+    let now = e.volume();
+    assert!(now[..data.len()] == data[..], "the volume's bytes moved");
+    assert!(
+        now[data.len()..].iter().all(|&b| b == 0),
+        "the new space is not zeros"
+    );
+    let last = e.status("vol0")["last_process"].clone();
+    assert_eq!(last["kind"], "reshape", "{last}");
+    assert!(last["error"].is_null(), "{last}");
+
+    // A restart finds the new layout.
+    e.stop("vol0");
+    e.serve("vol0");
+    assert_eq!(e.nbd_size(), Some(big));
+    assert!(e.volume()[..data.len()] == data[..]);
+    let out = e.ok(&["scrub", "vol0", "--json"]);
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["mismatches"], 0, "{s}");
+    e.stop("vol0");
+}
+
+#[test]
+fn offline_a_mirror_gets_a_third_copy_and_bad_grows_change_nothing() {
+    let e = Env::new();
+    e.ok(&[
+        "create",
+        "m",
+        "--level",
+        "raid1",
+        "--size-each",
+        "16M",
+        "a.img",
+        "b.img",
+    ]);
+    let out = e.ok(&["grow", "m", "--add", "c.img", "--size", "16M"]);
+    assert!(out.contains("raid1 in 1 group(s) of 3"), "{out}");
+    let st = e.status("m");
+    assert_eq!(st["width"], 3, "{st}");
+    let states: Vec<&str> = st["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["active", "active", "active"], "{st}");
+
+    // A raid5 that cannot take two devices in one group of three... it can; but a
+    // device of another array and a device given with --drop on a raid5 are refused.
+    e.ok(&[
+        "create",
+        "r",
+        "--level",
+        "raid5",
+        "--size-each",
+        "16M",
+        "r0.img",
+        "r1.img",
+        "r2.img",
+    ]);
+    let before = e.status("r");
+    let err = e.fails(&["grow", "r", "--add", "a.img"]);
+    assert!(err.contains("a.img"), "{err}");
+    let err = e.fails(&["grow", "r", "--drop", "r0.img"]);
+    assert!(err.contains("restriped") || err.contains("raid1"), "{err}");
+    let err = e.fails(&["grow", "r"]);
+    assert!(err.contains("--add") && err.contains("--drop"), "{err}");
+    let after = e.status("r");
+    assert_eq!(before["width"], after["width"]);
+    assert_eq!(before["size"], after["size"]);
+}
