@@ -72,6 +72,24 @@ pub fn set_with(
     }
 }
 
+/// Set the LED of a slot known by its location (a failed disk may have left it).
+pub fn set_location(
+    sysfs: &Sysfs,
+    loc: &sbod_types::Location,
+    led: Led,
+    on: bool,
+) -> Result<How, String> {
+    let files = sysfs
+        .slot_leds(loc)
+        .ok_or_else(|| format!("no slot {loc} in sysfs"))?;
+    let f = match led {
+        Led::Locate => files.locate,
+        Led::Fault => files.fault.or(files.locate),
+    }
+    .ok_or_else(|| format!("slot {loc} has no {led} LED"))?;
+    write_led(&f, on).map(|_| format!("sysfs {}", shown(sysfs, &f)))
+}
+
 fn shown(sysfs: &Sysfs, f: &Path) -> String {
     match f.strip_prefix(sysfs.root()) {
         Ok(r) => format!("/{}", r.display()),

@@ -260,6 +260,33 @@ impl Sysfs {
         None
     }
 
+    /// The LED files of a slot known by its location (its disk may be gone).
+    pub fn slot_leds(&self, loc: &Location) -> Option<LedFiles> {
+        if loc.enclosure == "pci" {
+            let a = self
+                .path("sys/bus/pci/slots")
+                .join(&loc.slot)
+                .join("attention");
+            return a.exists().then(|| LedFiles {
+                locate: Some(a),
+                fault: None,
+            });
+        }
+        let e = self.path("sys/class/enclosure").join(&loc.enclosure);
+        dir_names(&e).into_iter().find_map(|comp| {
+            let c = e.join(&comp);
+            let slot = read_trim(&c.join("slot")).unwrap_or(comp.clone());
+            if slot != loc.slot {
+                return None;
+            }
+            let file = |n: &str| Some(c.join(n)).filter(|p| p.exists());
+            Some(LedFiles {
+                locate: file("locate"),
+                fault: file("fault"),
+            })
+        })
+    }
+
     /// Which of the given whole disks are halves of one physical drive (a dual-actuator
     /// drive presented as two LUNs): the same serial, or the same WWN but for its last
     /// digit on one SCSI target. Returns each such disk with the drive's key (shared by

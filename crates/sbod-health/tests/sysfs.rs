@@ -130,6 +130,10 @@ fn locate_and_fault_leds_are_written_in_sysfs() {
     led::set_with(&s, "sdc", Led::Fault, true, None).unwrap();
     assert_eq!(std::fs::read_to_string(slot.join("fault")).unwrap(), "1");
     assert_eq!(led::get(&s, "sdc", Led::Fault), Some(true));
+    // By the slot alone (its disk gone): the same file.
+    let loc = s.location("sdc").unwrap().0;
+    led::set_location(&s, &loc, Led::Fault, false).unwrap();
+    assert_eq!(std::fs::read_to_string(slot.join("fault")).unwrap(), "0");
     // NVMe: the PCIe slot's attention indicator.
     led::set_with(&s, "nvme0n1", Led::Locate, true, None).unwrap();
     assert_eq!(

@@ -109,7 +109,7 @@ impl Health {
 
 /// Where a member's disk sits: an enclosure (SES, through the kernel's ses driver) and its
 /// slot, or an NVMe slot the platform exposes (/sys/bus/pci/slots).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Location {
     /// The enclosure's name in /sys/class/enclosure (its SCSI address, "0:0:12:0"), or
     /// "pci" for a PCIe (NVMe) slot.
