@@ -140,3 +140,28 @@ impl Cache {
         h
     }
 }
+
+/// The failure domain each member gets by default for being half of a dual-actuator drive
+/// (two LUNs of one physical drive: one drive failing takes both): `drive:SERIAL` (or
+/// the WWN base) for those that share a drive with another member, None for the others.
+pub fn drive_domains(reader: &Reader, members: &[String]) -> Vec<Option<String>> {
+    let disks: Vec<Option<String>> = members
+        .iter()
+        .map(|m| match reader.kind(m) {
+            MemberKind::Disk { disk } => Some(disk),
+            _ => None,
+        })
+        .collect();
+    let known: Vec<String> = disks.iter().flatten().cloned().collect();
+    let shared = reader.sysfs.shared_drives(&known);
+    disks
+        .iter()
+        .map(|d| {
+            let key = shared.get(d.as_ref()?)?;
+            Some(format!(
+                "drive:{}",
+                key.strip_prefix("serial:").unwrap_or(key)
+            ))
+        })
+        .collect()
+}

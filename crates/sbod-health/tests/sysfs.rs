@@ -115,6 +115,37 @@ fn dual_actuator_drives_are_one_drive() {
     assert!(!shared.contains_key("sdc"));
 }
 
+/// `sbod create` without --domains puts the two LUNs of one drive in one failure domain.
+#[test]
+fn dual_actuator_luns_get_one_failure_domain() {
+    let t = faketree::rack();
+    let r = Reader {
+        sysfs: Sysfs::new(t.root()),
+        ..Reader::default()
+    };
+    let members: Vec<String> = [
+        "/dev/sdc1",
+        "/dev/sdd",
+        "/dev/disk/by-id/wwn-0x5000c500d0e0f011",
+        "/dev/sdf",
+        "/srv/d0.img",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let d = sbod_health::drive_domains(&r, &members);
+    assert_eq!(
+        d,
+        vec![
+            None,
+            Some("drive:ZJV0A2X1".to_string()),
+            Some("drive:ZJV0A2X1".to_string()),
+            None,
+            None
+        ]
+    );
+}
+
 #[test]
 fn locate_and_fault_leds_are_written_in_sysfs() {
     let t = faketree::rack();

@@ -811,10 +811,29 @@ impl Manager {
                     self.reporter.note(&w);
                 }
             }
+            // Two LUNs of one dual-actuator drive fail together: without --domains they
+            // get one failure domain, so a group never holds more of them than it survives.
+            let drives = if a.domains.is_empty() {
+                sbod_health::drive_domains(crate::health::reader(), &a.members)
+            } else {
+                Vec::new()
+            };
+            for (m, d) in a.members.iter().zip(&drives) {
+                if let Some(d) = d {
+                    self.reporter.note(&format!(
+                        "{m}: one LUN of a dual-actuator drive shared with another member: failure domain '{d}'"
+                    ));
+                }
+            }
             let mut specs = Vec::new();
             for (i, m) in a.members.iter().enumerate() {
                 let abs = members::canonical(m)?;
-                let dom = a.domains.get(i).cloned().unwrap_or_default();
+                let dom = a
+                    .domains
+                    .get(i)
+                    .cloned()
+                    .or_else(|| drives.get(i).cloned().flatten())
+                    .unwrap_or_default();
                 specs.push(members::open(&abs, &dom)?);
             }
             let array = Array::create(spec_of(a, fresh), specs).await?;
