@@ -32,6 +32,9 @@ pub enum MemberKind {
 pub struct Reader {
     pub sysfs: sysfs::Sysfs,
     pub smartctl: smart::Smartctl,
+    /// Run smartctl on file members too (`SBOD_SMARTCTL_FILES=1`): for tests, with a
+    /// stand-in smartctl (`SBOD_SMARTCTL`) that answers for files as a disk would.
+    pub smartctl_on_files: bool,
 }
 
 /// A remote member's path (the NBD URIs sbod accepts).
@@ -45,6 +48,7 @@ impl Reader {
         Reader {
             sysfs: sysfs::Sysfs::from_env(),
             smartctl: smart::Smartctl::default(),
+            smartctl_on_files: std::env::var_os("SBOD_SMARTCTL_FILES").is_some_and(|v| v == "1"),
         }
     }
 
@@ -89,6 +93,9 @@ impl Reader {
             MemberKind::Remote => Health::unavailable(
                 "a remote member: its disk's health is read on its host (`sbod health` there)",
             ),
+            MemberKind::File if self.smartctl_on_files => {
+                self.smartctl.read(Path::new(path), policy)
+            }
             MemberKind::File => {
                 Health::unavailable("a file: its health is that of the disk under its file system")
             }
