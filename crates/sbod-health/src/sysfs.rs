@@ -267,7 +267,8 @@ impl Sysfs {
                 .path("sys/bus/pci/slots")
                 .join(&loc.slot)
                 .join("attention");
-            return a.exists().then(|| LedFiles {
+            let there = a.exists();
+            return there.then_some(LedFiles {
                 locate: Some(a),
                 fault: None,
             });

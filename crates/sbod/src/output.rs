@@ -170,18 +170,8 @@ pub fn print_status(s: &Status, running: bool) {
         .unwrap_or(4)
         .max(6);
     println!(
-        "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6} {:>6}  {}",
-        "slot",
-        "group",
-        "member",
-        "state",
-        "domain",
-        "size",
-        "read",
-        "write",
-        "cksum",
-        "tags",
-        "health"
+        "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6} {:>6}  health",
+        "slot", "group", "member", "state", "domain", "size", "read", "write", "cksum", "tags"
     );
     for m in &s.members {
         let slot = m.slot.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
