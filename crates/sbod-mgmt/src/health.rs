@@ -215,7 +215,7 @@ pub async fn watch(local: Arc<Local>, mut stop: tokio::sync::watch::Receiver<boo
                 }
             }
         }
-        fault_leds(&st, &seen, &mut lit);
+        fault_leds(&reader().sysfs, &st, &seen, &mut lit);
         if let Some(ev) = ev {
             on_disk_event(&local, &st, &seen, &policy, &ev).await;
             continue;
@@ -232,7 +232,12 @@ pub async fn watch(local: Arc<Local>, mut stop: tokio::sync::watch::Receiver<boo
 
 /// Fault LEDs follow the members: on for a failed or missing member's slot (as last
 /// seen), off when that member is back or its slot is someone else's in service.
-fn fault_leds(st: &Status, seen: &Seen, lit: &mut HashSet<String>) {
+fn fault_leds(
+    sysfs: &sbod_health::sysfs::Sysfs,
+    st: &Status,
+    seen: &Seen,
+    lit: &mut HashSet<String>,
+) {
     let want: HashSet<String> = st
         .members
         .iter()
@@ -247,7 +252,6 @@ fn fault_leds(st: &Status, seen: &Seen, lit: &mut HashSet<String>) {
         .filter(|m| !matches!(m.state, MemberState::Failed | MemberState::Missing))
         .filter_map(|m| m.location.as_ref())
         .collect();
-    let sysfs = &reader().sysfs;
     for k in want.difference(lit).cloned().collect::<Vec<_>>() {
         let Some((_, Some(loc), path)) = seen.by_member.get(&k) else {
             continue;
@@ -460,5 +464,76 @@ async fn on_disk_event(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(members: serde_json::Value) -> Status {
+        serde_json::from_value(serde_json::json!({
+            "name": "v", "uuid": "x", "level": "raid1", "state": "degraded", "failed_reason": null,
+            "size": 1, "chunk": 65536, "groups": 1, "width": 2, "redundancy": 1, "event": 1,
+            "members": members, "process": null, "last_process": null, "bitmap_region": null,
+            "dirty_regions": 0, "resync_offset": null, "assembly": {"unclean": false,
+            "resynced_bytes": 0, "resynced_regions": 0, "rebuilding": [], "ignored": [],
+            "missing": []}
+        }))
+        .unwrap()
+    }
+
+    fn member(path: &str, uuid: &str, state: &str, slot: Option<&str>) -> serde_json::Value {
+        let mut m = serde_json::json!({"slot": 0, "group": 0, "path": path, "uuid": uuid,
+            "state": state, "domain": "", "size": 1, "read_errors": 0, "write_errors": 0,
+            "checksum_errors": 0, "repaired": 0, "reads": 0, "writes": 0, "recovered": null});
+        if let Some(s) = slot {
+            m["location"] = serde_json::json!({"enclosure": "0:0:12:0", "slot": s, "led": true});
+        }
+        m
+    }
+
+    /// A failed member's slot lights its fault LED (where it was last seen, its disk gone),
+    /// and the LED goes out when a member in service holds the slot again.
+    #[test]
+    fn fault_leds_follow_failed_members() {
+        let dir = tempfile::tempdir().unwrap();
+        let slot = dir.path().join("sys/class/enclosure/0:0:12:0/Slot 03");
+        std::fs::create_dir_all(&slot).unwrap();
+        std::fs::write(slot.join("slot"), "3\n").unwrap();
+        std::fs::write(slot.join("fault"), "0\n").unwrap();
+        std::fs::write(slot.join("locate"), "0\n").unwrap();
+        let sysfs = sbod_health::sysfs::Sysfs::new(dir.path());
+        let fault = || std::fs::read_to_string(slot.join("fault")).unwrap();
+        let mut seen = Seen::default();
+        let mut lit = HashSet::new();
+        // In service in slot 3: seen there, nothing lit.
+        let ok = status(serde_json::json!([member(
+            "/dev/sdc",
+            "a",
+            "active",
+            Some("3")
+        )]));
+        seen.by_member.insert(
+            "a".into(),
+            (None, ok.members[0].location.clone(), "/dev/sdc".into()),
+        );
+        fault_leds(&sysfs, &ok, &seen, &mut lit);
+        assert_eq!(fault(), "0\n");
+        // Failed and pulled (no location now): lit by what was seen.
+        let failed = status(serde_json::json!([member("/dev/sdc", "a", "failed", None)]));
+        fault_leds(&sysfs, &failed, &seen, &mut lit);
+        assert_eq!(fault(), "1");
+        assert!(lit.contains("a"));
+        fault_leds(&sysfs, &failed, &seen, &mut lit);
+        assert_eq!(fault(), "1", "stays lit");
+        // A replacement in service in slot 3: out.
+        let replaced = status(serde_json::json!([
+            member("/dev/sdc", "a", "failed", None),
+            member("/dev/sdg", "b", "active", Some("3"))
+        ]));
+        fault_leds(&sysfs, &replaced, &seen, &mut lit);
+        assert_eq!(fault(), "0");
+        assert!(lit.is_empty());
     }
 }
