@@ -18,6 +18,7 @@ have openssl || need_pkgs+=(openssl)   # test certificates for NBD over TLS
 python3 -c 'import nbd' 2>/dev/null || /usr/bin/python3 -c 'import nbd' 2>/dev/null || need_pkgs+=(python3-libnbd)
 have cc || need_pkgs+=(build-essential)
 have curl || need_pkgs+=(curl)
+have smartctl || [ -x /usr/sbin/smartctl ] || need_pkgs+=(smartmontools)   # disk health (sbod health, the health tests)
 have chromium || need_pkgs+=(chromium)   # the dashboard's test in a real headless browser
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || need_pkgs+=(python3-prometheus-client)  # Prometheus' text parser for /metrics
 

@@ -7,6 +7,7 @@
 
 pub mod control;
 pub mod error;
+pub mod health;
 pub mod local;
 pub mod manager;
 pub mod members;

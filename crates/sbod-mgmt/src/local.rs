@@ -237,6 +237,7 @@ impl Local {
                 serde_json::to_value(SetReply {
                     settings,
                     sync: a.sync_mode(),
+                    health_policy: None,
                 })?
             }
             Request::Stop => match &self.on_stop {

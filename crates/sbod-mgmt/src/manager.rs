@@ -239,7 +239,57 @@ impl Manager {
                 }
             }
         }
+        let status = crate::health::decorate(status, false).await;
         Ok(ArrayStatus { status, running })
+    }
+
+    /// The status with every member's health read now (`sbod health`), and the policy
+    /// it was judged by.
+    pub async fn health(&self, name: &str) -> Result<(ArrayStatus, sbod_types::HealthPolicy)> {
+        let mut a = self.status(name).await?;
+        a.status = crate::health::decorate(a.status, true).await;
+        Ok((a, crate::health::load_policy(name)))
+    }
+
+    /// Light (or put out) the locate LED of a member's slot. Returns how, in words.
+    pub async fn locate(&self, name: &str, member: &str, on: bool) -> Result<String> {
+        let st = self.status(name).await?.status;
+        let m = crate::registry::member_ref(name, member);
+        let found = st
+            .members
+            .iter()
+            .find(|x| {
+                x.path.as_deref() == Some(m.as_str())
+                    || x.path.as_deref() == Some(member)
+                    || x.uuid.as_deref() == Some(member)
+            })
+            .ok_or_else(|| {
+                err_advised(
+                    ErrorKind::NotFound,
+                    format!("{member} is not a member of {name}"),
+                    vec![Step::on_array("status", name)],
+                )
+            })?;
+        let path = found.path.clone().unwrap_or_default();
+        let r = crate::health::reader();
+        let lit = match (r.kind(&path), &found.location) {
+            (sbod_health::MemberKind::Disk { disk }, _) => {
+                sbod_health::led::set(&r.sysfs, &disk, sbod_health::led::Led::Locate, on)
+            }
+            (_, Some(loc)) => {
+                sbod_health::led::set_location(&r.sysfs, loc, sbod_health::led::Led::Locate, on)
+            }
+            (sbod_health::MemberKind::File, None) => Err(format!(
+                "{path} is a file: it has no slot and no LED (the disk under its file system has)"
+            )),
+            (sbod_health::MemberKind::Remote, None) => Err(format!(
+                "{path} is on another host: light its LED there (sbod locate on that host)"
+            )),
+            (sbod_health::MemberKind::Missing, None) => {
+                Err(format!("{path} is not there, and its slot is not known"))
+            }
+        };
+        lit.map_err(|e| err(ErrorKind::Invalid, e))
     }
 
     /// Every registered array's status (an array that cannot be read is reported in the
@@ -677,6 +727,31 @@ impl Manager {
     /// Change an array's settings: the rebuild rates of a served array, and the sync mode
     /// (recorded on the members, so also of an array nothing serves).
     pub async fn set(&self, name: &str, a: &SetArgs) -> Result<SetReply> {
+        let policy = match &a.health_policy {
+            Some(spec) => {
+                registry::load(name)?;
+                let mut p = crate::health::load_policy(name);
+                p.apply(spec).map_err(|e| {
+                    err_advised(
+                        ErrorKind::Invalid,
+                        format!("--health-policy: {e}"),
+                        vec![Step::say(format!(
+                            "now: {}",
+                            crate::health::load_policy(name).describe()
+                        ))],
+                    )
+                })?;
+                crate::health::save_policy(name, &p)?;
+                Some(p)
+            }
+            None => None,
+        };
+        let mut reply = self.set_engine(name, a, policy.is_some()).await?;
+        reply.health_policy = Some(policy.unwrap_or_else(|| crate::health::load_policy(name)));
+        Ok(reply)
+    }
+
+    async fn set_engine(&self, name: &str, a: &SetArgs, policy_set: bool) -> Result<SetReply> {
         let req = Request::Set {
             rebuild_min_rate: a.rebuild_min_rate.map(|s| s.0),
             rebuild_max_rate: a.rebuild_max_rate.map(|s| s.0),
@@ -699,6 +774,15 @@ impl Manager {
                 ],
             ));
         }
+        if a.sync.is_none() && policy_set {
+            // The policy alone: what else is in force, read from the members.
+            let st = self.status(name).await?.status;
+            return Ok(SetReply {
+                settings: sbod_types::Settings::default(),
+                sync: st.sync.mode,
+                health_policy: None,
+            });
+        }
         if a.sync.is_none() {
             return Err(err_advised(
                 ErrorKind::Invalid,
@@ -707,6 +791,7 @@ impl Manager {
                     Step::option("sync", "set the sync mode"),
                     Step::option("rebuild_min_rate", "set the rebuild's rate floor"),
                     Step::option("rebuild_max_rate", "set the rebuild's rate ceiling"),
+                    Step::option("health_policy", "set the predictive failure policy"),
                 ],
             ));
         }
@@ -741,7 +826,9 @@ impl Manager {
                 vec![Step::on_array("stop", name)],
             ));
         }
-        registry::forget(name)
+        registry::forget(name)?;
+        crate::health::forget_policy(name);
+        Ok(())
     }
 
     /// Create an array. Returns its status (the initial sync, if any, runs when served).
@@ -813,10 +900,29 @@ impl Manager {
                     self.reporter.note(&w);
                 }
             }
+            // Two LUNs of one dual-actuator drive fail together: without --domains they
+            // get one failure domain, so a group never holds more of them than it survives.
+            let drives = if a.domains.is_empty() {
+                sbod_health::drive_domains(crate::health::reader(), &a.members)
+            } else {
+                Vec::new()
+            };
+            for (m, d) in a.members.iter().zip(&drives) {
+                if let Some(d) = d {
+                    self.reporter.note(&format!(
+                        "{m}: one LUN of a dual-actuator drive shared with another member: failure domain '{d}'"
+                    ));
+                }
+            }
             let mut specs = Vec::new();
             for (i, m) in a.members.iter().enumerate() {
                 let abs = members::canonical(m)?;
-                let dom = a.domains.get(i).cloned().unwrap_or_default();
+                let dom = a
+                    .domains
+                    .get(i)
+                    .cloned()
+                    .or_else(|| drives.get(i).cloned().flatten())
+                    .unwrap_or_default();
                 specs.push(members::open(&abs, &dom)?);
             }
             let array = Array::create(spec_of(a, fresh), specs).await?;

@@ -5,7 +5,9 @@
 
 use crate::manager::Manager;
 use anyhow::{Context, Result};
-use sbod_types::{ArrayState, Event, EventKind, MemberState, ProcessKind, ProcessStatus, Status};
+use sbod_types::{
+    ArrayState, Event, EventKind, HealthVerdict, MemberState, ProcessKind, ProcessStatus, Status,
+};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +51,12 @@ fn same_run(a: &Option<ProcessStatus>, b: &Option<ProcessStatus>) -> bool {
 /// What the array's state at first sight calls for (as mdadm reports a degraded array when
 /// it starts monitoring).
 pub fn initial(s: &Status) -> Vec<Event> {
+    let mut out = initial_state(s);
+    out.extend(initial_health(s));
+    out
+}
+
+fn initial_state(s: &Status) -> Vec<Event> {
     match s.state {
         ArrayState::Degraded => vec![event(
             EventKind::ArrayDegraded,
@@ -70,6 +78,56 @@ pub fn initial(s: &Status) -> Vec<Event> {
         )],
         _ => Vec::new(),
     }
+}
+
+fn rank(v: Option<HealthVerdict>) -> u8 {
+    match v {
+        Some(HealthVerdict::Warn) => 1,
+        Some(HealthVerdict::Failing) => 2,
+        _ => 0,
+    }
+}
+
+/// A member's disk health got worse (ok or unknown -> warn -> failing).
+fn health_event(
+    cur: &Status,
+    m: &sbod_types::MemberStatus,
+    prev: &sbod_types::MemberStatus,
+    who: &str,
+) -> Option<Event> {
+    let now = m.health.as_ref()?;
+    let before = prev.health.as_ref().map(|h| h.verdict);
+    if rank(Some(now.verdict)) <= rank(before) || rank(Some(now.verdict)) == 0 {
+        return None;
+    }
+    let has_spare = cur.members.iter().any(|x| x.state == MemberState::Spare);
+    let what = match (now.verdict, has_spare) {
+        (HealthVerdict::Failing, true) => {
+            "predicted to fail; a hot spare is there to copy it onto (proactive replacement)"
+        }
+        (HealthVerdict::Failing, false) => {
+            "predicted to fail; no hot spare: left in service, add a spare or replace it (sbod replace)"
+        }
+        _ => "health warning",
+    };
+    Some(event(
+        EventKind::MemberHealth,
+        cur,
+        Some(who),
+        format!("{}: {who}: {what}: {}", cur.name, now.summary()),
+    ))
+}
+
+/// What first sight of an array's members' health calls for.
+fn initial_health(s: &Status) -> Vec<Event> {
+    s.members
+        .iter()
+        .filter_map(|m| {
+            let mut none = m.clone();
+            none.health = None;
+            health_event(s, m, &none, &member_name(m))
+        })
+        .collect()
 }
 
 /// The events between two statuses of one array.
@@ -105,6 +163,21 @@ pub fn diff(prev: &Status, cur: &Status) -> Vec<Event> {
         let Some(p) = before.get(&key(m)) else {
             continue;
         };
+        if m.state == MemberState::Replacing && p.state == MemberState::Spare {
+            out.push(event(
+                EventKind::ProactiveReplace,
+                cur,
+                Some(&who),
+                format!(
+                    "{}: hot spare {who} is copying the member of slot {} while it still serves",
+                    cur.name,
+                    m.slot.unwrap_or(0)
+                ),
+            ));
+        }
+        if let Some(e) = health_event(cur, m, p, &who) {
+            out.push(e);
+        }
         if m.state == MemberState::Failed && p.state != MemberState::Failed {
             out.push(event(
                 EventKind::MemberFailed,

@@ -156,6 +156,85 @@ fn a_life_cycle_becomes_events() {
 
 /// A program gets the event name, array and member as arguments and the JSON on stdin; a
 /// webhook gets the JSON as an HTTP POST.
+/// Health that gets worse is an event (once per step: warn, then failing); the member is
+/// not failed for it; a spare taking its copy is a proactive replacement.
+#[test]
+fn worse_health_becomes_events() {
+    use sbod_types::{Health, HealthVerdict};
+    let health = |v: HealthVerdict, why: &str| Health {
+        verdict: v,
+        reasons: if why.is_empty() {
+            vec![]
+        } else {
+            vec![why.to_string()]
+        },
+        ..Health::default()
+    };
+    let with = |h: Vec<Health>, spare: bool| {
+        let mut members = vec![
+            ("a", "active", Some(0)),
+            ("b", "active", Some(1)),
+            ("c", "active", Some(2)),
+        ];
+        if spare {
+            members.push(("s", "spare", None));
+        }
+        let mut s = status("optimal", &members);
+        for (m, h) in s.members.iter_mut().zip(h) {
+            m.health = Some(h);
+        }
+        s
+    };
+    let ok = || health(HealthVerdict::Ok, "");
+    let na = || health(HealthVerdict::Unavailable, "a file");
+    let base = with(vec![ok(), ok(), na()], false);
+    assert!(initial(&base).is_empty(), "ok and unavailable are no news");
+    assert!(diff(&base, &base).is_empty());
+    let warn = with(
+        vec![
+            health(HealthVerdict::Warn, "3 pending sectors (warning at 1)"),
+            ok(),
+            na(),
+        ],
+        false,
+    );
+    let e = diff(&base, &warn);
+    assert_eq!(kinds(&e), [EventKind::MemberHealth]);
+    assert_eq!(e[0].member.as_deref(), Some("a"));
+    assert!(
+        e[0].message.contains("3 pending sectors"),
+        "{}",
+        e[0].message
+    );
+    assert!(diff(&warn, &warn).is_empty(), "said once");
+    let failing = with(
+        vec![
+            health(HealthVerdict::Failing, "SMART assessment: FAILED"),
+            ok(),
+            na(),
+        ],
+        false,
+    );
+    let e = diff(&warn, &failing);
+    assert_eq!(kinds(&e), [EventKind::MemberHealth]);
+    assert!(
+        e[0].message.contains("no hot spare: left in service"),
+        "{}",
+        e[0].message
+    );
+    assert_eq!(kinds(&initial(&failing)), [EventKind::MemberHealth]);
+    assert!(diff(&failing, &warn).is_empty(), "better is no event");
+    // With a spare: the spare turns into the member's replacement.
+    let spare = with(vec![health(HealthVerdict::Failing, "x"), ok(), na()], true);
+    let mut copying = spare.clone();
+    copying.members[3].state = MemberState::Replacing;
+    copying.members[3].slot = Some(0);
+    assert_eq!(
+        kinds(&diff(&spare, &copying)),
+        [EventKind::ProactiveReplace]
+    );
+}
+
 #[tokio::test]
 async fn delivery_reaches_a_program_and_a_webhook() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

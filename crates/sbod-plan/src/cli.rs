@@ -107,6 +107,13 @@ pub struct PlanArgs {
     #[arg(long)]
     pub label_tib: bool,
 
+    /// Actuators per drive: 2 for dual-actuator drives (Seagate MACH.2, Exos 2X14), each
+    /// seen as 2 devices (LUNs) of half its size with one actuator's --disk-mbps and
+    /// --disk-iops (twice the IOPS per drive); --disks counts drives, layouts (--groups,
+    /// GxW) count devices; a drive failing takes both: one failure unit.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub actuators: u32,
+
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -186,8 +193,19 @@ pub fn plans(args: &PlanArgs) -> Result<Vec<Plan>> {
         (None, Some(afr)) => mttf_from_afr(afr),
         (None, None) => DEFAULT_MTTF_HOURS,
     };
+    if !(1..=8).contains(&args.actuators) {
+        bail!(
+            "--actuators {}: 1 to 8 per drive (2 for dual-actuator drives)",
+            args.actuators
+        );
+    }
+    let per = args.actuators;
+    let devices = args
+        .disks
+        .checked_mul(per)
+        .context("too many devices: --disks x --actuators")?;
     let disk = Disk {
-        size_bytes: args.disk_size,
+        size_bytes: args.disk_size / per as u64,
         mttf_hours,
         seq_mb_s: args.disk_mbps,
         random_iops: args.disk_iops,
@@ -208,7 +226,7 @@ pub fn plans(args: &PlanArgs) -> Result<Vec<Plan>> {
     let specs = match &args.compare {
         None => vec![single_spec(args)?],
         Some(list) if list.is_empty() => {
-            let d = default_compare(args.disks);
+            let d = default_compare(devices);
             if d.is_empty() {
                 bail!(
                     "{} too few to compare redundant layouts: give at least 2",
@@ -226,9 +244,37 @@ pub fn plans(args: &PlanArgs) -> Result<Vec<Plan>> {
     specs
         .iter()
         .map(|spec| {
-            let layout = Layout::resolve(spec, args.disks)
-                .with_context(|| format!("layout {} on {} disks", spec_text(spec), args.disks))?;
-            Plan::new(&layout, &disk, &assumptions)
+            let layout = Layout::resolve(spec, devices)
+                .with_context(|| format!("layout {} on {} disks", spec_text(spec), devices))?;
+            let mut plan = Plan::new(&layout, &disk, &assumptions)?;
+            if per > 1 {
+                let share = layout.sets < per;
+                if share {
+                    // The LUNs of each drive share a group: count in drives (a group of
+                    // w LUNs surviving f is w/per drives surviving f/per).
+                    let mut drives = layout.clone();
+                    drives.set_width = (layout.set_width / per).max(1);
+                    drives.set_tolerates = layout.set_tolerates / per;
+                    drives.disks = args.disks;
+                    drives.spares = layout.spares / per;
+                    let whole = Disk {
+                        size_bytes: args.disk_size,
+                        ..disk.clone()
+                    };
+                    plan.reliability = Plan::new(&drives, &whole, &assumptions)?.reliability;
+                }
+                let r = &mut plan.reliability;
+                r.expected_failures_per_year =
+                    args.disks as f64 * crate::units::HOURS_PER_YEAR / r.mttf_hours;
+                r.expected_failures = r.expected_failures_per_year * r.service_years;
+                plan.actuators = Some(crate::plan::Actuators {
+                    per_drive: per,
+                    drives: args.disks,
+                    devices,
+                    luns_share_a_group: share,
+                });
+            }
+            Ok(plan)
         })
         .collect()
 }
@@ -407,6 +453,21 @@ fn plan_table(plan: &Plan) -> String {
     );
     let mut o = String::new();
     let _ = writeln!(o, "sbod plan: {} as {}", disk_line(plan), l.spec);
+    if let Some(a) = &plan.actuators {
+        let _ = writeln!(
+            o,
+            "  {} drives with {} actuators each, seen as {} devices: {} the IOPS per drive, one failure unit per drive ({})",
+            a.drives,
+            a.per_drive,
+            a.devices,
+            if a.per_drive == 2 { "twice".to_string() } else { format!("{}x", a.per_drive) },
+            if a.luns_share_a_group {
+                "its LUNs share a group: reliability counted in drives"
+            } else {
+                "each LUN of a drive in another group: sbod create gives them one failure domain"
+            }
+        );
+    }
     let _ = writeln!(o, "  {}", l.description);
     let _ = writeln!(o);
     let _ = writeln!(o, "Capacity                     TB          TiB    disks");

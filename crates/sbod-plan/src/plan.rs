@@ -67,6 +67,26 @@ pub struct Plan {
     pub capacity: Capacity,
     pub reliability: Reliability,
     pub performance: Performance,
+    /// Drives with more than one actuator (`--actuators`), each seen as that many devices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actuators: Option<Actuators>,
+}
+
+/// Multi-actuator drives (Seagate MACH.2, the field's Exos 2X14): one drive appears as
+/// `per_drive` devices (LUNs, or access ranges) of `1/per_drive` its size, each with a
+/// single actuator's speed, so a drive has `per_drive` times the IOPS; one drive failing
+/// takes all of them: one failure unit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Actuators {
+    pub per_drive: u32,
+    pub drives: u32,
+    /// Devices the layout is made of: `drives x per_drive`.
+    pub devices: u32,
+    /// Where the layout has fewer redundancy groups than a drive has LUNs, the LUNs of a
+    /// drive share a group: a drive failure costs that group `per_drive` failures, and the
+    /// reliability is computed on drives. Else each LUN of a drive is in another group
+    /// (sbod create gives them one failure domain and refuses otherwise).
+    pub luns_share_a_group: bool,
 }
 
 fn positive(v: f64, what: &str, example: &str) -> Result<()> {
@@ -177,6 +197,7 @@ impl Plan {
             capacity,
             reliability,
             performance,
+            actuators: None,
         })
     }
 }

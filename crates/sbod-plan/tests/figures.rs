@@ -345,3 +345,71 @@ fn cli_errors_say_what_would_work() {
         assert!(e.contains(want), "{line}: {e}");
     }
 }
+
+/// Dual-actuator drives (the field's Ceph report on Exos 2X14): 12 drives are 24 devices
+/// of half the size, with twice the random IOPS of 12 single-actuator drives; the same raw
+/// capacity; failures are counted per drive, and where a drive's two LUNs share a group
+/// (one group) a drive failure costs that group two failures.
+#[test]
+fn cli_dual_actuator_drives() {
+    let one =
+        render("plan --disks 12 --disk-size 14TB --disk-iops 170 --level raid6 --groups 2 --json")
+            .unwrap();
+    let two = render(
+        "plan --disks 12 --disk-size 14TB --disk-iops 170 --actuators 2 --level raid6 --groups 2 --json",
+    )
+    .unwrap();
+    let (one, two): (Value, Value) = (
+        serde_json::from_str(&one).unwrap(),
+        serde_json::from_str(&two).unwrap(),
+    );
+    assert_eq!(two["layout"]["disks"], 24);
+    assert_eq!(two["disk"]["size_bytes"], 7_000_000_000_000u64);
+    assert_eq!(two["capacity"]["raw"]["tb"], one["capacity"]["raw"]["tb"]);
+    let iops = |v: &Value| v["performance"]["rand_read"]["value"].as_f64().unwrap();
+    assert!(
+        close(iops(&two), 2.0 * iops(&one), 1e-9),
+        "{} vs {}",
+        iops(&two),
+        iops(&one)
+    );
+    assert_eq!(two["actuators"]["drives"], 12);
+    assert_eq!(two["actuators"]["luns_share_a_group"], false);
+    assert!(
+        close(
+            two["reliability"]["expected_failures"].as_f64().unwrap(),
+            one["reliability"]["expected_failures"].as_f64().unwrap(),
+            1e-9
+        ),
+        "failures are counted per drive"
+    );
+    assert!(one.get("actuators").is_none());
+    // One raid6 group of 24 LUNs: a drive failing costs it two failures: reliability in
+    // drives, 12 drives surviving one.
+    let shared: Value = serde_json::from_str(
+        &render("plan --disks 12 --disk-size 14TB --actuators 2 --level raid6 --json").unwrap(),
+    )
+    .unwrap();
+    assert_eq!(shared["actuators"]["luns_share_a_group"], true);
+    let r5: Value = serde_json::from_str(
+        &render("plan --disks 12 --disk-size 14TB --level raid5 --json").unwrap(),
+    )
+    .unwrap();
+    assert!(
+        close(
+            shared["reliability"]["p_loss"].as_f64().unwrap(),
+            r5["reliability"]["p_loss"].as_f64().unwrap(),
+            1e-9
+        ),
+        "raid6 over both LUNs of 12 drives survives what raid5 of the 12 drives does"
+    );
+    let text =
+        render("plan --disks 12 --disk-size 14TB --actuators 2 --level raid6 --groups 2").unwrap();
+    assert!(
+        text.contains(
+            "12 drives with 2 actuators each, seen as 24 devices: twice the IOPS per drive"
+        ),
+        "{text}"
+    );
+    assert!(render("plan --disks 12 --disk-size 14TB --actuators 0 --level raid6").is_err());
+}

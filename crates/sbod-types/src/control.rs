@@ -312,6 +312,10 @@ pub struct SetArgs {
     /// The sync mode (persisted on the members: also for an array nothing serves).
     #[serde(default)]
     pub sync: Option<crate::SyncMode>,
+    /// The predictive failure policy, as `KEY=VALUE,...` (see
+    /// [`crate::HealthPolicy::apply`]); kept in the state directory, served or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_policy: Option<String>,
 }
 
 /// What `set` leaves in force: the served array's tunables (the defaults a start gives,
@@ -321,6 +325,9 @@ pub struct SetReply {
     #[serde(flatten)]
     pub settings: crate::Settings,
     pub sync: crate::SyncMode,
+    /// The array's health policy now in force (filled by the management layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_policy: Option<crate::HealthPolicy>,
 }
 
 /// `sbod create NAME --level L MEMBER...`.

@@ -27,6 +27,11 @@ word_enum! {
         ScrubMismatches = "scrub_mismatches",
         /// A scrub ended clean.
         ScrubFinished = "scrub_finished",
+        /// A member's disk health got worse (warn or failing against the array's health
+        /// policy): predicted to fail.
+        MemberHealth = "member_health",
+        /// A failing member is being copied onto a hot spare while it still serves.
+        ProactiveReplace = "proactive_replace",
         /// The monitor started, or a test of the delivery (`sbod monitor --test`).
         Test = "test",
     }
@@ -53,9 +58,11 @@ impl EventKind {
     pub fn severity(&self) -> Severity {
         match self {
             EventKind::ArrayFailed => Severity::Critical,
-            EventKind::MemberFailed | EventKind::ArrayDegraded | EventKind::ScrubMismatches => {
-                Severity::Warning
-            }
+            EventKind::MemberFailed
+            | EventKind::ArrayDegraded
+            | EventKind::ScrubMismatches
+            | EventKind::MemberHealth
+            | EventKind::ProactiveReplace => Severity::Warning,
             _ => Severity::Info,
         }
     }

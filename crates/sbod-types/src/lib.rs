@@ -45,6 +45,7 @@ macro_rules! word_enum {
 pub mod advice;
 pub mod control;
 pub mod event;
+pub mod health;
 pub mod level;
 pub mod size;
 pub mod status;
@@ -52,6 +53,9 @@ pub mod sync;
 
 pub use advice::Step;
 pub use event::{Event, EventKind};
+pub use health::{
+    DiskProtocol, Health, HealthPolicy, HealthVerdict, Identity, Location, Threshold,
+};
 pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};
 pub use status::{

@@ -202,6 +202,16 @@ pub struct MemberStatus {
     /// Rebuilding: bytes of member space this recovery covers.
     #[serde(default)]
     pub recovery_bytes: Option<u64>,
+    /// Its disk's health (SMART), or why it cannot be read; absent where nobody looked
+    /// (an older sbod, the engine alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::Health>,
+    /// Where its disk sits: enclosure and slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<crate::Location>,
+    /// A stable name for its disk (WWN, serial, by-id path) beside the /dev name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::Identity>,
 }
 
 /// A region of member space where scrub found mismatches.

@@ -210,11 +210,11 @@ async fn action(
     authorised(&app, &headers)?;
     if !matches!(
         action.as_str(),
-        "fail" | "remove" | "add" | "replace" | "grow" | "scrub" | "set" | "stop"
+        "fail" | "remove" | "add" | "replace" | "grow" | "scrub" | "set" | "stop" | "locate"
     ) {
         return Err(ApiError(
             StatusCode::NOT_FOUND,
-            format!("no action '{action}': fail, remove, add, replace, grow, scrub, set or stop"),
+            format!("no action '{action}': fail, remove, add, replace, grow, scrub, set, stop or locate"),
             "no_route",
         ));
     }
@@ -254,6 +254,18 @@ async fn action(
         "set" => {
             let a: SetArgs = body(&raw)?;
             ok(m.set(&name, &a).await?)
+        }
+        "locate" => {
+            #[derive(serde::Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Locate {
+                member: String,
+                #[serde(default)]
+                off: bool,
+            }
+            let a: Locate = body(&raw)?;
+            let how = m.locate(&name, &a.member, !a.off).await?;
+            ok(json!({"member": a.member, "locate": !a.off, "how": how}))
         }
         _ => {
             let _: Value = body::<serde_json::Map<String, Value>>(&raw).map(Value::Object)?;

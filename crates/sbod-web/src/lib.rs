@@ -43,6 +43,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/arrays/{name}/replace"),
     ("post", "/api/v1/arrays/{name}/scrub"),
     ("post", "/api/v1/arrays/{name}/set"),
+    ("post", "/api/v1/arrays/{name}/locate"),
     ("post", "/api/v1/arrays/{name}/stop"),
 ];
 

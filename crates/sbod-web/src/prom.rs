@@ -216,6 +216,115 @@ impl Collector for Snapshot {
             }
         }
 
+        // Members' disks (issue 28): health verdicts as state gauges, the counters SMART
+        // reports, temperature; members whose health cannot be read (files, remote and
+        // virtual disks) are `unavailable`, with no counters.
+        let mut f = family(
+            &mut enc,
+            "sbod_member_health",
+            "1 for each member's disk health verdict (ok, warn, failing, unavailable) against the array's health policy",
+            MetricType::Gauge,
+        )?;
+        for (s, _) in &self.arrays {
+            for m in &s.status.members {
+                let Some(h) = &m.health else { continue };
+                for v in sbod_types::HealthVerdict::ALL {
+                    let x = if h.verdict == *v { 1.0 } else { 0.0 };
+                    f.gauge(&with(mem(s, m), "verdict", v.to_string()), x)?;
+                }
+            }
+        }
+        let mut f = family(
+            &mut enc,
+            "sbod_member_health_sectors",
+            "SMART counters of each member's disk, by kind (reallocated, pending, uncorrectable, media_errors, crc_errors)",
+            MetricType::Gauge,
+        )?;
+        for (s, _) in &self.arrays {
+            for m in &s.status.members {
+                let Some(h) = &m.health else { continue };
+                for (k, v) in [
+                    ("reallocated", h.reallocated_sectors),
+                    ("pending", h.pending_sectors),
+                    ("uncorrectable", h.uncorrectable_sectors),
+                    ("media_errors", h.media_errors),
+                    ("crc_errors", h.crc_errors),
+                ] {
+                    if let Some(v) = v {
+                        f.gauge(&with(mem(s, m), "kind", k.into()), v as f64)?;
+                    }
+                }
+            }
+        }
+        let mut f = family(
+            &mut enc,
+            "sbod_member_health_percentage_used",
+            "NVMe: percent of the drive's rated endurance used",
+            MetricType::Gauge,
+        )?;
+        for (s, _) in &self.arrays {
+            for m in &s.status.members {
+                if let Some(v) = m.health.as_ref().and_then(|h| h.percentage_used) {
+                    f.gauge(&mem(s, m), v as f64)?;
+                }
+            }
+        }
+        let mut f = family(
+            &mut enc,
+            "sbod_member_health_critical_warning",
+            "NVMe: the critical warning bits (0: none)",
+            MetricType::Gauge,
+        )?;
+        for (s, _) in &self.arrays {
+            for m in &s.status.members {
+                if let Some(v) = m.health.as_ref().and_then(|h| h.critical_warning) {
+                    f.gauge(&mem(s, m), v as f64)?;
+                }
+            }
+        }
+        let mut f = family(
+            &mut enc,
+            "sbod_member_temperature_celsius",
+            "Each member's disk temperature as SMART reports it",
+            MetricType::Gauge,
+        )?;
+        for (s, _) in &self.arrays {
+            for m in &s.status.members {
+                if let Some(v) = m.health.as_ref().and_then(|h| h.temperature_celsius) {
+                    f.gauge(&mem(s, m), v as f64)?;
+                }
+            }
+        }
+        let mut f = family(
+            &mut enc,
+            "sbod_member_disk_info",
+            "Always 1: each member's disk: enclosure, slot, WWN, serial (empty where unknown)",
+            MetricType::Gauge,
+        )?;
+        for (s, _) in &self.arrays {
+            for m in &s.status.members {
+                if m.identity.is_none() && m.location.is_none() {
+                    continue;
+                }
+                let id = m.identity.clone().unwrap_or_default();
+                let loc = m.location.clone().unwrap_or_default();
+                let l = with(
+                    with(
+                        with(
+                            with(mem(s, m), "enclosure", loc.enclosure),
+                            "enclosure_slot",
+                            loc.slot,
+                        ),
+                        "wwn",
+                        id.wwn.unwrap_or_default(),
+                    ),
+                    "serial",
+                    id.serial.unwrap_or_default(),
+                );
+                f.gauge(&l, 1.0)?;
+            }
+        }
+
         // Background processes: the running one (md's sync_completed).
         for (name, help, get) in [
             (
@@ -342,6 +451,53 @@ pub fn render(snap: Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::escape_label;
+
+    /// Health, temperature and the disk's place become series; a member whose health
+    /// cannot be read is `unavailable` with no counters.
+    #[test]
+    fn member_health_is_exported() {
+        let st: sbod_types::ArrayStatus = serde_json::from_value(serde_json::json!({
+            "name": "v", "uuid": "x", "level": "raid1", "state": "optimal", "failed_reason": null,
+            "size": 1, "chunk": 65536, "groups": 1, "width": 2, "redundancy": 1, "event": 1,
+            "members": [
+                {"slot": 0, "group": 0, "path": "/dev/nvme0n1", "uuid": "a", "state": "active",
+                 "domain": "", "size": 1, "read_errors": 0, "write_errors": 0,
+                 "checksum_errors": 0, "repaired": 0, "reads": 0, "writes": 0, "recovered": null,
+                 "health": {"verdict": "warn", "reasons": ["93 % of rated endurance used"],
+                            "protocol": "nvme", "percentage_used": 93, "media_errors": 0,
+                            "critical_warning": 0, "temperature_celsius": 38, "checked": 1},
+                 "location": {"enclosure": "pci", "slot": "7", "led": true},
+                 "identity": {"wwn": "eui.0025388b71e2a1c4", "serial": "S64H"}},
+                {"slot": 1, "group": 0, "path": "/srv/d1.img", "uuid": "b", "state": "active",
+                 "domain": "", "size": 1, "read_errors": 0, "write_errors": 0,
+                 "checksum_errors": 0, "repaired": 0, "reads": 0, "writes": 0, "recovered": null,
+                 "health": {"verdict": "unavailable", "reasons": ["a file"]}}
+            ],
+            "process": null, "last_process": null, "bitmap_region": null, "dirty_regions": 0,
+            "resync_offset": null, "assembly": {"unclean": false, "resynced_bytes": 0,
+            "resynced_regions": 0, "rebuilding": [], "ignored": [], "missing": []},
+            "running": true
+        }))
+        .unwrap();
+        let text = super::render(super::Snapshot {
+            arrays: vec![(st, None)],
+            unreadable: vec![],
+        });
+        for want in [
+            "sbod_member_health{array=\"v\",member=\"/dev/nvme0n1\",verdict=\"warn\"} 1",
+            "sbod_member_health{array=\"v\",member=\"/srv/d1.img\",verdict=\"unavailable\"} 1",
+            "sbod_member_health{array=\"v\",member=\"/srv/d1.img\",verdict=\"ok\"} 0",
+            "sbod_member_health_percentage_used{array=\"v\",member=\"/dev/nvme0n1\"} 93",
+            "sbod_member_health_sectors{array=\"v\",member=\"/dev/nvme0n1\",kind=\"media_errors\"} 0",
+            "sbod_member_temperature_celsius{array=\"v\",member=\"/dev/nvme0n1\"} 38",
+            "enclosure=\"pci\",enclosure_slot=\"7\",wwn=\"eui.0025388b71e2a1c4\",serial=\"S64H\"} 1",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        assert!(
+            !text.contains("sbod_member_temperature_celsius{array=\"v\",member=\"/srv/d1.img\"")
+        );
+    }
 
     #[test]
     fn label_values_are_escaped_as_the_exposition_format_says() {

@@ -239,6 +239,31 @@ pub struct SetArgs {
     /// whether or not the array is served).
     #[arg(long)]
     pub sync: Option<SyncMode>,
+    /// The predictive failure policy, KEY=VALUE,...: thresholds as WARN:FAIL ('-' never)
+    /// for reallocated, pending, uncorrectable, media_errors, crc_errors, percentage_used,
+    /// temperature; replace=on|off (copy a failing member onto a hot spare);
+    /// autoreplace=on|off (a new disk in a failed member's slot replaces it);
+    /// interval=SECONDS; or `default`. Kept in the state directory, served or not.
+    #[arg(long, value_name = "SPEC")]
+    pub health_policy: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct HealthArgs {
+    /// Array name (all known arrays if omitted).
+    pub name: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LocateArgs {
+    pub name: String,
+    /// The member (its path as registered, or its uuid).
+    pub member: String,
+    /// Put the locate LED out.
+    #[arg(long)]
+    pub off: bool,
 }
 
 /// The CLI's reporter: notes on stderr, progress as a bar.
@@ -734,6 +759,7 @@ pub async fn set(args: SetArgs) -> Result<()> {
         rebuild_min_rate: args.rebuild_min_rate.map(Size),
         rebuild_max_rate: args.rebuild_max_rate.map(Size),
         sync: args.sync,
+        health_policy: args.health_policy,
     };
     let s = manager().set(&args.name, &a).await?;
     if s.sync == SyncMode::Disabled && args.sync.is_some() {
@@ -743,5 +769,58 @@ pub async fn set(args: SetArgs) -> Result<()> {
         );
     }
     println!("{}", serde_json::to_string_pretty(&s)?);
+    Ok(())
+}
+
+/// `sbod health [NAME] [--json]`: every member's disk health read now, with its slot and
+/// stable identity, judged by the array's policy.
+pub async fn health(args: HealthArgs) -> Result<()> {
+    let m = manager();
+    let names = match &args.name {
+        Some(n) => vec![n.clone()],
+        None => m.list()?,
+    };
+    let mut all = Vec::new();
+    for n in &names {
+        all.push(m.health(n).await?);
+    }
+    if args.json {
+        let v: Vec<serde_json::Value> = all
+            .iter()
+            .map(|(s, p)| {
+                serde_json::json!({
+                    "name": s.status.name,
+                    "policy": p,
+                    "members": s.status.members.iter().map(|m| serde_json::json!({
+                        "path": m.path, "uuid": m.uuid, "slot": m.slot, "state": m.state,
+                        "health": m.health, "location": m.location, "identity": m.identity,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        if args.name.is_some() {
+            println!("{}", serde_json::to_string_pretty(&v[0])?);
+        } else {
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+    } else {
+        for (s, p) in &all {
+            output::print_health(&s.status, p);
+        }
+    }
+    Ok(())
+}
+
+/// `sbod locate NAME MEMBER [--off]`.
+pub async fn locate(args: LocateArgs) -> Result<()> {
+    let how = manager()
+        .locate(&args.name, &args.member, !args.off)
+        .await?;
+    println!(
+        "{}: locate LED of {} {} ({how})",
+        args.name,
+        args.member,
+        if args.off { "off" } else { "on" }
+    );
     Ok(())
 }

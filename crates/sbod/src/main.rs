@@ -53,6 +53,11 @@ enum Cmd {
     Forget(cmd::NameArgs),
     /// Change a served array's settings.
     Set(cmd::SetArgs),
+    /// Read every member's disk health now (SMART through smartctl), with its enclosure
+    /// slot and stable identity.
+    Health(cmd::HealthArgs),
+    /// Light a member's locate LED (its enclosure slot; sysfs or ledctl); --off puts it out.
+    Locate(cmd::LocateArgs),
     /// Serve an array over NBD (foreground; Ctrl-C or `sbod stop` ends it cleanly).
     Serve(serve::ServeArgs),
     /// Watch arrays and deliver their events to a program, syslog and a webhook.
@@ -141,6 +146,8 @@ fn main() {
             Cmd::Stop(a) => cmd::stop(a).await,
             Cmd::Forget(a) => cmd::forget(a).await,
             Cmd::Set(a) => cmd::set(a).await,
+            Cmd::Health(a) => cmd::health(a).await,
+            Cmd::Locate(a) => cmd::locate(a).await,
             Cmd::Serve(a) => serve::serve(a).await,
             Cmd::Monitor(a) => monitor::monitor(a).await,
             Cmd::Web(a) => web::web(a).await,

@@ -5,7 +5,7 @@ use sbod_core::array::{RecoveryStatus, Status};
 use sbod_core::layout::{human, Level};
 use sbod_core::process::ProcessStatus;
 use sbod_core::superblock::Superblock;
-use sbod_types::{LogStatus, SyncStatus};
+use sbod_types::{HealthPolicy, HealthVerdict, LogStatus, MemberStatus, SyncStatus};
 
 pub fn layout_desc(s: &Status) -> String {
     let desc = level_desc(s);
@@ -40,6 +40,106 @@ fn short(p: &str) -> String {
     p.to_string()
 }
 
+/// The status table's health column: ok, warn, failing, n/a (not available), `-` (not
+/// looked at).
+fn health_word(m: &MemberStatus) -> &'static str {
+    match m.health.as_ref().map(|h| h.verdict) {
+        Some(HealthVerdict::Ok) => "ok",
+        Some(HealthVerdict::Warn) => "warn",
+        Some(HealthVerdict::Failing) => "FAILING",
+        Some(HealthVerdict::Unavailable) => "n/a",
+        None => "-",
+    }
+}
+
+/// Where a member's disk sits and its stable name, beside its /dev name: "enclosure
+/// 0:0:12:0 slot 3, sdc, wwn naa.5000c500a1b2c3d4, serial ZL2C0001, dual actuator".
+fn disk_line(m: &MemberStatus) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(l) = &m.location {
+        parts.push(if l.enclosure == "pci" {
+            format!("PCIe slot {}", l.slot)
+        } else {
+            format!("enclosure {} slot {}", l.enclosure, l.slot)
+        });
+    }
+    if let Some(id) = &m.identity {
+        if let Some(k) = &id.kernel_name {
+            parts.push(k.clone());
+        }
+        if let Some(w) = &id.wwn {
+            parts.push(format!("wwn {w}"));
+        }
+        if let Some(sn) = &id.serial {
+            parts.push(format!("serial {sn}"));
+        }
+        if let Some(b) = &id.by_id {
+            parts.push(b.clone());
+        }
+        if let Some(n) = id.actuators {
+            parts.push(format!("{n} actuators"));
+        }
+        if id.shared_drive.is_some() {
+            parts.push("one LUN of a drive shared with another member (dual actuator)".into());
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// `sbod health`: each member's disk health in full, and the policy judging it.
+pub fn print_health(s: &Status, p: &HealthPolicy) {
+    println!("{}: health policy {}", s.name, p.describe());
+    for m in &s.members {
+        let who = m
+            .path
+            .as_deref()
+            .map(short)
+            .unwrap_or_else(|| format!("({})", m.uuid.as_deref().unwrap_or("?")));
+        let Some(h) = &m.health else {
+            println!("  {who}: not looked at");
+            continue;
+        };
+        println!("  {who} ({}): {}", m.state, h.summary());
+        if let Some(line) = disk_line(m) {
+            println!("    {line}");
+        }
+        let mut f = Vec::new();
+        if let Some(x) = h.protocol {
+            f.push(x.to_string());
+        }
+        if let Some(x) = &h.model {
+            f.push(x.clone());
+        }
+        if let Some(x) = h.passed {
+            f.push(format!("SMART {}", if x { "PASSED" } else { "FAILED" }));
+        }
+        for (k, v) in [
+            ("reallocated", h.reallocated_sectors),
+            ("pending", h.pending_sectors),
+            ("uncorrectable", h.uncorrectable_sectors),
+            ("media errors", h.media_errors),
+            ("CRC errors", h.crc_errors),
+            ("power-on hours", h.power_on_hours),
+        ] {
+            if let Some(v) = v {
+                f.push(format!("{k} {v}"));
+            }
+        }
+        if let Some(v) = h.critical_warning {
+            f.push(format!("critical warning 0x{v:02x}"));
+        }
+        if let Some(v) = h.percentage_used {
+            f.push(format!("{v}% used"));
+        }
+        if let Some(v) = h.temperature_celsius {
+            f.push(format!("{v} °C"));
+        }
+        if !f.is_empty() {
+            println!("    {}", f.join(", "));
+        }
+    }
+}
+
 pub fn print_status(s: &Status, running: bool) {
     println!(
         "{}: {}, {} usable, {}{}",
@@ -70,7 +170,7 @@ pub fn print_status(s: &Status, running: bool) {
         .unwrap_or(4)
         .max(6);
     println!(
-        "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6} {:>6}",
+        "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6} {:>6}  health",
         "slot", "group", "member", "state", "domain", "size", "read", "write", "cksum", "tags"
     );
     for m in &s.members {
@@ -86,7 +186,7 @@ pub fn print_status(s: &Status, running: bool) {
             state = format!("{state} {:.0}%", 100.0 * r as f64 / m.size as f64);
         }
         println!(
-            "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6} {:>6}",
+            "  {:<5} {:<5} {:<width$} {:<11} {:<8} {:>9} {:>6} {:>6} {:>6} {:>6}  {}",
             slot,
             group,
             path,
@@ -100,8 +200,22 @@ pub fn print_status(s: &Status, running: bool) {
             m.read_errors,
             m.write_errors,
             m.checksum_errors,
-            m.tag_errors
+            m.tag_errors,
+            health_word(m)
         );
+    }
+    for m in &s.members {
+        let who = m.path.as_deref().map(short).unwrap_or_default();
+        if let Some(line) = disk_line(m) {
+            println!("  {who}: {line}");
+        }
+        if let Some(h) = m
+            .health
+            .as_ref()
+            .filter(|h| matches!(h.verdict, HealthVerdict::Warn | HealthVerdict::Failing))
+        {
+            println!("  {who}: health {}", h.summary());
+        }
     }
     for m in &s.members {
         if let Some(r) = &m.reason {

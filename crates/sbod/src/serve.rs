@@ -297,6 +297,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         ..opened
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // Members' disks: health on the policy's schedule, fault LEDs, proactive replacement
+    // onto a hot spare, hot-plug (issue 28).
+    let health = tokio::spawn(sbod_mgmt::health::watch(local.clone(), stop_rx.clone()));
     let sock = registry::socket_path(&args.name);
     let ctl = {
         let sock = sock.clone();
@@ -351,6 +354,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let _ = stop_tx.send(true);
     let _ = ctl.await;
     let _ = watcher.await;
+    let _ = health.await;
     // The registration is brought up to date; if it cannot be, the array is still
     // closed cleanly (its members are the truth), and the next start records it.
     if !array.is_read_only() {

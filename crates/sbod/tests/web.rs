@@ -420,8 +420,10 @@ fn api_metrics_dashboard_and_events_through_real_clients() {
     );
     for d in &disks {
         assert!(
-            dom.contains(&format!(r#"data-member="{d}" data-state="active""#)),
-            "{d}: {dom}"
+            dom.contains(&format!(
+                r#"data-member="{d}" data-state="active" data-health="unavailable""#
+            )),
+            "{d}: a file's health is not available: {dom}"
         );
     }
     assert!(

@@ -32,6 +32,9 @@ impl Array {
             recovered: None,
             bitmap_recovery: false,
             recovery_bytes: None,
+            health: None,
+            location: None,
+            identity: None,
         };
         let reason = |s: &SlotRt| -> Option<String> {
             if let Some(n) = &s.note {
@@ -126,6 +129,9 @@ impl Array {
                     recovered: None,
                     bitmap_recovery: false,
                     recovery_bytes: None,
+                    health: None,
+                    location: None,
+                    identity: None,
                 }),
                 (Some(m), SlotState::Empty) => members.push(ms(m, Some(i), MemberState::Missing)),
             }

@@ -110,9 +110,49 @@ function memberName(m) {
   return m.path || m.uuid || `slot ${m.slot}`;
 }
 
+// A member's disk: where it sits and its stable name, beside the /dev name.
+function diskLine(m) {
+  const parts = [];
+  const l = m.location, id = m.identity;
+  if (l) parts.push(l.enclosure === "pci" ? `PCIe slot ${l.slot}` : `enclosure ${l.enclosure} slot ${l.slot}`);
+  if (id) {
+    if (id.kernel_name) parts.push(id.kernel_name);
+    if (id.wwn) parts.push(`wwn ${id.wwn}`);
+    else if (id.serial) parts.push(`serial ${id.serial}`);
+    if (id.actuators) parts.push(`${id.actuators} actuators`);
+    if (id.shared_drive) parts.push("dual-actuator drive shared with another member");
+  }
+  return parts.join(", ");
+}
+
+// The health badge: ok / warn / failing, or n/a with the reason (files, remote members,
+// disks without SMART); the reasons and counters in its tooltip.
+function healthCell(m) {
+  const h = m.health;
+  if (!h) return el("td", {}, "–");
+  const word = h.verdict === "unavailable" ? "n/a" : h.verdict;
+  const bits = [];
+  if (h.temperature_celsius !== undefined) bits.push(`${h.temperature_celsius} °C`);
+  if (h.percentage_used !== undefined) bits.push(`${h.percentage_used}% used`);
+  const why = (h.verdict === "unavailable" ? "not available: " : "") + (h.reasons || []).join("; ");
+  return el("td", { class: "health", title: why },
+    el("span", { class: `badge health-${h.verdict}` }, word),
+    bits.length ? el("span", { class: "muted-dark" }, " " + bits.join(", ")) : null,
+    h.verdict === "warn" || h.verdict === "failing" ? el("div", { class: "muted-dark" }, why) : null);
+}
+
 function memberActions(s, m) {
   const name = memberName(m);
   const b = [];
+  if (m.location && m.location.led) {
+    b.push(el("button", {
+      onclick: () => run(s.name, "locate", `Light the locate LED of ${name}?`,
+        `The locate LED of ${diskLine(m)} blinks so that the disk can be found in the rack. ` +
+        `Nothing else changes; put it out again with the same button's "off".`,
+        [{ name: "off", label: "Type 'off' to put it out instead (optional)" }],
+        (f) => ({ member: name, off: f.off === "off" })),
+    }, "locate"));
+  }
   // Failures the member's group can still take after this one.
   const lost = s.members.filter((x) => x.group === m.group && x.slot !== null &&
     !["active", "replacing"].includes(x.state)).length;
@@ -239,20 +279,23 @@ function arrayCard(s) {
   for (const m of s.members) {
     if (m.group !== group) {
       group = m.group;
-      rows.push(el("tr", { class: "group-head" }, el("td", { colSpan: 9 },
+      rows.push(el("tr", { class: "group-head" }, el("td", { colSpan: 10 },
         group === null ? "spares" : `group ${group}`)));
     }
     let state = m.state;
     if (m.recovered !== null && m.size > 0) state += ` ${(100 * m.recovered / m.size).toFixed(0)}%`;
-    rows.push(el("tr", { class: "member", "data-member": memberName(m), "data-state": m.state },
+    rows.push(el("tr", { class: "member", "data-member": memberName(m), "data-state": m.state,
+      "data-health": m.health ? m.health.verdict : "" },
       el("td", {}, m.slot === null ? "–" : m.slot),
-      el("td", { class: "path" }, memberName(m)),
+      el("td", { class: "path" }, memberName(m),
+        diskLine(m) ? el("div", { class: "muted-dark disk" }, diskLine(m)) : null),
       el("td", {}, el("span", { class: `badge state-${m.state}` }, state)),
       el("td", {}, m.domain || "–"),
       el("td", { class: "num" }, m.size ? human(m.size) : "–"),
       el("td", { class: "num" + (m.read_errors ? " errs" : "") }, m.read_errors),
       el("td", { class: "num" + (m.write_errors ? " errs" : "") }, m.write_errors),
       el("td", { class: "num" + (m.checksum_errors ? " errs" : "") }, m.checksum_errors),
+      healthCell(m),
       el("td", {}, memberActions(s, m)),
     ));
   }
@@ -272,7 +315,7 @@ function arrayCard(s) {
       chart(s.name, "bw", "bandwidth", (v) => `${human(v)}/s`),
       chart(s.name, "lat", "mean latency", latency)) : null,
     el("table", {},
-      el("thead", {}, el("tr", {}, ["slot", "member", "state", "domain", "size", "read err", "write err", "cksum err", ""]
+      el("thead", {}, el("tr", {}, ["slot", "member", "state", "domain", "size", "read err", "write err", "cksum err", "health", ""]
         .map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)),
     arrayActions(s));
@@ -300,6 +343,7 @@ function sample(name, m) {
 
 function renderEvents(evs) {
   const sev = { member_failed: "warn", array_degraded: "warn", scrub_mismatches: "warn", array_failed: "bad",
+    member_health: "warn", proactive_replace: "warn",
     array_optimal: "ok", rebuild_finished: "ok", scrub_finished: "ok" };
   $("events").replaceChildren(...evs.slice().reverse().map((e) =>
     el("li", { class: `sev-${sev[e.event] || "info"}`, "data-event": e.event },

@@ -1,0 +1,174 @@
+//! A member's disk as the operator sees it (issue 28): its SMART health ([`smart`]), where
+//! it sits and a stable name for it ([`sysfs`]), its locate and fault LEDs ([`led`]), and
+//! disks arriving and leaving ([`hotplug`]). No dependency on the engine: the management
+//! layer asks, the engine never waits on a disk's health.
+
+pub mod hotplug;
+pub mod led;
+pub mod smart;
+pub mod sysfs;
+
+use sbod_types::{Health, HealthPolicy, Identity, Location};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// What a member path is, for health's purposes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberKind {
+    /// A block device the kernel lists: its whole disk's kernel name.
+    Disk { disk: String },
+    /// A regular file.
+    File,
+    /// A member on another host (an NBD URI).
+    Remote,
+    /// Not there.
+    Missing,
+}
+
+/// Reads members' disks: sysfs (identity, slot) and smartctl (health).
+#[derive(Clone, Debug, Default)]
+pub struct Reader {
+    pub sysfs: sysfs::Sysfs,
+    pub smartctl: smart::Smartctl,
+    /// Run smartctl on file members too (`SBOD_SMARTCTL_FILES=1`): for tests, with a
+    /// stand-in smartctl (`SBOD_SMARTCTL`) that answers for files as a disk would.
+    pub smartctl_on_files: bool,
+}
+
+/// A remote member's path (the NBD URIs sbod accepts).
+pub fn is_remote(path: &str) -> bool {
+    path.starts_with("nbd://") || path.starts_with("nbds://") || path.starts_with("nbd+")
+}
+
+impl Reader {
+    /// The host's sysfs (or `SBOD_SYSFS_ROOT`) and smartctl (or `SBOD_SMARTCTL`).
+    pub fn from_env() -> Reader {
+        Reader {
+            sysfs: sysfs::Sysfs::from_env(),
+            smartctl: smart::Smartctl::default(),
+            smartctl_on_files: std::env::var_os("SBOD_SMARTCTL_FILES").is_some_and(|v| v == "1"),
+        }
+    }
+
+    pub fn kind(&self, path: &str) -> MemberKind {
+        if is_remote(path) {
+            return MemberKind::Remote;
+        }
+        if let Some(name) = self.sysfs.kernel_name(path) {
+            return MemberKind::Disk {
+                disk: self.sysfs.whole_disk(&name),
+            };
+        }
+        match std::fs::metadata(self.sysfs.path(path)) {
+            Ok(m) if m.is_file() => MemberKind::File,
+            Ok(_) => MemberKind::Disk {
+                // A device node sysfs does not list (a container's /dev): its own name.
+                disk: Path::new(path)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            },
+            Err(_) => MemberKind::Missing,
+        }
+    }
+
+    /// The disk's stable identity and slot (cheap: sysfs only). None for files and
+    /// remote members.
+    pub fn place(&self, path: &str) -> (Option<Identity>, Option<Location>) {
+        match self.kind(path) {
+            MemberKind::Disk { disk } => {
+                let id = self.sysfs.identity(&disk);
+                let loc = self.sysfs.location(&disk).map(|(l, _)| l);
+                (Some(id), loc)
+            }
+            _ => (None, None),
+        }
+    }
+
+    /// Read a member's health now (smartctl on its whole disk), or say why it cannot be.
+    pub fn health(&self, path: &str, policy: &HealthPolicy) -> Health {
+        match self.kind(path) {
+            MemberKind::Remote => Health::unavailable(
+                "a remote member: its disk's health is read on its host (`sbod health` there)",
+            ),
+            MemberKind::File if self.smartctl_on_files => {
+                self.smartctl.read(Path::new(path), policy)
+            }
+            MemberKind::File => {
+                Health::unavailable("a file: its health is that of the disk under its file system")
+            }
+            MemberKind::Missing => Health::unavailable(format!("{path} is not there")),
+            MemberKind::Disk { disk } => {
+                let dev = if self.sysfs.root() == Path::new("/") {
+                    format!("/dev/{disk}")
+                } else {
+                    path.to_string()
+                };
+                let mut h = self.smartctl.read(Path::new(&dev), policy);
+                if h.verdict == sbod_types::HealthVerdict::Unavailable {
+                    if let Some(k) = self.sysfs.virtual_kind(&disk) {
+                        h.reasons.insert(0, format!("{dev} is {k}"));
+                    }
+                }
+                h
+            }
+        }
+    }
+}
+
+/// Health readings kept for a while: a status shown every second must not run smartctl
+/// every second (nor wake sleeping disks).
+#[derive(Default)]
+pub struct Cache {
+    map: Mutex<HashMap<String, (Instant, Health)>>,
+}
+
+impl Cache {
+    /// The reading of `path` if younger than `max_age`, else a new one.
+    pub fn get(
+        &self,
+        reader: &Reader,
+        path: &str,
+        policy: &HealthPolicy,
+        max_age: Duration,
+    ) -> Health {
+        if let Some((t, h)) = self.map.lock().unwrap().get(path) {
+            if t.elapsed() < max_age {
+                return smart::rejudge(h, policy);
+            }
+        }
+        let h = reader.health(path, policy);
+        self.map
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), (Instant::now(), h.clone()));
+        h
+    }
+}
+
+/// The failure domain each member gets by default for being half of a dual-actuator drive
+/// (two LUNs of one physical drive: one drive failing takes both): `drive:SERIAL` (or
+/// the WWN base) for those that share a drive with another member, None for the others.
+pub fn drive_domains(reader: &Reader, members: &[String]) -> Vec<Option<String>> {
+    let disks: Vec<Option<String>> = members
+        .iter()
+        .map(|m| match reader.kind(m) {
+            MemberKind::Disk { disk } => Some(disk),
+            _ => None,
+        })
+        .collect();
+    let known: Vec<String> = disks.iter().flatten().cloned().collect();
+    let shared = reader.sysfs.shared_drives(&known);
+    disks
+        .iter()
+        .map(|d| {
+            let key = shared.get(d.as_ref()?)?;
+            Some(format!(
+                "drive:{}",
+                key.strip_prefix("serial:").unwrap_or(key)
+            ))
+        })
+        .collect()
+}
