@@ -104,6 +104,7 @@ fn sequential_transfer_runs_at_the_zone_rate() {
         read(seq(&mut pos, 1 << 20, GIB), 1 << 20)
     });
     let mbps = n as f64 * (1 << 20) as f64 / secs / 1e6;
+    eprintln!("outer 1M reads: {mbps:.0} MB/s");
     assert!(
         (265.0..=281.5).contains(&mbps),
         "outer reads at {mbps} MB/s"
@@ -117,6 +118,7 @@ fn sequential_transfer_runs_at_the_zone_rate() {
         write(seq(&mut pos, 1 << 20, GIB), 1 << 20, false)
     });
     let mbps = n as f64 * (1 << 20) as f64 / secs / 1e6;
+    eprintln!("outer 1M writes through: {mbps:.0} MB/s");
     assert!(
         (265.0..=281.5).contains(&mbps),
         "outer writes at {mbps} MB/s"
@@ -143,6 +145,7 @@ fn sequential_transfer_runs_at_the_zone_rate() {
         read(o, 1 << 20)
     });
     let mbps = 128.0 * (1 << 20) as f64 / secs / 1e6;
+    eprintln!("3/4..7/8 1M reads: {mbps:.0} MB/s");
     assert!(
         (160.0..=170.0).contains(&mbps),
         "inner reads at {mbps} MB/s"
@@ -184,6 +187,7 @@ fn random_reads_at_qd1_and_with_ncq() {
         read(r.block(size, 4096), 4096)
     });
     let fifo32 = n as f64 / secs;
+    eprintln!("4K random read: QD1 full {qd1:.0}, short {short:.0}, FIFO QD32 {fifo32:.0} IOPS");
     assert!((fifo32 / qd1 - 1.0).abs() < 0.1, "{fifo32} vs {qd1}");
 
     // NCQ (shortest positioning time first) at QD16 and QD32: the datasheets' QD16 figure
@@ -198,6 +202,7 @@ fn random_reads_at_qd1_and_with_ncq() {
         read(r.block(size, 4096), 4096)
     });
     let ncq32 = n as f64 / secs;
+    eprintln!("4K random read NCQ: QD16 {ncq16:.0}, QD32 {ncq32:.0} IOPS");
     assert!(
         ncq16 > 1.6 * qd1 && ncq32 > ncq16 && ncq32 < 6.0 * qd1,
         "QD1 {qd1}, NCQ QD16 {ncq16}, QD32 {ncq32}"
@@ -232,6 +237,7 @@ fn two_actuators_double_random_iops() {
     };
     let (one, two) = (run(fifo(&single), 32), run(fifo(&dual), 32));
     let ratio = two / one;
+    eprintln!("FIFO QD32: one actuator {one:.0}, two {two:.0} IOPS ({ratio:.2}x)");
     assert!(
         (1.85..=2.1).contains(&ratio),
         "FIFO: {one} -> {two} IOPS ({ratio}x)"
@@ -240,6 +246,7 @@ fn two_actuators_double_random_iops() {
     // (the datasheet: 304 random read IOPS at QD16, about 1.8x a single actuator's 168).
     let (one, two) = (run(single, 16), run(dual, 16));
     let ratio = two / one;
+    eprintln!("NCQ QD16: one actuator {one:.0}, two {two:.0} IOPS ({ratio:.2}x)");
     assert!(
         (1.5..=2.1).contains(&ratio),
         "NCQ: {one} -> {two} IOPS ({ratio}x)"
@@ -263,6 +270,7 @@ fn write_cache_flush_and_fua() {
         m.advance(t, &mut done);
     }
     let acked = t as f64 / 1e6;
+    eprintln!("8 MiB cached: acknowledged at {acked:.1} ms");
     assert!(
         (13.0..=20.0).contains(&acked),
         "writes acknowledged after {acked} ms"
@@ -284,6 +292,7 @@ fn write_cache_flush_and_fua() {
     let flushed = t as f64 / 1e6;
     // Destaging started with the first write: the whole 8 MiB is on the medium by about
     // 30 ms plus positioning (up to a turn, 8.3 ms).
+    eprintln!("flushed at {flushed:.1} ms");
     assert!(
         (29.0..=45.0).contains(&flushed),
         "flush done at {flushed} ms"
@@ -318,6 +327,11 @@ fn write_cache_flush_and_fua() {
     let cached = closed_loop(&mut [hdd(nearline(), size, true)], 1, 100, &mut |_| {
         write(r.block(size, 4096), 4096, false)
     }) / 100.0;
+    eprintln!(
+        "4K random write QD1: FUA {:.2} ms, cached {:.3} ms",
+        fua * 1e3,
+        cached * 1e3
+    );
     assert!(fua > 0.008 && fua < 0.016, "FUA write {fua} s");
     assert!(cached < 0.0002, "cached write {cached} s");
 }
@@ -347,6 +361,7 @@ fn an_expander_ceiling_is_shared_by_the_drives_behind_it() {
     let free = run(None);
     assert!((2100.0..=2250.0).contains(&free), "{free} MB/s");
     let shared = run(Some(Link::local("exp0", 1e9)));
+    eprintln!("8 drives streaming: {free:.0} MB/s alone, {shared:.0} MB/s behind 1 GB/s");
     assert!((950.0..=1001.0).contains(&shared), "{shared} MB/s");
 }
 
@@ -362,6 +377,7 @@ fn nvme_ceilings() {
     let lat = closed_loop(&mut [ssd()], 1, 1000, &mut |_| {
         read(r.block(size, 4096), 4096)
     }) / 1000.0;
+    eprintln!("nvme QD1 read latency {:.1} us", lat * 1e6);
     assert!((80e-6..=82e-6).contains(&lat), "{lat}");
     // Deep queues: the IOPS ceiling, 900K reads, 200K writes.
     let mut r = Rng(12);
@@ -369,12 +385,14 @@ fn nvme_ceilings() {
         / closed_loop(&mut [ssd()], 256, 200_000, &mut |_| {
             read(r.block(size, 4096), 4096)
         });
+    eprintln!("nvme 4K read {iops:.0} IOPS");
     assert!((880_000.0..=901_000.0).contains(&iops), "{iops}");
     let mut r = Rng(13);
     let iops = 50_000.0
         / closed_loop(&mut [ssd()], 256, 50_000, &mut |_| {
             write(r.block(size, 4096), 4096, false)
         });
+    eprintln!("nvme 4K write {iops:.0} IOPS");
     assert!((195_000.0..=201_000.0).contains(&iops), "{iops}");
     // Large reads: the bandwidth ceiling, 6.5 GB/s.
     let mut pos = 0;
@@ -384,5 +402,6 @@ fn nvme_ceilings() {
             read(seq(&mut pos, 1 << 20, size), 1 << 20)
         })
         / 1e6;
+    eprintln!("nvme 1M reads {mbps:.0} MB/s");
     assert!((6300.0..=6501.0).contains(&mbps), "{mbps}");
 }
