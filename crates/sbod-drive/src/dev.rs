@@ -50,6 +50,22 @@ struct State {
 struct Core {
     state: Mutex<State>,
     next_id: AtomicU64,
+    stats: Stats,
+}
+
+/// What the drive saw, for `SBOD_DRIVE_STATS=1` (printed when the member closes).
+#[derive(Default)]
+struct Stats {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    fua: AtomicU64,
+    flushes: AtomicU64,
+    bytes: AtomicU64,
+    ticks: AtomicU64,
+    /// Nanoseconds the timer woke after a deadline, summed, and the most.
+    late_ns: AtomicU64,
+    late_max_ns: AtomicU64,
+    said: AtomicBool,
 }
 
 type Ready = Vec<(Done, io::Result<()>)>;
@@ -87,6 +103,10 @@ impl Core {
                 st.armed = u64::MAX;
             }
             let now = now_ns();
+            let late = now.saturating_sub(due);
+            self.stats.ticks.fetch_add(1, Ordering::Relaxed);
+            self.stats.late_ns.fetch_add(late, Ordering::Relaxed);
+            self.stats.late_max_ns.fetch_max(late, Ordering::Relaxed);
             self.run(&mut st, now, &mut ready);
         }
         for (d, r) in ready {
@@ -115,6 +135,7 @@ impl ModelDev {
                     closed: false,
                 }),
                 next_id: AtomicU64::new(1),
+                stats: Stats::default(),
             }),
         }
     }
@@ -140,6 +161,15 @@ impl BlockDev for ModelDev {
     fn submit(&self, req: IoReq, done: Done) {
         let id = self.core.next_id.fetch_add(1, Ordering::Relaxed);
         let op = op_of(&req);
+        let s = &self.core.stats;
+        match op.kind {
+            Kind::Read => s.reads.fetch_add(1, Ordering::Relaxed),
+            Kind::Write { fua: true } => s.fua.fetch_add(1, Ordering::Relaxed),
+            Kind::Write { .. } => s.writes.fetch_add(1, Ordering::Relaxed),
+            Kind::Flush => s.flushes.fetch_add(1, Ordering::Relaxed),
+            Kind::Trim => 0,
+        };
+        s.bytes.fetch_add(op.len, Ordering::Relaxed);
         let mut ready = Vec::new();
         {
             let mut st = self.core.state.lock();
@@ -200,6 +230,24 @@ impl BlockDev for ModelDev {
     }
 
     fn close(&self) {
+        if std::env::var_os("SBOD_DRIVE_STATS").is_some_and(|v| v == "1")
+            && !self.core.stats.said.swap(true, Ordering::Relaxed)
+        {
+            let s = &self.core.stats;
+            let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            eprintln!(
+                "{}: {} reads, {} writes, {} FUA writes, {} flushes, {} bytes; {} timer wake-ups, {} us late on average, {} us at most",
+                self.name,
+                g(&s.reads),
+                g(&s.writes),
+                g(&s.fua),
+                g(&s.flushes),
+                g(&s.bytes),
+                g(&s.ticks),
+                g(&s.late_ns) / g(&s.ticks).max(1) / 1000,
+                g(&s.late_max_ns) / 1000
+            );
+        }
         let slots: Vec<Slot> = {
             let mut st = self.core.state.lock();
             st.closed = true;
