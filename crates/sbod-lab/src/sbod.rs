@@ -248,7 +248,7 @@ impl SbodBackend {
             members,
             size_each,
             integrity,
-            ..
+            drives,
         } = self.setup.clone()
         else {
             unreachable!()
@@ -266,6 +266,13 @@ impl SbodBackend {
             "--integrity".into(),
             integrity,
         ];
+        if drives.is_some() {
+            // The bitmap region sbod gives a member of the modelled drive's size (every
+            // profile is 7.68 TB or more: 128 MiB), not the small file's 1 MiB: on a drive,
+            // each first write to a region is a FUA write to the bitmap, a seek away.
+            args.push("--bitmap-region".into());
+            args.push("128M".into());
+        }
         for i in 0..members {
             let p = Self::member_path(&dir, i);
             if p.exists() {
