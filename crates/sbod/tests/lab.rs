@@ -373,6 +373,10 @@ fn quick_demo_on_modelled_drives() {
             "4",
             "--drives",
             "hdd-nearline",
+            "--reps",
+            "1",
+            "--runtime",
+            "0.5",
         ])
         .output()
         .unwrap();
@@ -391,6 +395,7 @@ fn quick_demo_on_modelled_drives() {
     for c in cells {
         let iops = c["mean"]["iops"].as_f64().unwrap();
         assert!(iops > 0.0, "{c}");
+        assert_eq!(c["n"], 1, "{c}");
         // Reads go to the platters: 4 drives, a few hundred IOPS each at most (NCQ at best
         // about 2.5x QD1's 80-200). Writes may land in the drives' caches at first.
         if c["workload"] == "randread-4k" {
