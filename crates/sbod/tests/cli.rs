@@ -553,6 +553,39 @@ fn modelled_drives_are_members() {
     assert!(out.contains("assembled hd"), "{out}");
     assert_eq!(e.status("hd")["state"], "optimal");
 
+    // SBOD_DRIVE_MODEL (what `sbod bench --drives` gives its servers): plain file members
+    // open as modelled drives, under their own names.
+    let plain = disks(4, "p");
+    e.ok(&args(
+        &[
+            "create",
+            "pl",
+            "--level",
+            "raid5",
+            "--size-each",
+            "16M",
+            "--assume-clean",
+        ],
+        &plain,
+    ));
+    let with_model = |v: &str, a: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sbod"))
+            .args(a)
+            .current_dir(e.dir.path())
+            .env("SBOD_STATE_DIR", e.dir.path().join("state"))
+            .env("SBOD_DRIVE_MODEL", v)
+            .output()
+            .unwrap()
+    };
+    let o = with_model("hdd-nearline", &["scrub", "pl"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("0 mismatched"));
+    assert_eq!(e.status("pl")["members"][0]["path"], e.path("disks/p0.img"));
+    let o = with_model("floppy", &["scrub", "pl"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no drive profile 'floppy'"), "{err}");
+
     for (bad, says) in [
         ("model:floppy:disks/x0.img", "no drive profile 'floppy'"),
         (
