@@ -243,7 +243,7 @@ fn two_actuators_double_random_iops() {
         "FIFO: {one} -> {two} IOPS ({ratio}x)"
     );
     // With NCQ each actuator chooses among half the queue, so the gain is a little less
-    // (the datasheet: 304 random read IOPS at QD16, about 1.8x a single actuator's 168).
+    // (the Exos 2X14's 304 random read IOPS are about 1.8x what single-actuator drives of its class give, about 168 at QD16).
     let (one, two) = (run(single, 16), run(dual, 16));
     let ratio = two / one;
     eprintln!("NCQ QD16: one actuator {one:.0}, two {two:.0} IOPS ({ratio:.2}x)");
