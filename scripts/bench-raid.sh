@@ -28,6 +28,10 @@
 #                               under the repo, i.e. on the repo's disk)
 #   --json-out FILE             also write the summary rows as JSON lines
 #   --integrity crc32c          checksums of the RAID arrays (crc32c or none; BASELINE has none)
+#   --bitmap-region SIZE        the arrays' write-intent bitmap region (default: sbod's choice
+#                               for the member size)
+#   --drives PROFILE[,OPTIONS]  the members are modelled drives (model:PROFILE:FILE, see
+#                               docs/LAB.md "Modelled drives"), place disk only
 # Environment: SBOD=path/to/sbod skips the build; SBOD_IO etc. pass through to the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +50,8 @@ PRECOND=seq
 DIR=
 JSON_OUT=
 INTEGRITY=crc32c
+DRIVES=
+REGION=
 while [ $# -gt 0 ]; do
   case "$1" in
     --places) PLACES=$2; shift 2 ;;
@@ -63,6 +69,8 @@ while [ $# -gt 0 ]; do
     --dir) DIR=$2; shift 2 ;;
     --json-out) JSON_OUT=$2; shift 2 ;;
     --integrity) INTEGRITY=$2; shift 2 ;;
+    --drives) DRIVES=$2; shift 2 ;;
+    --bitmap-region) REGION=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -90,7 +98,7 @@ ROWS=$WORK/rows.jsonl
 : >"$ROWS"
 
 echo "# bench-raid: $(uname -sr), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# $MEMBERS members of $SIZE_EACH, chunk $CHUNK, $REPS x ${RUNTIME}s (+${RAMP}s ramp), working set $WS, precondition $PRECOND, integrity $INTEGRITY"
+echo "# $MEMBERS members of $SIZE_EACH, chunk $CHUNK, $REPS x ${RUNTIME}s (+${RAMP}s ramp), working set $WS, precondition $PRECOND, integrity $INTEGRITY${REGION:+, bitmap region $REGION}${DRIVES:+, modelled drives $DRIVES}"
 IFS=, read -r -a places <<<"$PLACES"
 IFS=, read -r -a levels <<<"$LEVELS"
 for place in "${places[@]}"; do
@@ -100,8 +108,9 @@ for place in "${places[@]}"; do
     f=$WORK/$place/m$i.img
     truncate -s "$SIZE_EACH" "$f"
     case "$place" in
-      disk) members+=("$f") ;;
+      disk) members+=("${DRIVES:+model:$DRIVES:}$f") ;;
       loop)
+        [ -z "$DRIVES" ] || { echo "--drives models file members: use --places disk" >&2; exit 2; }
         d=$(losetup --direct-io=on -f --show "$f")
         LOOPS+=("$d")
         members+=("$d")
@@ -113,6 +122,7 @@ for place in "${places[@]}"; do
     "$SBOD" forget braid >/dev/null 2>&1 || true
     # A previous level's superblocks are on the members: --force.
     "$SBOD" create braid --level "$level" --chunk "$CHUNK" --integrity "$INTEGRITY" --force \
+      ${REGION:+--bitmap-region "$REGION"} \
       "${members[@]}" >/dev/null
     # `create` starts a resync; bench waits for it before it measures.
     out=$WORK/out-$place-${level//[:+]/_}

@@ -95,6 +95,9 @@ pub struct DemoOptions {
     pub qd_sweep: bool,
     /// `--integrity` of the demo's array (crc32c, none).
     pub integrity: String,
+    /// `--drives`: the members are modelled drives of this profile (with options, as in
+    /// `model:PROFILE[,OPTIONS]:PATH`; checked by the caller).
+    pub drives: Option<String>,
     pub sbod_version: String,
 }
 
@@ -159,6 +162,7 @@ pub fn demo_plan(o: &DemoOptions, free_bytes: Option<u64>) -> Result<(sbod::Setu
         members,
         size_each: size,
         integrity: o.integrity.clone(),
+        drives: o.drives.clone(),
     };
     Ok((setup, cfg))
 }
@@ -184,6 +188,9 @@ pub struct BenchOptions {
     pub rebuild_rate: RebuildRate,
     pub replacement: Option<String>,
     pub fail_member: Option<String>,
+    /// `--drives`: serve the array's file members (and BASELINE's) as modelled drives of
+    /// this profile (`SBOD_DRIVE_MODEL` in the servers' environment).
+    pub drives: Option<String>,
     pub sbod_version: String,
 }
 
@@ -263,6 +270,7 @@ pub fn bench_plan(o: &BenchOptions) -> Result<(sbod::Setup, Config)> {
         sbod::Setup::Existing {
             name: o.name.clone(),
             replacement: o.replacement.clone(),
+            drives: o.drives.clone(),
         },
         cfg,
     ))

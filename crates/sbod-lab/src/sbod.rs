@@ -26,14 +26,22 @@ pub enum Setup {
         size_each: u64,
         /// `--integrity` of the array (crc32c, none).
         integrity: String,
+        /// The members are modelled drives: `model:DRIVES:FILE` (sbod_drive::spec).
+        drives: Option<String>,
     },
     /// `sbod bench NAME`: an array registered in the user's state directory.
     Existing {
         name: String,
         /// Rebuild onto this instead of the failed member itself.
         replacement: Option<String>,
+        /// Serve file members as modelled drives of this profile (`SBOD_DRIVE_MODEL`).
+        drives: Option<String>,
     },
 }
+
+/// The environment variable that makes a server open its file members as modelled drives
+/// (read by sbod-mgmt's member opener).
+pub const DRIVE_MODEL_ENV: &str = "SBOD_DRIVE_MODEL";
 
 struct Server {
     name: String,
@@ -107,6 +115,12 @@ impl SbodBackend {
     fn command(&self, state_dir: Option<&Path>, args: &[String]) -> Command {
         let mut c = Command::new(&self.exe);
         c.args(args).stdin(Stdio::null());
+        if let Setup::Existing {
+            drives: Some(d), ..
+        } = &self.setup
+        {
+            c.env(DRIVE_MODEL_ENV, d);
+        }
         if let Some(d) = state_dir {
             c.env("SBOD_STATE_DIR", d);
         }
@@ -214,6 +228,17 @@ impl SbodBackend {
         dir.join(format!("m{i}.img"))
     }
 
+    /// The member's name for sbod: the file, or the modelled drive that keeps its data in it.
+    fn member_name(&self, dir: &Path, i: u32) -> String {
+        let p = Self::member_path(dir, i).display().to_string();
+        match &self.setup {
+            Setup::Fresh {
+                drives: Some(d), ..
+            } => format!("model:{d}:{p}"),
+            _ => p,
+        }
+    }
+
     fn create_fresh(&mut self) -> Result<()> {
         let Setup::Fresh {
             dir,
@@ -223,6 +248,7 @@ impl SbodBackend {
             members,
             size_each,
             integrity,
+            drives,
         } = self.setup.clone()
         else {
             unreachable!()
@@ -240,6 +266,13 @@ impl SbodBackend {
             "--integrity".into(),
             integrity,
         ];
+        if drives.is_some() {
+            // The bitmap region sbod gives a member of the modelled drive's size (every
+            // profile is 7.68 TB or more: 128 MiB), not the small file's 1 MiB: on a drive,
+            // each first write to a region is a FUA write to the bitmap, a seek away.
+            args.push("--bitmap-region".into());
+            args.push("128M".into());
+        }
         for i in 0..members {
             let p = Self::member_path(&dir, i);
             if p.exists() {
@@ -248,7 +281,7 @@ impl SbodBackend {
                     p.display()
                 );
             }
-            args.push(p.display().to_string());
+            args.push(self.member_name(&dir, i));
         }
         let st = self.private_state();
         for i in 0..members {
@@ -340,6 +373,7 @@ pub fn array_info(v: &Value) -> ArrayInfo {
                     let path = m["path"].as_str().unwrap_or("?").to_string();
                     let kind = match std::fs::metadata(&path) {
                         _ if path.contains("://") => "nbd",
+                        _ if path.starts_with("model:") => "model",
                         Ok(md) if md.file_type().is_block_device() => "block",
                         _ => "file",
                     };
@@ -414,7 +448,7 @@ impl Backend for SbodBackend {
                 } = &self.setup
                 {
                     // A remote member (an NBD URI) is checked when it is opened.
-                    if !r.contains("://") && !Path::new(r).exists() {
+                    if !r.contains("://") && !r.starts_with("model:") && !Path::new(r).exists() {
                         bail!("the replacement {r} does not exist");
                     }
                 }
@@ -441,7 +475,7 @@ impl Backend for SbodBackend {
                     let p = Self::member_path(&dir, i);
                     self.created_files.push(p.clone());
                     let _ = size_each;
-                    p.display().to_string()
+                    self.member_name(&dir, i)
                 })
                 .collect(),
             Setup::Existing { name, .. } => {

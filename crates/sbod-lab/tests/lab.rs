@@ -792,6 +792,7 @@ fn bench_opts() -> sbod_lab::BenchOptions {
         rebuild_rate: RebuildRate::Default,
         replacement: None,
         fail_member: None,
+        drives: None,
         sbod_version: "test".into(),
     }
 }
@@ -834,6 +835,7 @@ fn demo_fits_the_free_space() {
         reps: None,
         qd_sweep: false,
         integrity: "crc32c".into(),
+        drives: None,
         sbod_version: "t".into(),
     };
     let size = |free: Option<u64>| match sbod_lab::demo_plan(&o, free).unwrap().0 {

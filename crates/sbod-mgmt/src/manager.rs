@@ -134,7 +134,7 @@ impl Manager {
         let mut specs = Vec::new();
         for p in paths {
             let was_missing = reg.failed.iter().any(|f| f.missing && &f.path == p);
-            if was_missing && !sbod_remote::is_uri(p) && !std::path::Path::new(p).exists() {
+            if was_missing && !members::exists(p) {
                 // Still missing: the array already knows.
                 continue;
             }
@@ -431,7 +431,10 @@ impl Manager {
                     created.iter().cloned().partition(|c| {
                         let abs = members::canonical(c).unwrap_or_else(|_| c.clone());
                         used.contains(&abs)
-                            || used.iter().any(|u| u.starts_with(&format!("{abs}/")))
+                            || used.iter().any(|u| {
+                                members::local_path(u) == Some(abs.as_str())
+                                    || u.starts_with(&format!("{abs}/"))
+                            })
                     });
                 for k in &keep {
                     self.reporter
@@ -1091,7 +1094,10 @@ impl Manager {
                     .collect();
                 files.sort();
                 paths.extend(files);
-            } else if p.exists() || sbod_remote::is_uri(x) {
+            } else if p.exists()
+                || sbod_remote::is_uri(x)
+                || (sbod_drive::is_model(x) && members::exists(x))
+            {
                 paths.push(x.clone());
             } else {
                 return Err(err(ErrorKind::Invalid, format!("{x} does not exist")));
@@ -1269,7 +1275,7 @@ fn check_logs(logs: &[String], members: &[String]) -> Result<Vec<String>> {
                 format!("{l} is given twice (as a member or a log device)"),
             ));
         }
-        if !sbod_remote::is_uri(l) && !std::path::Path::new(l).exists() {
+        if !members::exists(l) {
             return Err(err(
                 ErrorKind::Invalid,
                 format!("log device {l} does not exist (create it first: a partition, a namespace, or a file)"),
@@ -1282,7 +1288,10 @@ fn check_logs(logs: &[String], members: &[String]) -> Result<Vec<String>> {
 
 /// A file `prepare_new` created has become a member: it stays whatever happens next.
 fn keep(created: &mut Vec<String>, member: &str) {
-    created.retain(|c| members::canonical(c).ok().as_deref() != Some(member));
+    created.retain(|c| {
+        let abs = members::canonical(c).ok();
+        abs.as_deref() != Some(member) && abs.as_deref() != members::local_path(member)
+    });
 }
 
 fn spec_of(a: &CreateArgs, fresh: bool) -> CreateSpec {

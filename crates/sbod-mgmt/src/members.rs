@@ -1,5 +1,7 @@
-//! Opening member paths as engine devices: files and block devices, or NBD URIs for
-//! members on other hosts (`nbd://HOST[:PORT]/EXPORT`, `nbds://`, `nbd+unix://`).
+//! Opening member paths as engine devices: files and block devices, NBD URIs for
+//! members on other hosts (`nbd://HOST[:PORT]/EXPORT`, `nbds://`, `nbd+unix://`), or
+//! modelled drives for the lab (`model:PROFILE[,OPTIONS]:PATH`, see `sbod_drive::spec`):
+//! the file at PATH keeps the data and the drive's model times the answers.
 
 use anyhow::{bail, Context, Result};
 use sbod_core::dev::{self, file, BlockDev};
@@ -13,7 +15,74 @@ pub fn open(path: &str, domain: &str) -> Result<MemberSpec> {
     if sbod_remote::is_uri(path) {
         return open_remote(path, domain, false);
     }
+    if sbod_drive::is_model(path) {
+        return open_model(path, domain, &model_options(file::OpenOptions::default()));
+    }
+    if let Some(d) = drive_model() {
+        // The lab's `sbod bench --drives`: this file member answers as a modelled drive,
+        // under its own name.
+        let mut spec = open_model(
+            &format!("{}{d}:{path}", sbod_drive::spec::PREFIX),
+            domain,
+            &model_options(file::OpenOptions::default()),
+        )?;
+        spec.path = path.to_string();
+        return Ok(spec);
+    }
     open_with(path, domain, &file::OpenOptions::default())
+}
+
+/// The environment variable that makes this process open every local member (a file or
+/// block device named plainly) as a modelled drive: `PROFILE[,OPTIONS]` as in
+/// `model:PROFILE[,OPTIONS]:PATH`. Set by `sbod bench --drives` for its servers; read once.
+pub const DRIVE_MODEL_ENV: &str = "SBOD_DRIVE_MODEL";
+
+fn drive_model() -> Option<&'static str> {
+    static V: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        std::env::var(DRIVE_MODEL_ENV)
+            .ok()
+            .filter(|v| !v.is_empty())
+    })
+    .as_deref()
+}
+
+/// The file behind a member name where there is one: a file or device path as given, the
+/// data file of a modelled drive; None for a remote member.
+pub fn local_path(p: &str) -> Option<&str> {
+    if sbod_remote::is_uri(p) {
+        None
+    } else {
+        Some(sbod_drive::spec::data_path(p))
+    }
+}
+
+/// Does the member name a local path that exists, or a remote member (reached later)?
+pub fn exists(p: &str) -> bool {
+    local_path(p).is_none_or(|f| Path::new(f).exists())
+}
+
+/// A modelled drive's data file is read through the page cache: the model, not the disk
+/// under the file, sets the time (O_DIRECT would add the host disk's own).
+fn model_options(o: file::OpenOptions) -> file::OpenOptions {
+    file::OpenOptions { direct: false, ..o }
+}
+
+fn open_model(name: &str, domain: &str, opts: &file::OpenOptions) -> Result<MemberSpec> {
+    let spec = sbod_drive::Spec::parse(name).map_err(anyhow::Error::msg)?;
+    let p = Path::new(&spec.path);
+    let opened = file::open(p, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let is_file = !opened.block_device;
+    let inner: Arc<dyn BlockDev> =
+        dev::attach_member(spec.path.clone(), opened, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dev = sbod_drive::wrap(name.to_string(), &spec, inner)
+        .with_context(|| format!("{name}: the drive's links"))?;
+    Ok(MemberSpec {
+        dev,
+        path: name.to_string(),
+        is_file,
+        domain: domain.to_string(),
+    })
 }
 
 fn open_remote(uri: &str, domain: &str, read_only: bool) -> Result<MemberSpec> {
@@ -49,6 +118,11 @@ pub fn canonical(p: &str) -> Result<String> {
             .map_err(anyhow::Error::msg)?
             .to_string());
     }
+    if sbod_drive::is_model(p) {
+        let spec = sbod_drive::Spec::parse(p).map_err(anyhow::Error::msg)?;
+        let abs = crate::registry::absolute(Path::new(&spec.path))?;
+        return Ok(spec.with_path(&abs));
+    }
     crate::registry::absolute(Path::new(p))
 }
 
@@ -62,6 +136,9 @@ pub fn open_read_only(path: &str) -> Result<MemberSpec> {
     };
     if sbod_remote::is_uri(path) {
         return open_remote(path, "", true);
+    }
+    if sbod_drive::is_model(path) {
+        return open_model(path, "", &model_options(opts));
     }
     open_with(path, "", &opts)
 }
@@ -95,9 +172,12 @@ pub fn create_files(paths: &[String], size: u64) -> Result<Vec<String>> {
 
 fn create_each(paths: &[String], size: u64, created: &mut Vec<String>) -> Result<()> {
     for p in paths {
-        let path = Path::new(p);
         // Remote members exist on their host or not at all.
-        if sbod_remote::is_uri(p) || path.exists() {
+        let Some(p) = local_path(p) else {
+            continue;
+        };
+        let path = Path::new(p);
+        if path.exists() {
             continue;
         }
         if let Some(dir) = path.parent() {
@@ -117,7 +197,7 @@ fn create_each(paths: &[String], size: u64, created: &mut Vec<String>) -> Result
             .create_new(true)
             .open(path)
             .with_context(|| format!("creating {p}"))?;
-        created.push(p.clone());
+        created.push(p.to_string());
         f.set_len(size).with_context(|| format!("sizing {p}"))?;
     }
     Ok(())
@@ -146,7 +226,10 @@ pub fn save_heads(paths: &[String], skip: &[String]) -> Result<Vec<(String, Vec<
     use std::io::Read;
     let mut out = Vec::new();
     for p in paths {
-        if sbod_remote::is_uri(p) || skip.contains(p) {
+        let Some(p) = local_path(p) else {
+            continue;
+        };
+        if skip.iter().any(|s| s == p) {
             continue;
         }
         let mut f = std::fs::File::open(p).with_context(|| format!("reading {p}"))?;
@@ -155,7 +238,7 @@ pub fn save_heads(paths: &[String], skip: &[String]) -> Result<Vec<(String, Vec<
             .take(HEAD as u64)
             .read_to_end(&mut buf)
             .with_context(|| format!("reading {p}"))?;
-        out.push((p.clone(), buf));
+        out.push((p.to_string(), buf));
     }
     Ok(out)
 }
@@ -184,7 +267,15 @@ pub fn check_exists(p: &str) -> Result<()> {
         sbod_nbd::NbdUri::parse(p).map_err(anyhow::Error::msg)?;
         return Ok(());
     }
+    if sbod_drive::is_model(p) {
+        sbod_drive::Spec::parse(p).map_err(anyhow::Error::msg)?;
+    }
+    let name = p;
+    let p = sbod_drive::spec::data_path(p);
     if !Path::new(p).exists() {
+        if name != p {
+            bail!("{p} (the data file of {name}) does not exist (give --size-each to create member files)");
+        }
         bail!("{p} does not exist (give --size-each to create member files)");
     }
     Ok(())
@@ -221,9 +312,9 @@ pub fn space_needed(paths: &[String], new_size: Option<u64>) -> Result<Vec<FsSpa
     use std::os::unix::fs::MetadataExt;
     let mut out: Vec<(u64, FsSpace)> = Vec::new();
     for p in paths {
-        if sbod_remote::is_uri(p) {
+        let Some(p) = local_path(p) else {
             continue;
-        }
+        };
         let path = Path::new(p);
         let (meta_of, need) = match std::fs::metadata(path) {
             Ok(m) if m.file_type().is_file() => {
@@ -259,15 +350,15 @@ pub fn space_needed(paths: &[String], new_size: Option<u64>) -> Result<Vec<FsSpa
         match out.iter_mut().find(|(d, _)| *d == dev) {
             Some((_, fs)) => {
                 fs.need += need;
-                fs.files.push(p.clone());
+                fs.files.push(p.to_string());
             }
             None => out.push((
                 dev,
                 FsSpace {
-                    on: p.clone(),
+                    on: p.to_string(),
                     need,
                     free: statvfs_free(&meta_of)?,
-                    files: vec![p.clone()],
+                    files: vec![p.to_string()],
                 },
             )),
         }
@@ -310,11 +401,11 @@ pub fn check_preallocate(space: &[FsSpace]) -> Result<()> {
 pub fn preallocate(paths: &[String]) -> Result<()> {
     use std::os::unix::io::AsRawFd;
     for p in paths {
-        if sbod_remote::is_uri(p) {
+        let Some(p) = local_path(p) else {
             continue;
-        }
+        };
         let path = Path::new(p);
-        let meta = std::fs::metadata(path).with_context(|| p.clone())?;
+        let meta = std::fs::metadata(path).with_context(|| p.to_string())?;
         if !meta.file_type().is_file() {
             continue;
         }

@@ -36,6 +36,24 @@ pub struct DemoArgs {
     /// Checksums on every block of the demo's array: crc32c or none.
     #[arg(long, default_value = "crc32c")]
     pub integrity: sbod_types::Integrity,
+    /// Modelled drives as members: a profile (hdd-nearline, hdd-nearline-sas, hdd-dual,
+    /// nvme-dc) with options, e.g. `hdd-nearline,link=exp0@2.4G` (docs/LAB.md, "Modelled
+    /// drives"). The member files keep the data; the model sets the time.
+    #[arg(long)]
+    pub drives: Option<String>,
+}
+
+/// Check a `--drives` value as the member name `model:DRIVES:PATH` would be.
+fn check_drives(d: &Option<String>) -> Result<()> {
+    if let Some(d) = d {
+        sbod_drive::Spec::parse(&format!("model:{d}:/x")).map_err(|e| {
+            anyhow!(
+                "--drives {d}: {}",
+                e.replace("'model:", "'").replace(":/x'", "'")
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// `sbod bench NAME` (an array through its life cycle) or `sbod bench codec` (the parity
@@ -185,6 +203,10 @@ pub struct BenchArgs {
     /// Folder for the reports (default sbod-bench-NAME).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Serve the array's file members (and BASELINE's) as modelled drives of this profile,
+    /// e.g. hdd-nearline (docs/LAB.md, "Modelled drives").
+    #[arg(long)]
+    pub drives: Option<String>,
 }
 
 /// Ctrl-C and SIGTERM count into `cancel`: the first stops the measurements, the second
@@ -241,6 +263,7 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
     } else {
         std::env::current_dir()?.join(&a.dir)
     };
+    check_drives(&a.drives)?;
     std::fs::create_dir_all(&dir)?;
     let o = DemoOptions {
         dir: dir.clone(),
@@ -252,6 +275,7 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
         reps: a.reps,
         qd_sweep: a.qd_sweep,
         integrity: a.integrity.to_string(),
+        drives: a.drives.clone(),
         sbod_version: env!("CARGO_PKG_VERSION").into(),
     };
     let (setup, cfg) = sbod_lab::demo_plan(&o, sbod_lab::machine::free_bytes(&dir))?;
@@ -259,11 +283,16 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
         members,
         size_each,
         level,
+        drives,
         ..
     } = &setup
     {
+        let kind = match drives {
+            Some(d) => format!("modelled {d} drives as members, their data in files"),
+            None => "file members".to_string(),
+        };
         eprintln!(
-            "sbod demo: {members} file members of {} in {level}, in {}; {} workloads x {} repetitions x {:.0} s through BASELINE, NOMINAL, DEVICE DOWN and DEVICE REBUILD",
+            "sbod demo: {members} {kind} of {} in {level}, in {}; {} workloads x {} repetitions x {:.0} s through BASELINE, NOMINAL, DEVICE DOWN and DEVICE REBUILD",
             report::fmt_bytes(*size_each as f64),
             dir.join("members").display(),
             cfg.workloads.len(),
@@ -294,6 +323,7 @@ pub async fn bench(a: BenchArgs) -> Result<()> {
         .clone()
         .ok_or_else(|| anyhow!("which array? `sbod bench NAME` (or `sbod bench codec`)"))?;
     let exe = std::env::current_exe()?;
+    check_drives(&a.drives)?;
     let rebuild_rate = match a.rebuild_rate.as_str() {
         "default" => RebuildRate::Default,
         "span" => RebuildRate::Span,
@@ -317,6 +347,7 @@ pub async fn bench(a: BenchArgs) -> Result<()> {
         rebuild_rate,
         replacement: a.replacement,
         fail_member: a.fail,
+        drives: a.drives,
         sbod_version: env!("CARGO_PKG_VERSION").into(),
     };
     let (setup, cfg) = sbod_lab::bench_plan(&o)?;

@@ -510,3 +510,97 @@ fn assemble_scan_finds_every_array_from_its_members() {
         .fails(&["assemble", "--scan", "nowhere"])
         .contains("does not exist"));
 }
+
+/// Modelled drives (`model:PROFILE[,OPTIONS]:PATH`) are members like files: created with
+/// --size-each, registered under an absolute name, scrubbed (I/O through the model),
+/// examined, assembled again; a bad profile or option is a clear error that creates nothing.
+#[test]
+fn modelled_drives_are_members() {
+    let e = Env::new();
+    let d: Vec<String> = (0..4)
+        .map(|i| format!("model:hdd-nearline,link=exp0@2.4G:disks/h{i}.img"))
+        .collect();
+    let out = e.ok(&args(
+        &[
+            "create",
+            "hd",
+            "--level",
+            "raid6",
+            "--size-each",
+            "16M",
+            "--assume-clean",
+        ],
+        &d,
+    ));
+    assert!(out.contains("created hd"), "{out}");
+    let s = e.status("hd");
+    assert_eq!(s["state"], "optimal", "{s}");
+    let abs = e.path("disks/h0.img");
+    assert_eq!(
+        s["members"][0]["path"],
+        format!("model:hdd-nearline,link=exp0@2.4G:{abs}"),
+        "{s}"
+    );
+    // The data files and the link's state file lie beside each other.
+    assert!(Path::new(&abs).exists());
+    assert!(Path::new(&e.path("disks/.sbod-link-exp0")).exists());
+    let out = e.ok(&["scrub", "hd"]);
+    assert!(out.contains("0 mismatched"), "{out}");
+    let ex: Value = serde_json::from_str(&e.ok(&["examine", &d[1], "--json"])).unwrap();
+    assert_eq!(ex[0]["superblock"]["name"], "hd");
+    e.ok(&["forget", "hd"]);
+    let out = e.ok(&args(&["assemble"], &d));
+    assert!(out.contains("assembled hd"), "{out}");
+    assert_eq!(e.status("hd")["state"], "optimal");
+
+    // SBOD_DRIVE_MODEL (what `sbod bench --drives` gives its servers): plain file members
+    // open as modelled drives, under their own names.
+    let plain = disks(4, "p");
+    e.ok(&args(
+        &[
+            "create",
+            "pl",
+            "--level",
+            "raid5",
+            "--size-each",
+            "16M",
+            "--assume-clean",
+        ],
+        &plain,
+    ));
+    let with_model = |v: &str, a: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sbod"))
+            .args(a)
+            .current_dir(e.dir.path())
+            .env("SBOD_STATE_DIR", e.dir.path().join("state"))
+            .env("SBOD_DRIVE_MODEL", v)
+            .output()
+            .unwrap()
+    };
+    let o = with_model("hdd-nearline", &["scrub", "pl"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("0 mismatched"));
+    assert_eq!(e.status("pl")["members"][0]["path"], e.path("disks/p0.img"));
+    let o = with_model("floppy", &["scrub", "pl"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no drive profile 'floppy'"), "{err}");
+
+    for (bad, says) in [
+        ("model:floppy:disks/x0.img", "no drive profile 'floppy'"),
+        (
+            "model:hdd-nearline,rpm=15000:disks/x0.img",
+            "unknown option 'rpm'",
+        ),
+        ("model:hdd-nearline", "give the file that keeps the data"),
+    ] {
+        let x: Vec<String> = vec![bad.into(), "disks/x1.img".into(), "disks/x2.img".into()];
+        let err = e.fails(&args(
+            &["create", "bad", "--level", "raid5", "--size-each", "16M"],
+            &x,
+        ));
+        assert!(err.contains(says), "{bad}: {err}");
+        assert!(!Path::new(&e.path("disks/x0.img")).exists(), "{bad}");
+        assert!(!Path::new(&e.path("disks/x1.img")).exists(), "{bad}");
+    }
+}

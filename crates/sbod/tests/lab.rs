@@ -355,3 +355,63 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// `sbod demo --drives`: the whole life cycle on modelled HDDs (BASELINE's servers each
+/// model their member, the array's server all of them). A modelled 7200 rpm drive answers
+/// 4K random reads in milliseconds, so the IOPS are a drive's, not memory's (member files
+/// in memory give tens of thousands here): the bound only fails if the model is bypassed.
+#[test]
+fn quick_demo_on_modelled_drives() {
+    let env = Env::new();
+    let o = env
+        .cmd(&[
+            "demo",
+            "--quick",
+            "--dir",
+            "demo",
+            "--members",
+            "4",
+            "--drives",
+            "hdd-nearline",
+            "--reps",
+            "1",
+            "--runtime",
+            "0.5",
+        ])
+        .output()
+        .unwrap();
+    check(&o, "sbod demo --quick --drives hdd-nearline");
+    let v = read_report(&env.p("demo/report"));
+    assert_eq!(v["incomplete"], false);
+    for m in v["array"]["members"].as_array().unwrap() {
+        assert_eq!(m["kind"], "model", "{m}");
+        assert!(m["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("model:hdd-nearline:"));
+    }
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4 * 2);
+    for c in cells {
+        let iops = c["mean"]["iops"].as_f64().unwrap();
+        assert!(iops > 0.0, "{c}");
+        assert_eq!(c["n"], 1, "{c}");
+        // Reads go to the platters: 4 drives, a few hundred IOPS each at most (NCQ at best
+        // about 2.5x QD1's 80-200). Writes may land in the drives' caches at first.
+        if c["workload"] == "randread-4k" {
+            assert!(iops < 4.0 * 1500.0, "{c}");
+        }
+    }
+    assert!(!env.p("demo/members").exists());
+    env.assert_clean();
+
+    // A bad --drives is refused before anything is made.
+    let o = env
+        .cmd(&["demo", "--quick", "--dir", "demo2", "--drives", "floppy"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no drive profile 'floppy'"), "{err}");
+    assert!(!env.p("demo2/members").exists());
+}

@@ -1,0 +1,127 @@
+//! Modelled drives in real time: the data is the inner device's, the answers come no
+//! sooner than the model says (a floor, so the bounds below cannot flake on a slow
+//! machine; the ceilings are generous), and an sbod array runs on them.
+
+use sbod_core::dev::{self, BlockDev, IoClass, MemDev};
+use sbod_core::{AlignedBuf, Array, CreateSpec, Level, MemberSpec};
+use sbod_drive::{wrap, Spec};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn drive(name: &str, spec: &str, size: u64) -> Arc<dyn BlockDev> {
+    let spec = Spec::parse(spec).unwrap();
+    let inner: Arc<dyn BlockDev> = Arc::new(MemDev::new(name, size));
+    wrap(name.to_string(), &spec, inner).unwrap()
+}
+
+fn pattern(seed: u64, len: usize) -> AlignedBuf {
+    let mut b = AlignedBuf::zeroed(len);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = (seed as usize * 31 + i * 7 + i / 4096) as u8;
+    }
+    b
+}
+
+#[test]
+fn a_modelled_hdd_keeps_data_and_takes_a_drive_s_time() {
+    rt().block_on(async {
+        let d = drive("d0", "model:hdd-nearline,wce=off:/mem/d0", 256 * MIB);
+        assert_eq!(d.size(), 256 * MIB);
+        assert_eq!(d.queue(), "model");
+        // 20 random 4 KiB writes through (no write cache) and reads back, one at a time.
+        // Each costs at least a seek over the spread stroke or a part of a turn: the
+        // model's floor for 40 of them is far above 40 ms.
+        let t = Instant::now();
+        for i in 0..20u64 {
+            let off = (i * 7919 % 4096) * 64 * 1024;
+            let w = pattern(i, 4096).into_shared();
+            dev::write_at(&d, off, w, false, IoClass::Foreground)
+                .await
+                .unwrap();
+            let r = AlignedBuf::zeroed(4096).into_shared();
+            dev::read_at(&d, off, r.clone(), IoClass::Foreground)
+                .await
+                .unwrap();
+            let r = r.try_unwrap().unwrap();
+            assert_eq!(&r[..], &pattern(i, 4096)[..], "block {i}");
+        }
+        let took = t.elapsed();
+        assert!(
+            took > Duration::from_millis(40) && took < Duration::from_secs(20),
+            "40 random I/Os on a 7200 rpm drive took {took:?}"
+        );
+        // A FLUSH with the write cache off costs only the command.
+        dev::flush(&d).await.unwrap();
+        d.close();
+        let r = AlignedBuf::zeroed(4096).into_shared();
+        assert!(dev::read_at(&d, 0, r, IoClass::Foreground).await.is_err());
+    });
+}
+
+#[test]
+fn an_array_on_modelled_drives() {
+    rt().block_on(async {
+        // A raid6 of 5 modelled nearline HDDs behind one shared expander link, in memory.
+        let dir = tempfile::tempdir().unwrap();
+        let members: Vec<MemberSpec> = (0..5)
+            .map(|i| {
+                let name = format!(
+                    "model:hdd-nearline,link=exp0@1G:{}/m{i}.img",
+                    dir.path().display()
+                );
+                let spec = Spec::parse(&name).unwrap();
+                let inner: Arc<dyn BlockDev> = Arc::new(MemDev::new(name.clone(), 64 * MIB));
+                MemberSpec {
+                    dev: wrap(name.clone(), &spec, inner).unwrap(),
+                    path: name,
+                    is_file: false,
+                    domain: String::new(),
+                }
+            })
+            .collect();
+        let a = Array::create(
+            CreateSpec {
+                name: "modelled".into(),
+                level: Level::Raid6,
+                chunk: 64 * 1024,
+                groups: 1,
+                spares: 0,
+                copies: 2,
+                bitmap_region: None,
+                assume_clean: true,
+                integrity: sbod_core::integrity::Kind::Crc32c,
+                force: false,
+            },
+            members,
+        )
+        .await
+        .unwrap();
+        assert!(dir.path().join(".sbod-link-exp0").exists());
+        // Full stripes and a partial one, read back.
+        let writes = [
+            (0u64, 3 * 64 * 1024usize),
+            (5 * MIB, 1 << 20),
+            (9 * MIB + 4096, 8192),
+        ];
+        for (i, &(off, len)) in writes.iter().enumerate() {
+            a.write(off, pattern(i as u64, len), false).await.unwrap();
+        }
+        for (i, &(off, len)) in writes.iter().enumerate() {
+            let got = a.read(off, len).await.unwrap();
+            assert_eq!(&got[..], &pattern(i as u64, len)[..], "write {i}");
+        }
+        let st = a.status();
+        assert_eq!(st.state.to_string(), "optimal");
+        a.close().await.unwrap();
+    });
+}
