@@ -216,6 +216,14 @@ function arrayActions(s) {
         (f) => ({ members: [f.member], domain: f.domain, ...(f.size ? { size: f.size } : {}) })),
     }, "add spare"),
     el("button", {
+      onclick: () => run(s.name, "grow", `Grow ${s.name}?`, growText(s),
+        [{ name: "members", label: "New members (paths, separated by spaces)", placeholder: "/dev/sdX /dev/sdY or /path/d8.img" },
+         { name: "size", label: "Create files of this size if missing (optional)", placeholder: "e.g. 1G" },
+         { name: "new_groups", label: "Type 'groups' to add whole groups rather than widen each (optional)" }],
+        (f) => ({ add: f.members.split(/\s+/).filter((x) => x), ...(f.size ? { size: f.size } : {}),
+          new_groups: f.new_groups === "groups" })),
+    }, "grow"),
+    el("button", {
       onclick: () => run(s.name, "set", `Rebuild rates of ${s.name}`,
         `Background work (rebuild, scrub, resync) runs at least at the floor while clients are busy, ` +
         `and at most at the ceiling. 0 means no floor / no ceiling.`,
@@ -229,6 +237,21 @@ function arrayActions(s) {
         `Start it again with sbod serve ${s.name} (or systemctl start sbod@${s.name}).`, [], () => ({})),
     }, "stop"),
   );
+}
+
+// What a grow will do to an array, and about how long it takes: a reshape reads and
+// rewrites every member once (its time is about a rebuild's of one member at the rate
+// background work reached last here).
+function growText(s) {
+  if (s.level === "concat") return `The new members are appended: ${s.name} grows at once; no data moves.`;
+  if (s.level === "raid1") return `Each new member becomes one more copy, rebuilt online from the others while they serve.`;
+  const per = s.size / Math.max(1, (s.width - s.redundancy) * s.groups);
+  const rate = s.last_process && s.last_process.rate > 0 ? s.last_process.rate : 0;
+  const eta = rate ? `about ${secs(per / rate)} at ${human(rate)}/s (the rate the last background process reached here)` :
+    `about as long as a rebuild of one member (${human(per)} on each member is read and rewritten)`;
+  return `Every byte of the ${human(s.size)} volume moves into the wider layout, online, while clients read and write; ` +
+    `the new capacity appears when it has moved: ${eta}. It resumes after a stop or a crash. ` +
+    `Rebuilds and scrubs wait for it. The array must be optimal and have no log device.`;
 }
 
 function progress(p, label) {
@@ -344,7 +367,7 @@ function sample(name, m) {
 function renderEvents(evs) {
   const sev = { member_failed: "warn", array_degraded: "warn", scrub_mismatches: "warn", array_failed: "bad",
     member_health: "warn", proactive_replace: "warn",
-    array_optimal: "ok", rebuild_finished: "ok", scrub_finished: "ok" };
+    array_optimal: "ok", rebuild_finished: "ok", scrub_finished: "ok", reshape_finished: "ok" };
   $("events").replaceChildren(...evs.slice().reverse().map((e) =>
     el("li", { class: `sev-${sev[e.event] || "info"}`, "data-event": e.event },
       el("div", { class: "muted-dark" }, new Date(e.time * 1000).toLocaleTimeString()), e.message)));
