@@ -130,6 +130,12 @@ enum Op {
     Fail {
         pick: usize,
     },
+    /// `sbod grow --add`: `per` more members per group (or, `new_groups`, one more group);
+    /// the reshape runs in the background while the next operations run.
+    Grow {
+        per: usize,
+        new_groups: bool,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -139,6 +145,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (any::<u64>(), 1u64..40).prop_map(|(off, blocks)| Op::Zero { off, blocks }),
         1 => Just(Op::Flush),
         1 => any::<usize>().prop_map(|pick| Op::Fail { pick }),
+        1 => (1usize..3, any::<bool>()).prop_map(|(per, new_groups)| Op::Grow { per, new_groups }),
     ]
 }
 
@@ -149,7 +156,7 @@ fn pattern(len: usize, seed: u8, off: u64) -> Vec<u8> {
 }
 
 /// Can the array still hold data if the slots in `failed` are gone?
-fn survives(g: &Geo, width: usize, failed: &[usize]) -> bool {
+fn survives(g: &Geo, width: usize, members: usize, failed: &[usize]) -> bool {
     let red = match g.level {
         Level::Raid0 | Level::Concat => 0,
         Level::Raid1 | Level::Raid10 => width - 1,
@@ -157,7 +164,7 @@ fn survives(g: &Geo, width: usize, failed: &[usize]) -> bool {
         Level::Raid6 => 2,
         Level::Ec { m, .. } => m as usize,
     };
-    let groups = g.members / width;
+    let groups = members / width;
     (0..groups).all(|gr| failed.iter().filter(|&&s| s / width == gr).count() <= red)
 }
 
@@ -167,15 +174,22 @@ proptest! {
     #[test]
     fn random_io_matches_model(g in geo_strategy(), ops in proptest::collection::vec(op_strategy(), 1..60)) {
         rt().block_on(async {
-            let devs = mem_members(g.members, member_size(&g));
+            let mut devs = mem_members(g.members, member_size(&g));
             let a = create(&g, &devs, 0).await;
-            let size = a.size();
-            let blocks_total = size / 4096;
-            let mut model = vec![0u8; size as usize];
-            let width = a.geometry().width as usize;
+            let mut model = vec![0u8; a.size() as usize];
+            let mut width = a.geometry().width as usize;
+            // The slot each device holds (a grow renumbers them), and the failed slots.
+            let mut slot_of: Vec<usize> = (0..devs.len()).collect();
             let mut failed: Vec<usize> = Vec::new();
             let mut dead = false;
+            let mut grown = 0;
             for op in ops {
+                // The new capacity appears when a reshape ends: it reads as zeros.
+                if !dead && a.size() as usize > model.len() {
+                    model.resize(a.size() as usize, 0);
+                }
+                let size = model.len() as u64;
+                let blocks_total = size / 4096;
                 match op {
                     Op::Write { off, blocks, seed, fua } => {
                         let b0 = off % blocks_total;
@@ -213,16 +227,63 @@ proptest! {
                         let r = a.flush().await;
                         prop_assert_eq!(r.is_ok(), !dead);
                     }
+                    Op::Grow { per, new_groups } => {
+                        if dead || !failed.is_empty() || grown >= 2 {
+                            continue;
+                        }
+                        let geo = a.geometry();
+                        let (groups, w) = (geo.groups as usize, geo.width as usize);
+                        let add = match g.level {
+                            Level::Raid1 | Level::Concat => per,
+                            Level::Raid10 => w,
+                            _ if new_groups => w,
+                            _ => per * groups,
+                        };
+                        let new_groups = new_groups && !matches!(g.level, Level::Raid1 | Level::Concat);
+                        let extra: Vec<Arc<MemDev>> = (0..add)
+                            .map(|i| Arc::new(MemDev::new(format!("g{grown}x{i}"), member_size(&g))))
+                            .collect();
+                        let r = a.grow_add(specs(&extra), new_groups, false).await;
+                        let Ok(_) = r else {
+                            // Refused (an ec group past 256, windows that cannot fit members
+                            // this small): nothing changed.
+                            prop_assert_eq!(a.geometry(), geo, "a refused grow changed the shape");
+                            continue;
+                        };
+                        grown += 1;
+                        let now = a.geometry();
+                        let nw = now.width as usize;
+                        // Old slot s of group s / w keeps its place in its group; the new
+                        // devices take the slots left.
+                        let mut taken = vec![false; now.members()];
+                        for s in slot_of.iter_mut() {
+                            if matches!(g.level, Level::Raid1 | Level::Concat) || nw == w {
+                                continue;
+                            }
+                            *s = (*s / w) * nw + *s % w;
+                        }
+                        for &s in &slot_of {
+                            taken[s] = true;
+                        }
+                        let mut free = (0..now.members()).filter(|&s| !taken[s]);
+                        for d in extra {
+                            slot_of.push(free.next().expect("a slot for every new device"));
+                            devs.push(d);
+                        }
+                        width = nw;
+                    }
                     Op::Fail { pick } => {
-                        let slot = pick % g.members;
+                        let dev = pick % devs.len();
+                        let slot = slot_of[dev];
                         if failed.contains(&slot) || dead {
                             continue;
                         }
                         // Kill the device: the engine finds out by itself on the next I/O.
-                        devs[slot].dead.store(true, Ordering::Release);
+                        devs[dev].dead.store(true, Ordering::Release);
                         failed.push(slot);
                         let before = dead;
-                        dead = !survives(&g, width, &failed);
+                        let members = a.geometry().members();
+                        dead = !survives(&g, width, members, &failed);
                         if dead && !before {
                             // Touch every member so the engine notices the failure.
                             let _ = a.read(0, size as usize).await;
@@ -232,7 +293,7 @@ proptest! {
                 }
             }
             if !dead {
-                let all = a.read(0, size as usize).await.unwrap();
+                let all = a.read(0, model.len()).await.unwrap();
                 prop_assert!(all[..] == model[..], "final read-back differs");
             }
             let _ = a.close().await;
@@ -312,7 +373,7 @@ fn every_loss_combination_reconstructs() {
             let mut combos = 0;
             for mask in 0u32..(1 << n) {
                 let lost: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
-                if !survives(&g, width, &lost) {
+                if !survives(&g, width, g.members, &lost) {
                     continue;
                 }
                 combos += 1;
@@ -997,7 +1058,7 @@ proptest! {
                 let kill = r.fail.map(|p| p % g.members).filter(|s| {
                     let mut f = failed.clone();
                     f.push(*s);
-                    !failed.contains(s) && survives(&g, width, &f)
+                    !failed.contains(s) && survives(&g, width, g.members, &f)
                 });
                 let side = async {
                     tokio::task::yield_now().await;

@@ -101,10 +101,10 @@ impl Reshape {
         self.new.member_size - self.backup_room()
     }
 
-    /// Bytes of the backup area: `MAX_BACKUP`, or a quarter of a small member.
+    /// Bytes of the backup area: `MAX_BACKUP`, or half of a small member.
     fn backup_room(&self) -> u64 {
         let c = self.new.chunk as u64;
-        (MAX_BACKUP.min(self.new.member_size / 4) / c * c).max(c)
+        (MAX_BACKUP.min(self.new.member_size / 2) / c * c).max(c)
     }
 
     /// Bytes of one new stripe's data: windows are whole new stripes.
