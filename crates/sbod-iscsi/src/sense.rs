@@ -72,3 +72,4 @@ pub const INTERNAL_FAILURE: Sense = Sense::new(HARDWARE_ERROR, 0x44, 0x00);
 pub const SHUTTING_DOWN: Sense = Sense::new(NOT_READY, 0x04, 0x00);
 pub const MISCOMPARE_VERIFY: Sense = Sense::new(MISCOMPARE, 0x1d, 0x00);
 pub const NO_SENSE: Sense = Sense::new(0, 0, 0);
+pub const DATA_PHASE_ERROR: Sense = Sense::new(ABORTED_COMMAND, 0x4b, 0x00);

@@ -1037,8 +1037,8 @@ impl<B: Backend> Conn<B> {
                     f.store(true, Relaxed);
                     0
                 } else {
-                    // Already answered (or never seen): nothing to abort, which is success.
-                    0
+                    // Already answered (or never seen).
+                    1
                 }
             }
             // ABORT TASK SET, CLEAR TASK SET, LUN RESET
@@ -1058,7 +1058,7 @@ impl<B: Backend> Conn<B> {
         };
         // Aborted commands that are running still complete their writes; their answers
         // are dropped. The TMF answer comes once they are done.
-        if response == 0 {
+        if response <= 1 {
             let _all = self.slots.clone().acquire_many_owned(QUEUE_DEPTH).await;
         }
         let mut h = header(OP_TMF_RESP, FLAG_F);
@@ -1204,26 +1204,44 @@ impl<B: Backend> Conn<B> {
             // A task aborted or answered early: its remaining data is dropped.
             return Ok(());
         };
-        let bad = |m: &str| Err(io::Error::new(io::ErrorKind::InvalidData, m.to_string()));
         let ttt = pdu.field32(20);
         let offset = pdu.field32(40);
         let data_sn = pdu.field32(36);
         let len = pdu.data.len() as u32;
-        if ttt != p.ttt && !(ttt == NO_TAG && p.ttt == NO_TAG) {
-            return bad("a Data-Out with a transfer tag not given");
-        }
-        if data_sn != p.next_data_sn {
-            return bad("a Data-Out out of sequence (DataSN)");
-        }
-        if offset != p.received || offset.checked_add(len).is_none_or(|e| e > p.seq_end) {
-            return bad("a Data-Out at an offset or length not asked for");
+        let why = if ttt != p.ttt && !(ttt == NO_TAG && p.ttt == NO_TAG) {
+            Some("a transfer tag not given")
+        } else if data_sn != p.next_data_sn {
+            Some("out of sequence (DataSN)")
+        } else if offset != p.received || offset.checked_add(len).is_none_or(|e| e > p.seq_end) {
+            Some("an offset or length not asked for")
+        } else if pdu.final_bit() != (offset + len == p.seq_end) {
+            Some("a sequence that ends where it should not")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            // The stream is still in sync (the PDU's lengths were honoured): the command
+            // fails with the reason, its later Data-Outs are dropped, the connection goes on.
+            tracing::debug!(itt, "Data-Out refused: {why}");
+            self.shared.stats.protocol_errors.fetch_add(1, Relaxed);
+            let p = self.pending.remove(&itt).unwrap();
+            let (lun, cdb, edtl) = (p.lun, p.cdb, p.edtl);
+            drop(p);
+            self.finish(
+                itt,
+                lun,
+                &cdb,
+                edtl,
+                true,
+                Done::check(sense::DATA_PHASE_ERROR),
+                None,
+            )
+            .await;
+            return Ok(());
         }
         p.buf.as_mut()[offset as usize..(offset + len) as usize].copy_from_slice(&pdu.data);
         p.received += len;
         p.next_data_sn += 1;
-        if pdu.final_bit() != (p.received == p.seq_end) {
-            return bad("a Data-Out sequence that ends where it should not");
-        }
         if p.received == p.seq_end {
             if p.received == p.edtl {
                 let p = self.pending.remove(&itt).unwrap();
