@@ -483,7 +483,7 @@ impl<B: Backend> Lu<B> {
     async fn write_at(&self, off: u64, data: B::Buf, fua: bool) -> R<()> {
         let mb = self.info.min_block as u64;
         let len = data.as_ref().len() as u64;
-        let r = if off % mb == 0 && len % mb == 0 {
+        let r = if off.is_multiple_of(mb) && len.is_multiple_of(mb) {
             self.backend.write(off, data, fua).await
         } else {
             self.backend.write_unaligned(off, data, fua).await
@@ -551,7 +551,7 @@ impl<B: Backend> Lu<B> {
         let mut at = off;
         while at < off + len {
             let n = (off + len - at).min(MAX_ZERO);
-            let r = if at % mb == 0 && n % mb == 0 {
+            let r = if at.is_multiple_of(mb) && n.is_multiple_of(mb) {
                 self.backend.write_zeroes(at, n as u32, false, !unmap).await
             } else {
                 self.backend
@@ -620,7 +620,7 @@ impl<B: Backend> Lu<B> {
             return Err(sense::PARAM_LIST_LENGTH);
         }
         let dlen = be(&p[2..4]) as usize;
-        if dlen % 16 != 0 || 8 + dlen > p.len() {
+        if !dlen.is_multiple_of(16) || 8 + dlen > p.len() {
             return Err(sense::PARAM_LIST_LENGTH);
         }
         if self.info.read_only {

@@ -112,6 +112,7 @@ const CONN_BUDGET: usize = 64 << 20;
 /// The largest data-out a command may announce (COMPARE AND WRITE: twice a transfer).
 const MAX_DATA_OUT: u32 = (2 * MAX_TRANSFER) as u32;
 const IO_BUF: usize = 256 << 10;
+const TASK_SET_FULL: u8 = 0x28;
 
 struct Shared<B: Backend> {
     targets: Arc<Vec<Arc<Target<B>>>>,
@@ -693,22 +694,14 @@ impl<Buf: AsRef<[u8]>> AsRef<[u8]> for DataBox<Buf> {
 struct Held {
     _all: OwnedSemaphorePermit,
     _conn: OwnedSemaphorePermit,
+    /// Wakes the connection's reader when commands wait for budget.
+    freed: Arc<tokio::sync::Notify>,
 }
 
-async fn hold(shared: &Shared<impl Backend>, conn: &Arc<Semaphore>, bytes: u32) -> Held {
-    let n = (bytes.max(1) as usize).min(CONN_BUDGET) as u32;
-    let c = conn
-        .clone()
-        .acquire_many_owned(n)
-        .await
-        .expect("never closed");
-    let a = shared
-        .budget
-        .clone()
-        .acquire_many_owned(n)
-        .await
-        .expect("never closed");
-    Held { _all: a, _conn: c }
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.freed.notify_one();
+    }
 }
 
 /// A write collecting its data-out.
@@ -738,6 +731,13 @@ struct Conn<B: Backend> {
     /// Tasks running, by task tag, with their abort flag.
     running: Arc<parking_lot::Mutex<HashMap<u32, Arc<AtomicBool>>>>,
     pending: HashMap<u32, Pending<B::Buf>>,
+    /// Commands waiting for payload budget, in order, while writes of this connection
+    /// collect their data: the reader must go on reading those Data-Outs (waiting for
+    /// budget instead would wait for itself). Bounded by QUEUE_DEPTH (then TASK SET FULL).
+    deferred: std::collections::VecDeque<Pdu>,
+    /// Unsolicited Data-Outs of deferred commands (each within FirstBurstLength).
+    deferred_data: HashMap<u32, (usize, Vec<Pdu>)>,
+    freed: Arc<tokio::sync::Notify>,
     next_ttt: u32,
     local: Option<SocketAddr>,
 }
@@ -781,6 +781,9 @@ async fn full_feature<B: Backend>(
         slots: Arc::new(Semaphore::new(QUEUE_DEPTH as usize)),
         running: Default::default(),
         pending: HashMap::new(),
+        deferred: Default::default(),
+        deferred_data: HashMap::new(),
+        freed: Default::default(),
         next_ttt: 1,
         local: sess.local,
     };
@@ -835,6 +838,10 @@ impl<B: Backend> Conn<B> {
                 },
                 _ = stop.changed() => return Ok(()),
                 _ = kill.notified() => return Ok(()),
+                _ = self.freed.notified(), if !self.deferred.is_empty() => {
+                    self.run_deferred().await?;
+                    continue;
+                }
             }
             pinged = false;
             let p = self.params.clone();
@@ -873,7 +880,11 @@ impl<B: Backend> Conn<B> {
                     return Err(to_io(e));
                 }
             };
-            match self.pdu(pdu).await {
+            let r = match self.pdu(pdu).await {
+                Ok(true) if !self.deferred.is_empty() => self.run_deferred().await.map(|_| true),
+                r => r,
+            };
+            match r {
                 Ok(true) => {}
                 Ok(false) => return Ok(()),
                 Err(e) => {
@@ -949,7 +960,7 @@ impl<B: Backend> Conn<B> {
                 if !self.take_cmd_sn(&pdu) {
                     return Ok(true);
                 }
-                self.command(pdu).await?;
+                self.command(pdu, false).await?;
             }
             OP_DATA_OUT => self.data_out(pdu).await?,
             OP_TMF_REQ => {
@@ -1033,6 +1044,10 @@ impl<B: Backend> Conn<B> {
                 let tag = pdu.field32(20);
                 if self.pending.remove(&tag).is_some() {
                     0
+                } else if let Some(i) = self.deferred.iter().position(|p| p.itt() == tag) {
+                    self.deferred.remove(i);
+                    self.deferred_data.remove(&tag);
+                    0
                 } else if let Some(f) = self.running.lock().get(&tag) {
                     f.store(true, Relaxed);
                     0
@@ -1047,6 +1062,8 @@ impl<B: Backend> Conn<B> {
                     2
                 } else {
                     self.pending.clear();
+                    self.deferred.clear();
+                    self.deferred_data.clear();
                     for f in self.running.lock().values() {
                         f.store(true, Relaxed);
                     }
@@ -1067,7 +1084,91 @@ impl<B: Backend> Conn<B> {
         self.send(Out::one(h, Vec::new(), Stat::Advance)).await;
     }
 
-    async fn command(&mut self, pdu: Pdu) -> io::Result<()> {
+    /// Budget for a command: at once, or waited for when nothing of this connection needs
+    /// the reader to free it; `None`: the command waits in `deferred`.
+    async fn budget_for(&mut self, bytes: u32) -> Option<Held> {
+        let n = (bytes.max(1) as usize).min(CONN_BUDGET) as u32;
+        let freed = self.freed.clone();
+        if let Ok(c) = self.budget.clone().try_acquire_many_owned(n) {
+            if let Ok(a) = self.shared.budget.clone().try_acquire_many_owned(n) {
+                return Some(Held {
+                    _all: a,
+                    _conn: c,
+                    freed,
+                });
+            }
+        }
+        if !self.pending.is_empty() {
+            return None;
+        }
+        let c = self
+            .budget
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .expect("never closed");
+        let a = self
+            .shared
+            .budget
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .expect("never closed");
+        Some(Held {
+            _all: a,
+            _conn: c,
+            freed,
+        })
+    }
+
+    /// Run the commands that waited for budget, in order, while there is budget.
+    async fn run_deferred(&mut self) -> io::Result<()> {
+        while let Some(p) = self.deferred.pop_front() {
+            let itt = p.itt();
+            let before = self.deferred.len();
+            self.command(p, true).await?;
+            if self.deferred.len() > before {
+                // Still no budget: back to the front.
+                let p = self.deferred.pop_back().expect("just pushed");
+                self.deferred.push_front(p);
+                break;
+            }
+            if let Some((_, outs)) = self.deferred_data.remove(&itt) {
+                for d in outs {
+                    self.data_out(d).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn command(&mut self, pdu: Pdu, from_deferred: bool) -> io::Result<()> {
+        if !from_deferred && !self.deferred.is_empty() {
+            if self.deferred.len() >= QUEUE_DEPTH as usize
+                || self.deferred.iter().any(|p| p.itt() == pdu.itt())
+            {
+                let mut cdb = [0u8; 16];
+                cdb.copy_from_slice(&pdu.bhs[32..48]);
+                let busy = Done {
+                    status: TASK_SET_FULL,
+                    sense: Vec::new(),
+                    data: DataIn::None,
+                };
+                self.finish(
+                    pdu.itt(),
+                    pdu.lun(),
+                    &cdb,
+                    pdu.field32(20),
+                    false,
+                    busy,
+                    None,
+                )
+                .await;
+                return Ok(());
+            }
+            self.deferred.push_back(pdu);
+            return Ok(());
+        }
         let flags = pdu.flags();
         let (read, write) = (flags & 0x40 != 0, flags & 0x20 != 0);
         let itt = pdu.itt();
@@ -1105,12 +1206,13 @@ impl<B: Backend> Conn<B> {
                     "data with a command that writes none",
                 ));
             }
-            let held = hold(
-                &self.shared,
-                &self.budget,
-                edtl.min(MAX_TRANSFER as u32 + (64 << 10)),
-            )
-            .await;
+            let Some(held) = self
+                .budget_for(edtl.min(MAX_TRANSFER as u32 + (64 << 10)))
+                .await
+            else {
+                self.deferred.push_back(pdu);
+                return Ok(());
+            };
             self.spawn(itt, lun, cdb, edtl, None, held).await;
             return Ok(());
         }
@@ -1152,7 +1254,10 @@ impl<B: Backend> Conn<B> {
             .await;
             return Ok(());
         }
-        let held = hold(&self.shared, &self.budget, edtl).await;
+        let Some(held) = self.budget_for(edtl).await else {
+            self.deferred.push_back(pdu);
+            return Ok(());
+        };
         let mut buf = self.shared.targets[0].lu.backend.alloc(0);
         if let Some(t) = &self.target {
             buf = t.lu.backend.alloc(edtl as usize);
@@ -1201,7 +1306,19 @@ impl<B: Backend> Conn<B> {
     async fn data_out(&mut self, pdu: Pdu) -> io::Result<()> {
         let itt = pdu.itt();
         let Some(p) = self.pending.get_mut(&itt) else {
-            // A task aborted or answered early: its remaining data is dropped.
+            if self.deferred.iter().any(|p| p.itt() == itt) {
+                // Unsolicited data of a command waiting for budget: kept until it runs.
+                let e = self.deferred_data.entry(itt).or_default();
+                e.0 += pdu.data.len();
+                if e.0 > self.params.first_burst as usize {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "unsolicited data over FirstBurstLength",
+                    ));
+                }
+                e.1.push(pdu);
+            }
+            // Else a task aborted or answered early: its remaining data is dropped.
             return Ok(());
         };
         let ttt = pdu.field32(20);

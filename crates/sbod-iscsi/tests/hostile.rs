@@ -495,3 +495,87 @@ fn connections_beyond_the_limit_are_told_why() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Writes waiting for their data hold the payload budget; more commands than the budget
+/// allows must not stop the reader from taking that data (it would wait for itself): they
+/// wait aside and run as the budget comes back.
+#[test]
+fn commands_beyond_the_budget_wait_without_stalling_the_connection() {
+    let t = start(Opts {
+        limits: sbod_iscsi::Limits {
+            // The least allowed: one 16 MiB data-out, or two 8 MiB writes.
+            inflight_bytes: 16 << 20,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let mut r = Raw::login(t.addr, false);
+    let mut writes = std::collections::HashMap::new();
+    let cmd_for = |r: &mut Raw, lba: u32, len: usize, write: bool| -> u32 {
+        r.itt += 1;
+        let mut cdb = [0u8; 10];
+        cdb[0] = if write { 0x2a } else { 0x28 };
+        cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+        cdb[7..9].copy_from_slice(&((len / 512) as u16).to_be_bytes());
+        let mut h = header(OP_SCSI_CMD, 0x80 | if write { 0x20 } else { 0x40 });
+        put32(&mut h, 16, r.itt);
+        put32(&mut h, 20, len as u32);
+        put32(&mut h, 24, r.cmd_sn);
+        r.cmd_sn += 1;
+        h[32..42].copy_from_slice(&cdb);
+        r.send(h, &[]);
+        r.itt
+    };
+    let len = 8 << 20;
+    for (i, lba) in [0u32, 16384, 32768].iter().enumerate() {
+        let itt = cmd_for(&mut r, *lba, len, true);
+        writes.insert(itt, pattern(len, i as u32 + 10));
+    }
+    let read_itt = cmd_for(&mut r, 0, 65536, false);
+    // Answer every R2T; collect the answers.
+    let mut answered = std::collections::HashMap::new();
+    let mut read = Vec::new();
+    while answered.len() < 4 {
+        let (b, d) = r.recv().expect("the target stalled");
+        let itt = be32(&b, 16);
+        match b[0] & 0x3f {
+            OP_R2T => {
+                let (ttt, off, want) = (be32(&b, 20), be32(&b, 40) as usize, be32(&b, 44) as usize);
+                let data = &writes[&itt];
+                let mut at = off;
+                let mut sn = 0;
+                while at < off + want {
+                    let n = (off + want - at).min(65536);
+                    let mut h = header(OP_DATA_OUT, if at + n == off + want { 0x80 } else { 0 });
+                    put32(&mut h, 16, itt);
+                    put32(&mut h, 20, ttt);
+                    put32(&mut h, 36, sn);
+                    put32(&mut h, 40, at as u32);
+                    r.send(h, &data[at..at + n]);
+                    at += n;
+                    sn += 1;
+                }
+            }
+            OP_DATA_IN => {
+                read.extend_from_slice(&d);
+                if b[1] & 1 != 0 {
+                    answered.insert(itt, b[3]);
+                }
+            }
+            OP_SCSI_RESP => {
+                answered.insert(itt, b[3]);
+            }
+            op => panic!("unexpected {op:#x}"),
+        }
+    }
+    assert!(answered.values().all(|&s| s == 0), "{answered:?}");
+    assert!(answered.contains_key(&read_itt));
+    let snap = t.backend.snapshot();
+    for (i, lba) in [0usize, 16384, 32768].iter().enumerate() {
+        assert!(
+            snap[lba * 512..lba * 512 + len] == pattern(len, i as u32 + 10)[..],
+            "write {i}"
+        );
+    }
+    assert!(r.ping());
+}
