@@ -34,11 +34,17 @@ PIDS=()
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 SPORT=$(free_port)
 TPORT=$(free_port)
-CPORT=$(( (RANDOM % 20000) + 20000 ))
+CPORT=$(( (RANDOM % 900) + 100 ))
 cleanup() {
   tgtadm -C "$CPORT" --op update --mode sys --name State -v offline >/dev/null 2>&1 || true
   tgtadm -C "$CPORT" --op delete --mode system >/dev/null 2>&1 || true
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do
+    kill "$p" 2>/dev/null || true
+    # tgtd may not end on SIGTERM while it has targets: give it a moment, then insist.
+    for _ in $(seq 20); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -78,7 +84,7 @@ perf() { # URL depth blocks random?
     | grep -o 'iops average [0-9]*' | tail -1 | awk -v bs=$(( $3 * 512 )) '{printf "%d %.1f\n", $3, $3*bs/1e6}'
 }
 bench_w() { # URL depth size count
-  local t; t=$(qemu-img bench -w -f raw -t none -d "$2" -s "$3" -c "$4" --image-opts "$(opts "$1")" 2>&1 \
+  local t; t=$(qemu-img bench -w -t none -d "$2" -s "$3" -c "$4" --image-opts "$(opts "$1")" 2>&1 \
     | grep -o 'completed in [0-9.]*' | awk '{print $3}')
   python3 -c "import sys; c=$4; t=$t; s=int('$3'.rstrip('k'))*(1024 if '$3'.endswith('k') else 1); print('%d %.1f' % (c/t, c*s/t/1e6))"
 }
