@@ -43,7 +43,12 @@ pub struct ServeArgs {
 pub struct IscsiArgs {
     /// Also serve the array over iSCSI on HOST:PORT (repeatable; 3260 is iSCSI's port).
     /// Loopback only unless --allow-remote.
-    #[arg(long = "iscsi", value_name = "HOST:PORT", env = "SBOD_ISCSI", value_delimiter = ',')]
+    #[arg(
+        long = "iscsi",
+        value_name = "HOST:PORT",
+        env = "SBOD_ISCSI",
+        value_delimiter = ','
+    )]
     pub iscsi: Vec<String>,
     /// The target's name (default iqn.2025-01.io.sbod:NAME).
     #[arg(long, value_name = "IQN")]
