@@ -23,6 +23,8 @@ struct Raw {
     itt: u32,
     hd: bool,
     dd: bool,
+    /// The ISID of its last login.
+    isid: [u8; 6],
 }
 
 type P = ([u8; BHS_LEN], Vec<u8>);
@@ -37,6 +39,7 @@ impl Raw {
             itt: 1,
             hd: false,
             dd: false,
+            isid: [0; 6],
         }
     }
 
@@ -112,6 +115,7 @@ impl Raw {
             ("FirstBurstLength", "65536"),
             ("MaxBurstLength", "262144"),
         ]);
+        r.isid = h[8..14].try_into().unwrap();
         r.send(h, &d);
         let (b, d) = r.recv().expect("a login response");
         assert_eq!(b[0] & 0x3f, OP_LOGIN_RESP);
@@ -578,4 +582,55 @@ fn commands_beyond_the_budget_wait_without_stalling_the_connection() {
         );
     }
     assert!(r.ping());
+}
+
+/// An idle connection is pinged (NOP-In, no task); answered, it stays; silent, it is closed.
+/// A second login by the same initiator and ISID reinstates the session: the old connection
+/// is closed.
+#[test]
+fn keep_alive_and_session_reinstatement() {
+    let t = start(Opts {
+        limits: sbod_iscsi::Limits {
+            nop_interval: Duration::from_millis(300),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let mut r = Raw::login(t.addr, false);
+    let (b, _) = r.recv().expect("a NOP-In ping");
+    assert_eq!((b[0] & 0x3f, be32(&b, 16)), (OP_NOP_IN, NO_TAG));
+    // Answer it (NOP-Out with its transfer tag, no task tag).
+    let mut h = header(0x40 | OP_NOP_OUT, 0x80);
+    put32(&mut h, 16, NO_TAG);
+    put32(&mut h, 20, be32(&b, 20));
+    put32(&mut h, 24, r.cmd_sn);
+    r.send(h, &[]);
+    assert!(r.ping(), "answered, the connection stays");
+    // Silent: pinged, then closed.
+    assert!(r.closes(), "a silent initiator is closed");
+
+    let mut a = Raw::login(t.addr, false);
+    assert!(a.ping());
+    // The same initiator name and ISID as a's.
+    let mut b2 = Raw::connect(t.addr);
+    let (mut h, d) = b2.login_pdu(&[
+        ("InitiatorName", "iqn.2025-01.test:raw"),
+        ("SessionType", "Normal"),
+        ("TargetName", IQN),
+    ]);
+    h[8..14].copy_from_slice(&a.isid);
+    b2.send(h, &d);
+    let (resp, _) = b2.recv().expect("a login response");
+    assert_eq!(resp[36], 0, "the reinstating login succeeds");
+    assert!(a.closes(), "the old session's connection is closed");
+}
+
+#[test]
+fn listening_beyond_loopback_needs_allow_remote() {
+    assert!(sbod_iscsi::parse_listen("127.0.0.1:3260", false).is_ok());
+    assert!(sbod_iscsi::parse_listen("[::1]:3260", false).is_ok());
+    let e = sbod_iscsi::parse_listen("0.0.0.0:3260", false).unwrap_err();
+    assert!(e.contains("--allow-remote"), "{e}");
+    assert!(sbod_iscsi::parse_listen("0.0.0.0:3260", true).is_ok());
+    assert!(sbod_iscsi::parse_listen("nonsense", true).is_err());
 }
