@@ -309,11 +309,15 @@ async fn connection<B: Backend>(
     let (rd, wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(IO_BUF, rd);
     let mut wr = BufWriter::with_capacity(IO_BUF, wr);
-    let r = timeout(
-        shared.limits.login_timeout,
-        login_phase(&mut rd, &mut wr, &shared, local),
-    )
-    .await;
+    // Until the login is over, a server shutting down just drops the connection.
+    let mut stop_login = stop.clone();
+    let r = tokio::select! {
+        r = timeout(
+            shared.limits.login_timeout,
+            login_phase(&mut rd, &mut wr, &shared, local),
+        ) => r,
+        _ = stop_login.changed() => Ok(Ok(None)),
+    };
     match r {
         Ok(Ok(Some(sess))) => {
             if let Err(e) = full_feature(rd, wr, sess, &shared, stop).await {

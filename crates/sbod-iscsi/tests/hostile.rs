@@ -634,3 +634,27 @@ fn listening_beyond_loopback_needs_allow_remote() {
     assert!(sbod_iscsi::parse_listen("0.0.0.0:3260", true).is_ok());
     assert!(sbod_iscsi::parse_listen("nonsense", true).is_err());
 }
+
+/// A connection that never logs in does not hold up a shutdown.
+#[test]
+fn shutdown_does_not_wait_for_a_silent_login() {
+    // A login deadline of an hour: a shutdown that waited for it could not finish in the
+    // bound below (a liveness bound, far from any scheduling noise).
+    let t = start(Opts {
+        limits: sbod_iscsi::Limits {
+            login_timeout: Duration::from_secs(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let _silent = TcpStream::connect(t.addr).unwrap();
+    let mut r = Raw::login(t.addr, false);
+    assert!(r.ping());
+    let t0 = std::time::Instant::now();
+    drop(t); // stops the server and joins its thread
+    assert!(
+        t0.elapsed() < Duration::from_secs(600),
+        "shutdown waited for the login"
+    );
+    assert!(r.closes());
+}
