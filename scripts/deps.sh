@@ -10,6 +10,9 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have fio || need_pkgs+=(fio)
 have nbdinfo || need_pkgs+=(libnbd-bin)
 have qemu-img || need_pkgs+=(qemu-utils)
+have iscsi-test-cu || need_pkgs+=(libiscsi-bin)   # iscsi-inq, iscsi-ls, iscsi-test-cu, iscsi-perf: the iSCSI target's tests
+ls /usr/lib/*/qemu/block-iscsi.so >/dev/null 2>&1 || need_pkgs+=(qemu-block-extra)  # qemu-img over iscsi://
+have tgtd || need_pkgs+=(tgt)             # bench/bench-iscsi.sh: the peer target
 have nbdkit || need_pkgs+=(nbdkit)   # also its file plugin and delay filter (remote members)
 [ -e /usr/include/nbdkit-plugin.h ] || need_pkgs+=(nbdkit-plugin-dev)  # bench/slowflush.c (bench-sync.sh --flush-delay)
 have ip || need_pkgs+=(iproute2)       # network namespaces for the remote-member tests

@@ -34,6 +34,105 @@ pub struct ServeArgs {
     pub force: bool,
     #[command(flatten)]
     pub limits: NbdLimitArgs,
+    #[command(flatten)]
+    pub iscsi: IscsiArgs,
+}
+
+/// The iSCSI target (docs/ISCSI.md): the array as LUN 0 of one IQN.
+#[derive(Args, Debug, Clone)]
+pub struct IscsiArgs {
+    /// Also serve the array over iSCSI on HOST:PORT (repeatable; 3260 is iSCSI's port).
+    /// Loopback only unless --allow-remote.
+    #[arg(
+        long = "iscsi",
+        value_name = "HOST:PORT",
+        env = "SBOD_ISCSI",
+        value_delimiter = ','
+    )]
+    pub iscsi: Vec<String>,
+    /// The target's name (default iqn.2025-01.io.sbod:NAME).
+    #[arg(long, value_name = "IQN")]
+    pub iscsi_iqn: Option<String>,
+    /// Only these initiators may log in (repeatable; default: any).
+    #[arg(long = "iscsi-initiator", value_name = "IQN")]
+    pub iscsi_initiators: Vec<String>,
+    /// The logical block size initiators see: 512 (emulated on the array's 4 KiB, what
+    /// ESXi and most tools expect) or 4096.
+    #[arg(long, default_value_t = 512, value_name = "BYTES",
+          value_parser = block_size_arg)]
+    pub iscsi_block_size: u32,
+}
+
+fn block_size_arg(s: &str) -> Result<u32, String> {
+    match s.trim() {
+        "512" => Ok(512),
+        "4096" | "4k" | "4K" => Ok(4096),
+        _ => Err(format!("'{s}': the iSCSI block size is 512 or 4096")),
+    }
+}
+
+/// CHAP secrets for an array's target, from `STATE/iscsi/NAME.chap` (mode 0600): lines
+/// `user=`, `secret=` (what initiators must prove) and, for mutual CHAP, `target_user=` and
+/// `target_secret=` (what the target proves back). No file: no CHAP.
+pub fn load_chap(name: &str) -> Result<Option<sbod_iscsi::Chap>> {
+    use std::os::unix::fs::PermissionsExt;
+    let p = registry::state_dir()
+        .join("iscsi")
+        .join(format!("{name}.chap"));
+    let meta = match std::fs::metadata(&p) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!("reading {}: {e}", p.display()),
+    };
+    if meta.permissions().mode() & 0o077 != 0 {
+        bail!(
+            "{} holds CHAP secrets but others may read it: chmod 600 {}",
+            p.display(),
+            p.display()
+        );
+    }
+    let text =
+        std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?;
+    let mut kv = std::collections::HashMap::new();
+    for l in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let Some((k, v)) = l.split_once('=') else {
+            bail!("{}: '{l}' is not key=value", p.display());
+        };
+        kv.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    let get = |k: &str| kv.get(k).cloned();
+    let (Some(user), Some(secret)) = (get("user"), get("secret")) else {
+        bail!("{}: needs user= and secret=", p.display());
+    };
+    // RFC 7143 12.1.3: at least 12 bytes of secret (16 recommended).
+    if secret.len() < 12 || secret.len() > 255 {
+        bail!("{}: the secret must be 12 to 255 bytes", p.display());
+    }
+    let mutual = match (get("target_user"), get("target_secret")) {
+        (Some(u), Some(s)) => {
+            if s.len() < 12 || s.len() > 255 || s == secret {
+                bail!(
+                    "{}: target_secret must be 12 to 255 bytes and differ from secret",
+                    p.display()
+                );
+            }
+            Some((u, s.into_bytes()))
+        }
+        (None, None) => None,
+        _ => bail!(
+            "{}: mutual CHAP needs both target_user= and target_secret=",
+            p.display()
+        ),
+    };
+    Ok(Some(sbod_iscsi::Chap {
+        user,
+        secret: secret.into_bytes(),
+        mutual,
+    }))
 }
 
 /// What keeps NBD clients from exhausting the server (docs/RELIABILITY.md, "Hostile
@@ -262,6 +361,18 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .map(|l| sbod_nbd::Listen::parse(l, args.allow_remote))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
+    let iscsi_listen = args
+        .iscsi
+        .iscsi
+        .iter()
+        .map(|l| sbod_iscsi::parse_listen(l, args.allow_remote))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
+    let chap = if iscsi_listen.is_empty() {
+        None
+    } else {
+        load_chap(&args.name)?
+    };
     let registered = registry::load(&args.name)
         .map(|r| r.members)
         .unwrap_or_default();
@@ -349,8 +460,57 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         array: array.clone(),
         io,
     });
-    let server = sbod_nbd::Server::new(vec![(args.name.clone(), export)]).with_limits(limits);
-    let r = server.serve(listeners, shutdown).await;
+    let server =
+        sbod_nbd::Server::new(vec![(args.name.clone(), export.clone())]).with_limits(limits);
+    let r = if iscsi_listen.is_empty() {
+        server.serve(listeners, shutdown).await
+    } else {
+        let iqn = args
+            .iscsi
+            .iscsi_iqn
+            .clone()
+            .unwrap_or_else(|| sbod_iscsi::default_iqn(&args.name));
+        let lu = Arc::new(sbod_iscsi::Lu::new(
+            export,
+            sbod_iscsi::LuConfig {
+                block_size: args.iscsi.iscsi_block_size,
+                serial: array.uuid.simple().to_string(),
+                vendor: "SBOD".into(),
+                product: format!("sbod {}", st.level),
+            },
+            &iqn,
+        ));
+        let target = sbod_iscsi::Target {
+            iqn: iqn.clone(),
+            alias: Some(args.name.clone()),
+            lu,
+            chap,
+            initiators: args.iscsi.iscsi_initiators.clone(),
+        };
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let bound = sbod_iscsi::Server::new(vec![target])
+            .bind(&iscsi_listen)
+            .await?;
+        eprintln!(
+            "sbod: iSCSI target {iqn} (LUN 0) on {}",
+            iscsi_listen
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let nbd = server.serve(listeners, stopped(rx.clone()));
+        let iscsi = bound.serve(stopped(rx));
+        let signal = async move {
+            shutdown.await;
+            let _ = tx.send(true);
+        };
+        let (r, ri, ()) = tokio::join!(nbd, iscsi, signal);
+        r.and(ri)
+    };
     let _ = stop_tx.send(true);
     let _ = ctl.await;
     let _ = watcher.await;
