@@ -7,6 +7,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::capacity::TibConvention;
+use crate::grow::{grown_spec, Grow, GrowKind, SpeedSource};
 use crate::layout::{Layout, LayoutSpec, Level};
 use crate::plan::{Assumptions, Disk, Plan, ASSUMED_DISK_MB_S};
 use crate::reliability::{mttf_from_afr, RateSource};
@@ -22,6 +23,7 @@ pub const DEFAULT_MTTF_HOURS: f64 = 2.5e6;
   sbod plan --disks 60 --disk-size 20TB --level raid6 --groups 6 --mttf 2.5M --years 5
   sbod plan --disks 60 --disk-size 20TB --compare --disk-mbps 250 --disk-iops 200
   sbod plan --disks 60 --disk-size 20TB --compare raid6:6x10 raid1:20x3 ec:8+3:5x11:s5 --json
+  sbod plan --disks 8 --disk-size 1TB --level raid6 --grow 2 --disk-mbps 200
 
 The models and their assumptions: docs/PLANNER.md.")]
 pub struct PlanArgs {
@@ -113,6 +115,18 @@ pub struct PlanArgs {
     /// GxW) count devices; a drive failing takes both: one failure unit.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub actuators: u32,
+
+    /// Plan a grow (`sbod grow NAME --add DEV...`) by this many disks: the layout and
+    /// capacity before and after, the data that must move, and the time at --disk-mbps.
+    /// raid0/5/6/ec get wider groups (each N/groups more; ec: K grows), raid10 more mirror
+    /// sets, raid1 more copies, concat appends.
+    #[arg(long, value_name = "N", conflicts_with = "compare")]
+    pub grow: Option<u32>,
+
+    /// With --grow: add the disks as whole new groups of the same width (raid5, raid6,
+    /// ec), not wider groups.
+    #[arg(long, requires = "grow")]
+    pub new_groups: bool,
 
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -301,6 +315,46 @@ fn spec_text(spec: &LayoutSpec) -> String {
     }
 }
 
+/// Plans `--grow`: the layout before and after `args.grow` more disks, and the work between.
+pub fn grow_plan(args: &PlanArgs) -> Result<Grow> {
+    let Some(added) = args.grow else {
+        bail!("give --grow N, the number of disks to add");
+    };
+    let mut plain = args.clone();
+    plain.grow = None;
+    plain.new_groups = false;
+    let before = plans(&plain)?.remove(0);
+    let devices = added
+        .checked_mul(args.actuators)
+        .context("too many devices: --grow x --actuators")?;
+    let spec = grown_spec(&before.layout, devices, args.new_groups).with_context(|| {
+        format!(
+            "growing {} by {added} disk{}",
+            before.layout.spec,
+            if added == 1 { "" } else { "s" }
+        )
+    })?;
+    let grown = PlanArgs {
+        disks: args
+            .disks
+            .checked_add(added)
+            .context("too many disks: --disks + --grow")?,
+        level: Some(spec),
+        groups: None,
+        copies: None,
+        spares: None,
+        ..plain
+    };
+    let after = plans(&grown)?.remove(0);
+    Ok(Grow::new(
+        before,
+        after,
+        devices,
+        args.new_groups,
+        args.disk_mbps,
+    ))
+}
+
 /// JSON for `--compare`.
 #[derive(Serialize)]
 struct Comparison<'a> {
@@ -309,6 +363,23 @@ struct Comparison<'a> {
 
 /// What `sbod plan` prints for `args`.
 pub fn render(args: &PlanArgs) -> Result<String> {
+    if args.grow.is_some() {
+        let g = grow_plan(args)?;
+        let mut out = if args.json {
+            serde_json::to_string_pretty(&g)?
+        } else {
+            let mut t = grow_table(&g);
+            if args.mttf.is_none() && args.afr.is_none() {
+                t += "\nMTTF is the default 2.5M hours (a datasheet figure; field AFRs are often 1-2%): \
+                      give --mttf or --afr for your disks.\n";
+            }
+            t
+        };
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        return Ok(out);
+    }
     let plans = plans(args)?;
     let mut out = if args.json {
         if args.compare.is_some() {
@@ -650,17 +721,7 @@ fn compare_table(plans: &[Plan]) -> String {
     row(&format!("rand write {io} (est.)"), &|p| {
         val(&p.performance.rand_write)
     });
-    let label_width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..plans.len())
-        .map(|i| rows.iter().map(|(_, c)| c[i].len()).max().unwrap_or(0))
-        .collect();
-    for (name, cells) in &rows {
-        let _ = write!(o, "{name:<label_width$}");
-        for (cell, w) in cells.iter().zip(&widths) {
-            let _ = write!(o, "  {cell:>w$}");
-        }
-        let _ = writeln!(o);
-    }
+    grid(&mut o, &rows);
     let _ = writeln!(o);
     let rb = &r0.rebuild;
     let _ = writeln!(
@@ -675,5 +736,254 @@ fn compare_table(plans: &[Plan]) -> String {
         o,
         "Performance is an estimate from a model (docs/PLANNER.md), not a measurement."
     );
+    o
+}
+
+/// Rows of a label and one cell per column, the cells right-aligned.
+fn grid(o: &mut String, rows: &[(String, Vec<String>)]) {
+    let label_width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let columns = rows.first().map_or(0, |(_, c)| c.len());
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| rows.iter().map(|(_, c)| c[i].len()).max().unwrap_or(0))
+        .collect();
+    for (name, cells) in rows {
+        let _ = write!(o, "{name:<label_width$}");
+        for (cell, w) in cells.iter().zip(&widths) {
+            let _ = write!(o, "  {cell:>w$}");
+        }
+        let _ = writeln!(o);
+    }
+}
+
+/// `8750` -> `2 h 26 min`; `300` -> `5 min`; `42` -> `42 s`.
+fn duration(seconds: f64) -> String {
+    let s = seconds.round() as u64;
+    if s >= 3600 {
+        let m = (seconds / 60.0).round() as u64;
+        match m % 60 {
+            0 => format!("{} h", m / 60),
+            r => format!("{} h {r} min", m / 60),
+        }
+    } else if s >= 60 {
+        format!("{} min", (seconds / 60.0).round() as u64)
+    } else {
+        format!("{s} s")
+    }
+}
+
+/// Bytes as vendor TB, two decimals: `0.75 TB`.
+fn tb(bytes: u64) -> String {
+    format!("{} TB", fixed2(bytes as f64 / crate::units::TB))
+}
+
+/// What the grow does, in a sentence.
+fn grow_shape(g: &Grow) -> String {
+    let (b, a) = (&g.before.layout, &g.after.layout);
+    let plural = |n: u32, one: &str, many: &str| {
+        if n == 1 {
+            format!("{n} {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    match g.kind {
+        GrowKind::Append => {
+            "appended: the volume grows by the new disks at once, no data moves".to_string()
+        }
+        GrowKind::Copies => format!(
+            "more copies: every mirror gets {}, each rebuilt from the copies in service",
+            plural(a.group_width - b.group_width, "more copy", "more copies")
+        ),
+        GrowKind::Reshape => {
+            let how = match b.level {
+                Level::Raid10 => format!(
+                    "{} added",
+                    plural(
+                        a.sets - b.sets,
+                        &format!("{}-way mirror set", b.set_width),
+                        &format!("{}-way mirror sets", b.set_width)
+                    )
+                ),
+                Level::Raid0 => format!("striped over {}", plural(a.members, "disk", "disks")),
+                _ if a.groups > b.groups => format!(
+                    "{} of {} added",
+                    plural(a.groups - b.groups, "whole group", "whole groups"),
+                    b.group_width
+                ),
+                _ => {
+                    let per = a.group_width - b.group_width;
+                    let who = if b.groups == 1 {
+                        "the group gets".to_string()
+                    } else {
+                        format!("each of the {} groups gets", b.groups)
+                    };
+                    match (b.level, a.level) {
+                        (Level::Ec { k, .. }, Level::Ec { k: k2, .. }) => format!(
+                            "{who} {} (K {k} -> {k2}, M stays)",
+                            plural(per, "more disk", "more disks")
+                        ),
+                        _ => format!("{who} {}", plural(per, "more disk", "more disks")),
+                    }
+                }
+            };
+            format!(
+                "a reshape: {how}; the whole volume is read and rewritten in the new layout, \
+                 every member at once, then the new space is zeroed"
+            )
+        }
+    }
+}
+
+fn grow_table(g: &Grow) -> String {
+    let (b, a) = (&g.before, &g.after);
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "sbod plan --grow: {} as {}, {} more disk{}: {}",
+        disk_line(b),
+        b.layout.spec,
+        g.added_disks,
+        if g.added_disks == 1 { "" } else { "s" },
+        a.layout.spec
+    );
+    let _ = writeln!(o, "  {}", grow_shape(g));
+    let _ = writeln!(o);
+    let plans = [b, a];
+    let mut rows: Vec<(String, Vec<String>)> = vec![(
+        String::new(),
+        vec!["before".to_string(), "after".to_string()],
+    )];
+    let mut row = |name: &str, f: &dyn Fn(&Plan) -> String| {
+        rows.push((name.to_string(), plans.iter().map(|p| f(p)).collect()));
+    };
+    let fill = b.capacity.fill_limit * 100.0;
+    let life = short(b.reliability.service_years);
+    row("layout", &|p| p.layout.spec.clone());
+    row("disks", &|p| p.layout.disks.to_string());
+    row("survives per group", &|p| match p.layout.set_tolerates {
+        0 => "0".into(),
+        t => format!("{t} of {}", p.layout.set_width),
+    });
+    row("usable TB", &|p| fixed2(p.capacity.usable.tb));
+    row("usable TiB", &|p| fixed2(p.capacity.usable.tib));
+    row(&format!("at {fill:.0}% fill TB"), &|p| {
+        fixed2(p.capacity.at_fill_limit.tb)
+    });
+    row("usable / raw", &|p| {
+        format!("{:.0}%", p.capacity.efficiency * 100.0)
+    });
+    row(&format!("data loss in {life} y"), &|p| {
+        units::prob(p.reliability.p_loss)
+    });
+    row("MTTDL years", &|p| units::years(p.reliability.mttdl_years));
+    let perf = &b.performance;
+    let mb = if perf.disk_mb_s.is_some() {
+        "MB/s"
+    } else {
+        "disks"
+    };
+    let io = if perf.disk_iops.is_some() {
+        "IOPS"
+    } else {
+        "disks"
+    };
+    let val = |f: &crate::performance::Figure| match f.value {
+        Some(v) => thousands(v),
+        None => short(f.disks),
+    };
+    row(&format!("seq read {mb} (est.)"), &|p| {
+        val(&p.performance.seq_read)
+    });
+    row(&format!("seq write {mb} (est.)"), &|p| {
+        val(&p.performance.seq_write)
+    });
+    row(&format!("rand read {io} (est.)"), &|p| {
+        val(&p.performance.rand_read)
+    });
+    row(&format!("rand write {io} (est.)"), &|p| {
+        val(&p.performance.rand_write)
+    });
+    grid(&mut o, &rows);
+    let _ = writeln!(o);
+    let speed = match g.disk_mb_s_source {
+        SpeedSource::Given => format!("{} MB/s per disk", short(g.disk_mb_s)),
+        SpeedSource::Assumed => format!(
+            "an assumed {} MB/s per disk (give --disk-mbps)",
+            short(g.disk_mb_s)
+        ),
+    };
+    let time = format!(
+        "{} s ({})",
+        thousands(g.seconds.round()),
+        duration(g.seconds)
+    );
+    match g.kind {
+        GrowKind::Append => {
+            let _ = writeln!(
+                o,
+                "Data to move      none: the new disks' space is appended to the volume"
+            );
+            let _ = writeln!(o, "Time              0 s");
+        }
+        GrowKind::Copies => {
+            let _ = writeln!(
+                o,
+                "Data to copy      {}: each new copy is written whole, one disk each",
+                tb(g.data_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "  old member      reads {} (a copy in service, read end to end as a rebuild's source)",
+                tb(g.old_member_read_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "  new disk        writes {}",
+                tb(g.new_member_write_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "Time              {time} at {speed}: the rebuild of one copy (the new copies rebuild at once)"
+            );
+            let _ = writeln!(
+                o,
+                "  a lower bound: the disk's full sustained speed on an idle array; the rebuild rate limits and client I/O lengthen it"
+            );
+        }
+        GrowKind::Reshape => {
+            let data_tib = g.data_bytes as f64 / crate::units::TIB;
+            let _ = writeln!(
+                o,
+                "Data to move      {} ({} TiB): the whole old volume, counted as full (a reshape moves every byte, used or not)",
+                tb(g.data_bytes),
+                fixed2(data_tib)
+            );
+            let _ = writeln!(
+                o,
+                "  each old member reads {} (its share of the old data{}), writes {} (its share of the new layout, the zeros over the new space included)",
+                tb(g.old_member_read_bytes),
+                match g.before.layout.level {
+                    Level::Raid10 => "; each block from one copy",
+                    Level::Raid0 => "",
+                    _ => "; parity is not read",
+                },
+                tb(g.old_member_write_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "  each new disk   writes {}",
+                tb(g.new_member_write_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "Time              {time} at {speed}: the busiest member (an old one) reads and writes {} in all",
+                tb(g.busiest_member_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "  a lower bound: the disk's full sustained speed for reads and writes together on an idle array; the rebuild rate limits and client I/O lengthen it (the few MiB written aside at the start are not counted)"
+            );
+        }
+    }
     o
 }

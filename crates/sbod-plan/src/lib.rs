@@ -14,6 +14,7 @@
 
 pub mod capacity;
 pub mod cli;
+pub mod grow;
 pub mod layout;
 pub mod performance;
 pub mod plan;
@@ -21,6 +22,7 @@ pub mod reliability;
 pub mod units;
 
 pub use capacity::{Capacity, Size, TibConvention};
+pub use grow::{Grow, GrowKind, SpeedSource};
 pub use layout::{Layout, LayoutSpec, Level};
 pub use performance::{Figure, Performance};
 pub use plan::{Assumptions, Disk, Plan, ASSUMED_DISK_MB_S};
