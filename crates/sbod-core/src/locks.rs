@@ -156,12 +156,32 @@ impl ViewGate {
     }
 
     /// Every shard, exclusively: no client request runs while the passes are held.
+    ///
+    /// All or nothing: a shard that is busy is waited for while holding none of the
+    /// others, then everything is tried again. A background process keeps several stripes
+    /// in flight, each with its pass, and may be waiting for one shard while holding
+    /// another: taking the shards one by one and keeping them would deadlock with it.
     pub async fn exclusive(&self) -> Vec<tokio::sync::RwLockWriteGuard<'_, ()>> {
-        let mut out = Vec::with_capacity(GATE_SHARDS);
-        for s in &self.shards {
-            out.push(s.write().await);
+        loop {
+            let mut out = Vec::with_capacity(GATE_SHARDS);
+            let mut busy = None;
+            for (i, s) in self.shards.iter().enumerate() {
+                match s.try_write() {
+                    Ok(g) => out.push(g),
+                    Err(_) => {
+                        busy = Some(i);
+                        break;
+                    }
+                }
+            }
+            let Some(i) = busy else {
+                return out;
+            };
+            drop(out);
+            // Wait until it is free (queued as a writer, so new passes on it wait behind
+            // this one and it cannot starve), then start again.
+            drop(self.shards[i].write().await);
         }
-        out
     }
 }
 
@@ -190,6 +210,30 @@ mod gate_tests {
         drop(passes);
         t.await.unwrap();
         assert!(swapped.load(Ordering::SeqCst));
+    }
+
+    /// A holder of two passes waiting for its second while a swap waits: the swap holds
+    /// no shard while it waits, so the holder gets its pass and the swap runs after.
+    #[tokio::test]
+    async fn a_holder_of_several_passes_never_deadlocks_with_a_swap() {
+        let gate = Arc::new(ViewGate::default());
+        for _ in 0..50 {
+            let first = gate.enter().await;
+            let (g2, done) = (gate.clone(), Arc::new(AtomicBool::new(false)));
+            let d2 = done.clone();
+            let swap = tokio::spawn(async move {
+                let _x = g2.exclusive().await;
+                d2.store(true, Ordering::SeqCst);
+            });
+            tokio::task::yield_now().await;
+            // A second pass (another shard) while the swap waits.
+            let second = tokio::time::timeout(std::time::Duration::from_secs(5), gate.enter())
+                .await
+                .expect("a second pass was not given while a swap waited");
+            drop((first, second));
+            swap.await.unwrap();
+            assert!(done.load(Ordering::SeqCst));
+        }
     }
 
     async fn futures_join(gate: &ViewGate) -> Vec<tokio::sync::RwLockReadGuard<'_, ()>> {

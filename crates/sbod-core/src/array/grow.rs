@@ -113,6 +113,10 @@ impl Array {
         if !matches!(g.level, Level::Raid1 | Level::Concat) {
             return self.grow_restripe(specs, new_groups, force).await;
         }
+        if g.groups > 1 || new_groups {
+            return Err(self
+                .refuse_restripe("adding copies to mirrors in several groups, or whole groups,"));
+        }
         let width = g.width as usize + specs.len();
         if width > 256 {
             return Err(Error::Invalid(
@@ -468,7 +472,7 @@ impl Array {
     pub async fn drop_copy(&self, who: &str, force: bool) -> Result<()> {
         self.check_growable()?;
         let g = self.geometry();
-        if g.level != Level::Raid1 {
+        if g.level != Level::Raid1 || g.groups > 1 {
             return Err(self.refuse_restripe("dropping a member"));
         }
         let st = self.dp().state.load_full();

@@ -36,9 +36,27 @@ impl Array {
     /// window is durable in the new layout.
     pub(crate) async fn enter(&self, offset: u64, len: u64) -> (Pass<'_>, View) {
         loop {
+            let (pass, parts) = self.enter_parts(offset, len, false).await;
+            if let Some((_, _, v)) = parts.into_iter().next() {
+                return (pass, v);
+            }
+        }
+    }
+
+    /// As [`Array::enter`], but a request across the boundary between the layouts while
+    /// no window is being moved is cut there: the views with the ranges each serves.
+    /// (Without `split`, such a request waits as one that touches the window does.)
+    async fn enter_parts(
+        &self,
+        offset: u64,
+        len: u64,
+        split: bool,
+    ) -> (Pass<'_>, Vec<(u64, u64, View)>) {
+        let end = offset.saturating_add(len);
+        loop {
             let pass = self.gate.enter().await;
             let r = match self.reshape.load().as_ref() {
-                None => return (pass, View::Cur(self.core.load())),
+                None => return (pass, vec![(offset, end, View::Cur(self.core.load()))]),
                 Some(r) => r.clone(),
             };
             let moved = r.moved.notified();
@@ -46,15 +64,23 @@ impl Array {
                 r.pos.load(Ordering::Acquire),
                 r.wend.load(Ordering::Acquire),
             );
-            let end = offset.saturating_add(len);
             // Closing or failed: the request is refused as ever (`check_io`).
             let refused = self.dp().closing.load(Ordering::Acquire)
                 || self.dp().state.load().failed.is_some();
             if end <= pos || refused {
-                return (pass, View::Cur(self.core.load()));
+                return (pass, vec![(offset, end, View::Cur(self.core.load()))]);
             }
             if offset >= wend.max(pos) {
-                return (pass, View::Old(r.old.clone()));
+                return (pass, vec![(offset, end, View::Old(r.old.clone()))]);
+            }
+            if split && wend <= pos && offset < pos {
+                return (
+                    pass,
+                    vec![
+                        (offset, pos, View::Cur(self.core.load())),
+                        (pos, end, View::Old(r.old.clone())),
+                    ],
+                );
             }
             drop(pass);
             // Woken when the window moves on; a second now and then in case a reshape
@@ -100,17 +126,33 @@ impl Array {
 
     /// Read `len` bytes at `offset`.
     pub async fn read(&self, offset: u64, len: usize) -> Result<AlignedBuf> {
-        let (_pass, v) = self.enter(offset, len as u64).await;
+        let (_pass, parts) = self.enter_parts(offset, len as u64, true).await;
         self.check_io(offset, len as u64)?;
         let out = AlignedBuf::for_overwrite(len).into_shared();
-        v.family.read(&v.dp, offset, &out).await?;
+        for (a, b, v) in &parts {
+            let piece = out.slice((a - offset) as usize..(b - offset) as usize);
+            v.family.read(&v.dp, *a, &piece).await?;
+        }
+        drop(parts);
         Ok(out.try_unwrap().expect("read views released"))
     }
 
     /// Write `data` at `offset`; with `fua`, durable on every member before returning.
     pub async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
-        let (_pass, v) = self.enter(offset, data.len() as u64).await;
-        self.write_in(&v, offset, data, fua).await
+        let (_pass, parts) = self.enter_parts(offset, data.len() as u64, true).await;
+        if let [(_, _, v)] = &parts[..] {
+            return self.write_in(v, offset, data, fua).await;
+        }
+        // Across the boundary of a reshape: each layout its part.
+        let fua = self.sync.fua(fua);
+        self.check_io(offset, data.len() as u64)?;
+        self.dp().check_writable()?;
+        let data = data.into_shared();
+        for (a, b, v) in &parts {
+            let piece = data.slice((a - offset) as usize..(b - offset) as usize);
+            self.write_shared(v, *a, &piece, fua, &[]).await?;
+        }
+        Ok(())
     }
 
     async fn write_in(&self, v: &Core, offset: u64, data: AlignedBuf, fua: bool) -> Result<()> {
@@ -233,8 +275,11 @@ impl Array {
 
     /// Make a range read back as zeros (NBD WRITE_ZEROES); `punch` also deallocates.
     pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool, punch: bool) -> Result<()> {
-        let (_pass, v) = self.enter(offset, len).await;
-        self.write_zeroes_in(&v, offset, len, fua, punch).await
+        let (_pass, parts) = self.enter_parts(offset, len, true).await;
+        for (a, b, v) in &parts {
+            self.write_zeroes_in(v, *a, b - a, fua, punch).await?;
+        }
+        Ok(())
     }
 
     async fn write_zeroes_in(

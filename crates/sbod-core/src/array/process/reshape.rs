@@ -312,23 +312,19 @@ impl Array {
         *self.reshape_hook.lock() = Some(f);
     }
 
-    /// The window's bytes in the old layout (zeros past the old capacity), read under the
-    /// old stripes' locks so no old-layout write changes them meanwhile.
+    /// The window's bytes in the old layout (zeros past the old capacity). No client
+    /// writes them meanwhile (requests touching the window wait); the old stripe across
+    /// the window's end may take a client write to its part beyond, which the family's
+    /// read orders by its own stripe lock where it reconstructs (holding the lock here
+    /// would deadlock with it).
     async fn read_old(&self, r: &Reshape, pos: u64, w: u64) -> Result<SharedBuf> {
         let out = AlignedBuf::zeroed(w as usize).into_shared();
         let end = (pos + w).min(r.old_cap);
         if pos < end {
             let old = &r.old;
-            let sd = old.dp.geometry.stripe_data();
-            let groups = old.dp.geometry.groups as u64;
-            let mut guards = Vec::new();
-            for s in pos / sd..end.div_ceil(sd) {
-                guards.push(old.dp.locks.lock((s % groups) as usize, s / groups).await);
-            }
             old.family
                 .read(&old.dp, pos, &out.slice(0..(end - pos) as usize))
                 .await?;
-            drop(guards);
         }
         Ok(out)
     }
