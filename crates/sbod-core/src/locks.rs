@@ -125,7 +125,14 @@ impl Drop for StripeGuard<'_> {
 /// (a superblock write), as Linux's big-reader locks do.
 pub struct ViewGate {
     shards: Vec<tokio::sync::RwLock<()>>,
+    /// Client requests let in, per shard (a background process watches them to yield).
+    counts: Vec<Padded>,
 }
+
+/// A counter on a cache line of its own.
+#[repr(align(64))]
+#[derive(Default)]
+struct Padded(std::sync::atomic::AtomicU64);
 
 const GATE_SHARDS: usize = 16;
 
@@ -135,6 +142,7 @@ impl Default for ViewGate {
             shards: (0..GATE_SHARDS)
                 .map(|_| tokio::sync::RwLock::new(()))
                 .collect(),
+            counts: (0..GATE_SHARDS).map(|_| Padded::default()).collect(),
         }
     }
 }
@@ -153,6 +161,24 @@ impl ViewGate {
             i
         });
         self.shards[i % GATE_SHARDS].read().await
+    }
+
+    /// A client request's pass (counted: see [`ViewGate::clients`]).
+    pub async fn enter_client(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        let g = self.enter().await;
+        let i = NEXT_SHARD.with(|c| c.get()) % GATE_SHARDS;
+        self.counts[i]
+            .0
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        g
+    }
+
+    /// Client requests let in so far.
+    pub fn clients(&self) -> u64 {
+        self.counts
+            .iter()
+            .map(|c| c.0.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
     }
 
     /// Every shard, exclusively: no client request runs while the passes are held.

@@ -54,7 +54,7 @@ impl Array {
     ) -> (Pass<'_>, Vec<(u64, u64, View)>) {
         let end = offset.saturating_add(len);
         loop {
-            let pass = self.gate.enter().await;
+            let pass = self.gate.enter_client().await;
             let r = match self.reshape.load().as_ref() {
                 None => return (pass, vec![(offset, end, View::Cur(self.core.load()))]),
                 Some(r) => r.clone(),

@@ -162,6 +162,12 @@ impl Throttle {
             .iter()
             .map(|m| m.stats.fg_ops.load(Ordering::Relaxed))
             .sum();
+        self.pace_by(array, bytes, fg).await
+    }
+
+    /// As `pace`, with `fg` the count whose change says clients are busy (the reshape's
+    /// own member writes are foreground ones: it counts client requests at the gate).
+    pub(crate) async fn pace_by(&mut self, array: &Array, bytes: u64, fg: u64) {
         let busy = fg != self.fg_last;
         self.fg_last = fg;
         let s = array.dp().settings.lock().clone();

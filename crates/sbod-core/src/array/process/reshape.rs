@@ -242,7 +242,7 @@ impl Array {
                 Err(e) => return Err(e),
             }
             h.done.store(pos + w, Ordering::Relaxed);
-            throttle.pace(self, w).await;
+            throttle.pace_by(self, w, self.gate.clients()).await;
         }
     }
 
