@@ -215,7 +215,7 @@ impl Array {
         let groups = g.groups as usize;
         let width = g.width as usize;
         let new = if new_groups || g.level == Level::Raid10 {
-            if n % width != 0 {
+            if !n.is_multiple_of(width) {
                 return bad(format!(
                     "{n} device(s) do not make whole groups of {width}: give a multiple of {width}"
                 ));
@@ -225,7 +225,7 @@ impl Array {
                 ..g.clone()
             }
         } else {
-            if n % groups != 0 {
+            if !n.is_multiple_of(groups) {
                 return bad(format!(
                     "{n} device(s) cannot widen {groups} groups alike: give a multiple of {groups}, or add whole groups (--new-groups, {width} devices each)"
                 ));

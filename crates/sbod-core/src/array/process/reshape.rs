@@ -548,7 +548,7 @@ mod tests {
         ] {
             let (windows, backups) = walk(old.clone(), new.clone());
             assert!(
-                backups >= 1 && backups <= 3,
+                (1..=3).contains(&backups),
                 "{old:?} -> {new:?}: {backups} backups"
             );
             assert!(windows < 200, "{windows} windows");
