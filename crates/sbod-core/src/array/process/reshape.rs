@@ -270,17 +270,11 @@ impl Array {
             // it is finished from the backup (the next round, or the next start).
             return Err(e);
         }
-        {
-            let _g = self.mgmt.lock().await;
+        self.record_reshape(|| {
             r.pos.store(pos + w, Ordering::Release);
             *r.backup.lock() = None;
-            let st = self.dp().state.load_full();
-            let lost = self.persist(&st, false).await;
-            drop(_g);
-            for m in lost {
-                self.fail_member(&m, OutReason::MetadataWrite).await;
-            }
-        }
+        })
+        .await;
         r.wend.store(pos + w, Ordering::Release);
         r.moved.notify_waiters();
         self.reshape_step(Step::Recorded, pos);
@@ -367,15 +361,21 @@ impl Array {
             at,
             crc: crc32c::crc32c(crate::datapath::slice_of(data)),
         };
+        self.record_reshape(|| *r.backup.lock() = Some(rec)).await;
+        Ok(())
+    }
+
+    /// Change the reshape's record (`change`, under `mgmt`) and write it to the members'
+    /// superblocks; a member whose write failed is failed, as after any state change.
+    async fn record_reshape(&self, change: impl FnOnce()) {
         let _g = self.mgmt.lock().await;
-        *r.backup.lock() = Some(rec);
+        change();
         let st = self.dp().state.load_full();
         let lost = self.persist(&st, false).await;
         drop(_g);
         for m in lost {
             self.fail_member(&m, OutReason::MetadataWrite).await;
         }
-        Ok(())
     }
 
     /// Every byte is in the new layout: the new view takes the whole volume, and the
@@ -452,16 +452,12 @@ impl Array {
             .write(&core.dp, b.start, &data, false, &[])
             .await?;
         self.dp().flush().await?;
-        let _g = self.mgmt.lock().await;
-        r.pos.store(b.start + b.len, Ordering::Release);
-        r.wend.store(b.start + b.len, Ordering::Release);
-        *r.backup.lock() = None;
-        let st = self.dp().state.load_full();
-        let lost = self.persist(&st, false).await;
-        drop(_g);
-        for m in lost {
-            self.fail_member(&m, OutReason::MetadataWrite).await;
-        }
+        self.record_reshape(|| {
+            r.pos.store(b.start + b.len, Ordering::Release);
+            r.wend.store(b.start + b.len, Ordering::Release);
+            *r.backup.lock() = None;
+        })
+        .await;
         tracing::warn!(array = %self.name(), start = b.start, len = b.len, "reshape: the window being moved at the crash was written from its backup");
         Ok(())
     }
