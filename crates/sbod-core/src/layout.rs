@@ -30,6 +30,14 @@ pub struct Geometry {
     pub member_size: u64,
     /// Where data starts on each member.
     pub data_offset: u64,
+    /// Parity shards kept on dedicated members rather than rotated: the last `dedicated`
+    /// parity shards of every stripe live on the last `dedicated` slots of its group, and
+    /// the rest rotate over the other slots as before. What a level change that adds
+    /// parity leaves (raid0 -> raid5, raid5 -> raid6, ec:K+M -> ec:K+(M+1)): the existing
+    /// layout stays where it is and the new parity is computed onto the new member, as
+    /// md's `left-symmetric-6` layout does. 0 for every array created as it is.
+    #[serde(default)]
+    pub dedicated: u8,
 }
 
 impl Geometry {
@@ -151,6 +159,15 @@ impl Geometry {
         }
         if self.member_size == 0 {
             return Err("members are too small to hold one chunk of data".into());
+        }
+        if self.dedicated > 0 {
+            let m = self.redundancy();
+            if !matches!(self.scheme(), Scheme::Parity { .. }) || self.dedicated as usize > m {
+                return Err(format!(
+                    "{} keeps at most {m} parity shard(s) on dedicated members, not {}",
+                    self.level, self.dedicated
+                ));
+            }
         }
         let total = self.member_size as u128 * self.members() as u128;
         if self.member_size > 1 << 60 || self.data_offset > 1 << 40 || total > (1u128 << 63) {

@@ -65,6 +65,10 @@ pub struct Placement {
     /// reshape that widens its groups, whose slots are numbered as the new layout's (group
     /// `g`'s old members keep their slots `g * stride ..`, the new ones follow them).
     stride: usize,
+    /// Parity shards on dedicated slots (the geometry's `dedicated`): the last
+    /// `dedicated` parity shards sit on the group's last `dedicated` slots, the rest of
+    /// the stripe rotates over the slots before them.
+    dedicated: usize,
     /// Concat: where each slot starts in the volume, and the volume's end.
     starts: Vec<u64>,
 }
@@ -90,6 +94,7 @@ impl Placement {
             chunk: geometry.chunk as u64,
             k: geometry.k(),
             stride: geometry.width as usize,
+            dedicated: geometry.dedicated as usize,
             starts,
         }
     }
@@ -202,7 +207,16 @@ impl Placement {
         match self.scheme {
             Scheme::Parity { m: 0, .. } | Scheme::Mirror { .. } | Scheme::Concat => shard,
             Scheme::Parity { k, m } => {
-                let n = self.width as u64;
+                // Dedicated parity: the last shards on the last slots; the rest rotate
+                // over the slots before them as the layout did before they were added.
+                let (n, m) = (self.width - self.dedicated, m - self.dedicated);
+                if shard >= k + m {
+                    return n + (shard - k - m);
+                }
+                if m == 0 {
+                    return shard;
+                }
+                let n = n as u64;
                 let p0 = n - 1 - stripe % n;
                 let rel = if shard < k { m + shard } else { shard - k };
                 ((p0 + rel as u64) % n) as usize
@@ -228,7 +242,14 @@ impl Placement {
         let pos = slot - self.group_slots(self.group_of(slot)).start;
         match self.scheme {
             Scheme::Parity { k, m } if m > 0 => {
-                let n = self.width as u64;
+                let (n, m) = (self.width - self.dedicated, m - self.dedicated);
+                if pos >= n {
+                    return k + m + (pos - n);
+                }
+                if m == 0 {
+                    return pos;
+                }
+                let n = n as u64;
                 let p0 = n - 1 - stripe % n;
                 let rel = ((pos as u64 + n - p0) % n) as usize;
                 if rel < m {
@@ -335,6 +356,7 @@ mod tests {
             chunk: 4096,
             member_size: 4096 * 64,
             data_offset: 1 << 20,
+            dedicated: 0,
         }
     }
 
@@ -471,6 +493,7 @@ mod tests {
             chunk: 4096,
             member_size: 4096 * 8,
             data_offset: 1 << 20,
+            dedicated: 0,
         };
         let p = Placement::new(&g, &[4096 * 2, 4096 * 8, 4096 * 3]);
         assert_eq!(p.volume_size(&g), 4096 * 13);
@@ -481,5 +504,46 @@ mod tests {
         assert_eq!((x[1].slot, x[1].moff, x[1].addr.stripe), (1, 0, 0));
         assert_eq!((x[2].slot, x[2].moff, x[2].addr.stripe), (1, 4096, 1));
         assert_eq!(p.locate(2, 4096), Some(4096 * 11));
+    }
+
+    /// A level change that adds parity keeps every shard of the old layout where it was
+    /// and puts the new parity on the added slot of each group.
+    #[test]
+    fn dedicated_parity_keeps_the_old_layout_in_place() {
+        for (old, new) in [
+            (Level::Raid5, Level::Raid6),
+            (Level::Raid0, Level::Raid5),
+            (Level::Ec { k: 4, m: 2 }, Level::Ec { k: 4, m: 3 }),
+        ] {
+            let w = match old {
+                Level::Ec { k, m } => (k + m) as u32,
+                _ => 5,
+            };
+            let before = Placement::with_stride(&geo(old, w, 3), &[], w as usize + 1);
+            let g = Geometry {
+                dedicated: 1,
+                ..geo(new, w + 1, 3)
+            };
+            g.validate().unwrap();
+            let after = Placement::striped(&g);
+            for group in 0..3 {
+                for stripe in 0..40 {
+                    let addr = StripeAddr { group, stripe };
+                    let old_shards = w as usize;
+                    for shard in 0..old_shards {
+                        assert_eq!(before.slot(addr, shard), after.slot(addr, shard), "{new}");
+                    }
+                    let added = after.slot(addr, old_shards);
+                    assert_eq!(added, group * (w as usize + 1) + w as usize);
+                    for slot in after.group_slots(group) {
+                        assert_eq!(after.slot(addr, after.shard_at(stripe, slot)), slot);
+                    }
+                }
+            }
+            assert_eq!(
+                after.map(0, g.capacity()).len(),
+                before.map(0, g.capacity()).len()
+            );
+        }
     }
 }

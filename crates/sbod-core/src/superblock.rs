@@ -44,6 +44,9 @@ pub const TAG_CHECKSUMS: u16 = 0x0015;
 /// A reshape in progress (record [`TAG_RESHAPE`], incompatible: an older sbod would read
 /// the volume in one layout while half of it is in the other).
 pub const TAG_RESHAPE: u16 = 0x0016;
+/// Parity on dedicated members (record [`TAG_DEDICATED`], one byte: the geometry's
+/// `dedicated`; incompatible: an older sbod would look for that parity where it rotates).
+pub const TAG_DEDICATED: u16 = 0x0017;
 /// Most log devices an array records (a log, and its mirror).
 pub const MAX_LOG_DEVICES: usize = 2;
 /// Bytes reserved for each superblock copy.
@@ -327,7 +330,8 @@ impl ReshapeRec {
         let mut w = W(Vec::with_capacity(96));
         let g = &self.old;
         let (code, k, m) = level_code(g.level);
-        w.u8(1); // version of the record
+        // Version 2 adds the old layout's dedicated parity (the last byte).
+        w.u8(if g.dedicated > 0 { 2 } else { 1 });
         w.u8(code);
         w.u32(k as u32);
         w.u32(m as u32);
@@ -347,12 +351,16 @@ impl ReshapeRec {
             }
             None => w.u8(0),
         }
+        if g.dedicated > 0 {
+            w.u8(g.dedicated);
+        }
         w.0
     }
 
     fn decode(d: &[u8]) -> Result<ReshapeRec, SbError> {
         let mut r = R { b: d, pos: 0 };
-        if r.u8()? != 1 {
+        let version = r.u8()?;
+        if !(1..=2).contains(&version) {
             return Err(SbError::Malformed("unknown reshape record version".into()));
         }
         let code = r.u8()?;
@@ -370,9 +378,8 @@ impl ReshapeRec {
             chunk: r.u32()?,
             member_size: r.u64()?,
             data_offset: r.u64()?,
+            dedicated: 0,
         };
-        old.validate()
-            .map_err(|e| SbError::Malformed(format!("reshape record: {e}")))?;
         let pos = r.u64()?;
         let backup = match r.u8()? {
             0 => None,
@@ -384,6 +391,12 @@ impl ReshapeRec {
             }),
             _ => return Err(SbError::Malformed("bad reshape backup flag".into())),
         };
+        let mut old = old;
+        if version >= 2 {
+            old.dedicated = r.u8()?;
+        }
+        old.validate()
+            .map_err(|e| SbError::Malformed(format!("reshape record: {e}")))?;
         if r.pos != d.len() {
             return Err(SbError::Malformed(
                 "trailing bytes in the reshape record".into(),
@@ -651,6 +664,9 @@ impl Superblock {
         if let Some(r) = &self.reshape {
             record(TAG_RESHAPE, EXT_INCOMPAT, &r.encode());
         }
+        if self.geometry.dedicated > 0 {
+            record(TAG_DEDICATED, EXT_INCOMPAT, &[self.geometry.dedicated]);
+        }
         for e in &self.extensions {
             w.u16(e.tag);
             w.u16(e.flags);
@@ -705,6 +721,7 @@ impl Superblock {
             chunk: r.u32()?,
             member_size: r.u64()?,
             data_offset: r.u64()?,
+            dedicated: 0,
         };
         geometry.validate().map_err(SbError::Malformed)?;
         let bitmap_region = r.u64()?;
@@ -813,6 +830,13 @@ impl Superblock {
         } else {
             (Uuid::nil(), event, Vec::new(), Vec::new(), Known::default())
         };
+        let mut geometry = geometry;
+        if let Some(d) = known.dedicated {
+            geometry.dedicated = d;
+            geometry
+                .validate()
+                .map_err(|e| SbError::Malformed(format!("dedicated parity: {e}")))?;
+        }
         if geometry.data_offset < BITMAP_OFFSET + bitmap_bytes as u64
             || !geometry.data_offset.is_multiple_of(4096)
         {
@@ -914,6 +938,7 @@ struct Known {
     log: Option<LogConfig>,
     tags: Option<TagLayout>,
     reshape: Option<ReshapeRec>,
+    dedicated: Option<u8>,
 }
 
 impl Known {
@@ -984,6 +1009,14 @@ impl Known {
             TAG_RESHAPE => {
                 let t = ReshapeRec::decode(data)?;
                 if self.reshape.replace(t).is_some() {
+                    return Err(twice());
+                }
+            }
+            TAG_DEDICATED => {
+                if data.len() != 1 || data[0] == 0 {
+                    return Err(SbError::Malformed("bad dedicated parity record".into()));
+                }
+                if self.dedicated.replace(data[0]).is_some() {
                     return Err(twice());
                 }
             }
@@ -1096,6 +1129,7 @@ mod tests {
             chunk: 65536,
             member_size: 65536 * 100,
             data_offset: 1 << 20,
+            dedicated: 0,
         };
         Superblock {
             array_uuid: Uuid::new_v4(),
@@ -1228,6 +1262,38 @@ mod tests {
         let crc = crc32c::crc32c(&b[..len]);
         b[16..20].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(Superblock::decode(&b), Err(SbError::Malformed(_))));
+    }
+
+    /// Dedicated parity (a level change's): round-tripped in the geometry and in a
+    /// reshape's old geometry, incompatible for an older sbod, checked against the level.
+    #[test]
+    fn dedicated_parity_round_trips_and_is_checked() {
+        let mut sb = sample();
+        sb.geometry.dedicated = 1;
+        let d = Superblock::decode(&sb.encode()).unwrap();
+        assert_eq!(d, sb);
+        let mut old = sb.geometry.clone();
+        old.level = Level::Raid5;
+        old.width = 3;
+        sb.reshape = Some(ReshapeRec {
+            old,
+            pos: 65536 * 3,
+            backup: None,
+        });
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        // More dedicated parity than the level has: malformed, whatever else is right.
+        let mut bad = sample();
+        bad.geometry.dedicated = 3;
+        assert!(matches!(
+            Superblock::decode(&bad.encode()),
+            Err(SbError::Malformed(_))
+        ));
+        // An sbod that does not know the record refuses the array.
+        let b = with_extension(TAG_DEDICATED + 0x100, EXT_INCOMPAT, &[1]);
+        assert!(matches!(
+            Superblock::decode(&b),
+            Err(SbError::Incompatible(_))
+        ));
     }
 
     /// The checksum record: round-tripped, flagged incompatible (an older sbod must refuse

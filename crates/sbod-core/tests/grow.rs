@@ -448,3 +448,197 @@ fn raid60_grows_wider_groups_and_more_groups_online() {
 fn raid10_grows_by_a_mirror_set_online() {
     reshape_case(Level::Raid10, 2, 2, 2, false);
 }
+
+/// A level change that adds parity (`from` in `groups` groups of `width` to `to`, one
+/// new member per group) while a client writes: nothing moves, the new members are
+/// rebuilt with the new parity, and then the array survives one failure more per group:
+/// assembled without `to`'s redundancy worth of old members in every group, it still
+/// reads every acknowledged write. With `widen`, a later grow restripes the dedicated
+/// parity into the usual rotation.
+fn level_case(from: Level, to: Level, groups: u32, width: usize, widen: bool) {
+    rt().block_on(async {
+        let size = MIB + 48 * CHUNK as u64;
+        let old = devs("o", groups as usize * width, size);
+        let new = devs("p", groups as usize, size);
+        let mut spec = create_spec(from);
+        spec.groups = groups;
+        let a = Array::create(spec, old.iter().map(spec_of).collect())
+            .await
+            .expect("create");
+        let cap = a.size();
+        let model: Model = model_of(cap / BLOCK);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        writer(a.clone(), model.clone(), stop, 20).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let w = tokio::spawn(writer(a.clone(), model.clone(), stop.clone(), 21));
+        let out = a
+            .grow_to(Some(to), new.iter().map(spec_of).collect(), false, false)
+            .await
+            .unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
+        let want_slots: Vec<usize> = (0..groups as usize)
+            .map(|g| g * (width + 1) + width)
+            .collect();
+        assert_eq!(
+            out,
+            GrowOutcome::Parity {
+                slots: want_slots,
+                level: to
+            }
+        );
+        let g = a.geometry();
+        assert_eq!((g.level, g.width as usize, g.dedicated), (to, width + 1, 1));
+        assert_eq!(a.size(), cap, "a level change keeps the capacity");
+        check(&a, &model).await;
+        settle(&a).await;
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        w.await.unwrap();
+        check(&a, &model).await;
+        let h = a.start_scrub(false).expect("scrub");
+        h.wait().await;
+        assert_eq!(h.status().mismatches, 0, "{to}: {:?}", h.status());
+        a.close().await.unwrap();
+
+        // From the members alone: the new level, and the new redundancy in every group.
+        let all: Vec<MemberSpec> = old.iter().chain(&new).map(spec_of).collect();
+        let a = Array::assemble(
+            old.iter().chain(&new).map(spec_of).collect(),
+            AssembleOptions::default(),
+        )
+        .await
+        .expect("assemble");
+        assert_eq!(a.geometry(), g);
+        check(&a, &model).await;
+        a.close().await.unwrap();
+        let red = g.redundancy();
+        let survivors: Vec<MemberSpec> = (0..groups as usize)
+            .flat_map(|grp| {
+                // Leave out the group's first `red` old members (data and rotating parity).
+                old[grp * width + red..(grp + 1) * width]
+                    .iter()
+                    .chain(std::iter::once(&new[grp]))
+                    .map(spec_of)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let a = Array::assemble(
+            survivors,
+            AssembleOptions {
+                degraded: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("assemble without redundancy's worth of members per group");
+        check(&a, &model).await;
+        a.abandon().await;
+
+        if widen {
+            let a = Array::assemble(all, AssembleOptions::default())
+                .await
+                .expect("assemble");
+            settle(&a).await;
+            let more = devs("q", groups as usize, size);
+            let out = a
+                .grow_add(more.iter().map(spec_of).collect(), false, false)
+                .await
+                .expect("widen");
+            let GrowOutcome::Reshaping { to: big, .. } = out else {
+                panic!("{out:?}")
+            };
+            reshaped(&a).await;
+            assert_eq!(a.geometry().dedicated, 0, "the restripe rotates all parity");
+            model.lock().await.resize((big / BLOCK) as usize, 0);
+            check(&a, &model).await;
+            let h = a.start_scrub(false).expect("scrub");
+            h.wait().await;
+            assert_eq!(h.status().mismatches, 0, "{:?}", h.status());
+            a.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn raid5_becomes_raid6_online_and_survives_two_failures() {
+    level_case(Level::Raid5, Level::Raid6, 1, 4, false);
+}
+
+#[test]
+fn raid0_becomes_raid5_and_ec_gains_a_parity_in_two_groups() {
+    level_case(Level::Raid0, Level::Raid5, 1, 3, false);
+    level_case(
+        Level::Ec { k: 3, m: 2 },
+        Level::Ec { k: 3, m: 3 },
+        2,
+        5,
+        false,
+    );
+}
+
+#[test]
+fn raid50_becomes_raid60_and_then_grows_wider() {
+    level_case(Level::Raid5, Level::Raid6, 2, 3, true);
+}
+
+#[test]
+fn level_changes_that_lose_or_reshape_are_refused_by_name() {
+    rt().block_on(async {
+        let size = MIB + 16 * CHUNK as u64;
+        let d = devs("l", 6, size);
+        let a = Array::create(create_spec(Level::Raid6), d.iter().map(spec_of).collect())
+            .await
+            .expect("create");
+        let g = a.geometry();
+        let extra = devs("x", 2, size);
+        for (to, n, want) in [
+            (Level::Ec { k: 4, m: 3 }, 1, "only to ec:4+3"),
+            (Level::Raid5, 1, "not supported"),
+            (Level::Raid1, 1, "not supported"),
+        ] {
+            let e = a
+                .grow_to(
+                    Some(to),
+                    extra[..n].iter().map(spec_of).collect(),
+                    false,
+                    false,
+                )
+                .await
+                .expect_err("refused");
+            assert!(
+                e.to_string().contains(want) || e.to_string().contains("raid6"),
+                "{to}: {e}"
+            );
+        }
+        a.close().await.unwrap();
+        let d = devs("k", 4, size);
+        let a = Array::create(create_spec(Level::Raid5), d.iter().map(spec_of).collect())
+            .await
+            .expect("create");
+        let e = a
+            .grow_to(
+                Some(Level::Raid6),
+                extra.iter().map(spec_of).collect(),
+                false,
+                false,
+            )
+            .await
+            .expect_err("two for one group");
+        assert!(e.to_string().contains("one new member per group"), "{e}");
+        let e = a
+            .grow_to(
+                Some(Level::Raid6),
+                extra[..1].iter().map(spec_of).collect(),
+                true,
+                false,
+            )
+            .await
+            .expect_err("new groups");
+        assert!(e.to_string().contains("--new-groups"), "{e}");
+        assert_eq!(a.geometry().level, Level::Raid5);
+        for x in &extra {
+            let sb = sbod_core::read_superblock(&(x.clone() as Arc<dyn BlockDev>)).await;
+            assert!(sb.is_err(), "a refused device got a superblock");
+        }
+        a.close().await.unwrap();
+        let _ = g;
+    });
+}

@@ -136,6 +136,9 @@ enum Op {
         per: usize,
         new_groups: bool,
     },
+    /// `sbod grow --level`: one more parity shard per stripe (raid0 -> raid5 -> raid6,
+    /// ec:K+M -> ec:K+(M+1)), one new member per group, rebuilt before the next operation.
+    AddParity,
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -146,6 +149,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => Just(Op::Flush),
         1 => any::<usize>().prop_map(|pick| Op::Fail { pick }),
         1 => (1usize..3, any::<bool>()).prop_map(|(per, new_groups)| Op::Grow { per, new_groups }),
+        1 => Just(Op::AddParity),
     ]
 }
 
@@ -156,8 +160,8 @@ fn pattern(len: usize, seed: u8, off: u64) -> Vec<u8> {
 }
 
 /// Can the array still hold data if the slots in `failed` are gone?
-fn survives(g: &Geo, width: usize, members: usize, failed: &[usize]) -> bool {
-    let red = match g.level {
+fn survives(level: Level, width: usize, members: usize, failed: &[usize]) -> bool {
+    let red = match level {
         Level::Raid0 | Level::Concat => 0,
         Level::Raid1 | Level::Raid10 => width - 1,
         Level::Raid5 => 1,
@@ -184,6 +188,8 @@ proptest! {
             let mut failed: Vec<usize> = Vec::new();
             let mut dead = false;
             let mut grown = 0;
+            // The level now (a level change adds parity).
+            let mut level = g.level;
             for op in ops {
                 // The new capacity appears when a reshape ends: it reads as zeros.
                 if !dead && a.size() as usize > model.len() {
@@ -234,13 +240,13 @@ proptest! {
                         }
                         let geo = a.geometry();
                         let (groups, w) = (geo.groups as usize, geo.width as usize);
-                        let add = match g.level {
+                        let add = match level {
                             Level::Raid1 | Level::Concat => per,
                             Level::Raid10 => w,
                             _ if new_groups => w,
                             _ => per * groups,
                         };
-                        let new_groups = new_groups && !matches!(g.level, Level::Raid1 | Level::Concat);
+                        let new_groups = new_groups && !matches!(level, Level::Raid1 | Level::Concat);
                         let extra: Vec<Arc<MemDev>> = (0..add)
                             .map(|i| Arc::new(MemDev::new(format!("g{grown}x{i}"), member_size(&g))))
                             .collect();
@@ -252,7 +258,7 @@ proptest! {
                             continue;
                         };
                         grown += 1;
-                        if g.level == Level::Raid1 {
+                        if level == Level::Raid1 {
                             // New copies hold nothing until rebuilt: the model counts them
                             // once they are (the engine does not count them before).
                             for _ in 0..5000 {
@@ -268,7 +274,7 @@ proptest! {
                         // devices take the slots left.
                         let mut taken = vec![false; now.members()];
                         for s in slot_of.iter_mut() {
-                            if matches!(g.level, Level::Raid1 | Level::Concat) || nw == w {
+                            if matches!(level, Level::Raid1 | Level::Concat) || nw == w {
                                 continue;
                             }
                             *s = (*s / w) * nw + *s % w;
@@ -283,6 +289,47 @@ proptest! {
                         }
                         width = nw;
                     }
+                    Op::AddParity => {
+                        let to = match level {
+                            Level::Raid0 => Level::Raid5,
+                            Level::Raid5 => Level::Raid6,
+                            Level::Ec { k, m } => Level::Ec { k, m: m + 1 },
+                            _ => continue,
+                        };
+                        if dead || !failed.is_empty() || grown >= 2 {
+                            continue;
+                        }
+                        let geo = a.geometry();
+                        let (groups, w) = (geo.groups as usize, geo.width as usize);
+                        let extra: Vec<Arc<MemDev>> = (0..groups)
+                            .map(|i| Arc::new(MemDev::new(format!("p{grown}x{i}"), member_size(&g))))
+                            .collect();
+                        let r = a.grow_to(Some(to), specs(&extra), false, false).await;
+                        let Ok(_) = r else {
+                            // Refused (a group past its limits, a reshape still running):
+                            // nothing changed.
+                            prop_assert_eq!(a.geometry(), geo, "a refused level change changed the shape");
+                            continue;
+                        };
+                        grown += 1;
+                        // The new parity counts once it is rebuilt.
+                        for _ in 0..5000 {
+                            if a.status().members.iter().all(|m| m.state == sbod_core::array::MemberState::Active) {
+                                break;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                        }
+                        prop_assert_eq!(a.geometry().level, to);
+                        for s in slot_of.iter_mut() {
+                            *s = (*s / w) * (w + 1) + *s % w;
+                        }
+                        for (grp, d) in extra.into_iter().enumerate() {
+                            slot_of.push(grp * (w + 1) + w);
+                            devs.push(d);
+                        }
+                        width = w + 1;
+                        level = to;
+                    }
                     Op::Fail { pick } => {
                         let dev = pick % devs.len();
                         let slot = slot_of[dev];
@@ -294,7 +341,7 @@ proptest! {
                         failed.push(slot);
                         let before = dead;
                         let members = a.geometry().members();
-                        dead = !survives(&g, width, members, &failed);
+                        dead = !survives(level, width, members, &failed);
                         if dead && !before {
                             // Touch every member so the engine notices the failure.
                             let _ = a.read(0, size as usize).await;
@@ -385,7 +432,7 @@ fn every_loss_combination_reconstructs() {
             let mut combos = 0;
             for mask in 0u32..(1 << n) {
                 let lost: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
-                if !survives(&g, width, g.members, &lost) {
+                if !survives(g.level, width, g.members, &lost) {
                     continue;
                 }
                 combos += 1;
@@ -1070,7 +1117,7 @@ proptest! {
                 let kill = r.fail.map(|p| p % g.members).filter(|s| {
                     let mut f = failed.clone();
                     f.push(*s);
-                    !failed.contains(s) && survives(&g, width, g.members, &f)
+                    !failed.contains(s) && survives(g.level, width, g.members, &f)
                 });
                 let side = async {
                     tokio::task::yield_now().await;

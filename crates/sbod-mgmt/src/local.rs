@@ -160,6 +160,7 @@ impl Local {
                 drop,
                 domain,
                 new_groups,
+                level,
                 force,
             } => {
                 let room = room()?;
@@ -178,7 +179,7 @@ impl Local {
                         for p in &add {
                             specs.push(members::open(p, &domain)?);
                         }
-                        a.grow_add(specs, new_groups, force).await.map(|o| {
+                        a.grow_to(level, specs, new_groups, force).await.map(|o| {
                             let g = a.geometry();
                             let (kind, from, to, g) = match o {
                                 sbod_core::GrowOutcome::Reshaping { from, to, geometry } => {
@@ -186,6 +187,9 @@ impl Local {
                                 }
                                 sbod_core::GrowOutcome::Copies { .. } => {
                                     ("copies", before, a.size(), g)
+                                }
+                                sbod_core::GrowOutcome::Parity { .. } => {
+                                    ("parity", before, a.size(), g)
                                 }
                                 sbod_core::GrowOutcome::Appended { from, to } => {
                                     ("appended", from, to, g)

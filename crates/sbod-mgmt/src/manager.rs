@@ -559,6 +559,7 @@ impl Manager {
             drop: a.drop.as_ref().map(|d| registry::member_ref(name, d)),
             domain: a.domain.clone(),
             new_groups: a.new_groups,
+            level: a.level,
             force: a.force,
         };
         if served {

@@ -41,6 +41,9 @@ pub enum Request {
         domain: String,
         #[serde(default, skip_serializing_if = "is_false")]
         new_groups: bool,
+        /// A level change (one more parity shard per stripe) with the members added.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        level: Option<crate::Level>,
         #[serde(default, skip_serializing_if = "is_false")]
         force: bool,
     },
@@ -253,6 +256,10 @@ pub struct GrowArgs {
     /// group.
     #[serde(default)]
     pub new_groups: bool,
+    /// A level change with the members added (one more parity shard per stripe, one new
+    /// member per group: raid0 -> raid5, raid5 -> raid6, ec:K+M -> ec:K+(M+1)).
+    #[serde(default)]
+    pub level: Option<crate::Level>,
     /// Create missing member files of this size.
     #[serde(default)]
     pub size: Option<Size>,
@@ -266,7 +273,8 @@ pub struct GrowArgs {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrowReply {
     /// `reshape` (data moves into the new layout, in the background), `copies` (new
-    /// mirror copies rebuilding), `appended` (concat: the volume grew at once), `dropped`
+    /// mirror copies rebuilding), `parity` (a level change: the new parity members
+    /// rebuilding), `appended` (concat: the volume grew at once), `dropped`
     /// (a mirror copy left).
     pub kind: String,
     /// The volume's size before, and once the change is done.

@@ -175,6 +175,11 @@ pub struct GrowArgs {
     /// Add the members as whole new groups of the array's width, not wider groups.
     #[arg(long)]
     pub new_groups: bool,
+    /// Change the level with the members added, one per group: raid0 -> raid5, raid5 ->
+    /// raid6, ec:K+M -> ec:K+(M+1). Nothing moves: the new parity is rebuilt onto the new
+    /// members while the array serves.
+    #[arg(long, value_name = "LEVEL", requires = "add")]
+    pub level: Option<Level>,
     /// Failure domain of the new members.
     #[arg(long, default_value = "")]
     pub domain: String,
@@ -629,6 +634,7 @@ pub async fn grow(args: GrowArgs) -> Result<()> {
         drop: args.drop,
         domain: args.domain,
         new_groups: args.new_groups,
+        level: args.level,
         size: args.size.map(Size),
         preallocate: args.preallocate,
         force: args.force,
@@ -649,6 +655,10 @@ pub async fn grow(args: GrowArgs) -> Result<()> {
             human(r.from)
         ),
         "copies" => println!("{n}: now {shape}: the new copies are being rebuilt"),
+        "parity" if via == Via::Served && !args.wait => println!(
+            "{n}: now {shape}: the new parity is being rebuilt onto the new member(s); full redundancy when it ends (`sbod status {n}`)"
+        ),
+        "parity" => println!("{n}: now {shape}, with its new parity in place"),
         "appended" => println!("{n}: now {} (was {})", human(r.to), human(r.from)),
         _ => println!("{n}: now {shape}"),
     }

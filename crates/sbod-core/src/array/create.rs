@@ -160,6 +160,7 @@ impl CreateSpec {
             chunk: self.chunk,
             member_size: chunk,
             data_offset: 1 << 20,
+            dedicated: 0,
         }
         .validate()
         .map_err(|e| Error::Invalid(e.into()))?;
@@ -295,6 +296,7 @@ impl Array {
             chunk: spec.chunk,
             member_size,
             data_offset,
+            dedicated: 0,
         };
         geometry.validate().map_err(|e| {
             if member_size == 0 {

@@ -10,9 +10,15 @@
 //! - concat appends members: the volume grows by their size at once (the new space is
 //!   zeroed first where checksums promise that unwritten blocks read as zeros).
 //!
-//! Every other shape change needs data restriped (raid0/5/6/ec wider, more groups, a new
-//! level or chunk): refused by name before anything changes. The restripe design is in
-//! docs/ENGINE.md ("Reshape").
+//! - a striped array gets one more parity shard per stripe (`grow_parity`: raid0 ->
+//!   raid5, raid5 -> raid6, ec:K+M -> ec:K+(M+1)), on one new member per group: nothing
+//!   moves, the new parity is computed onto the new members by a rebuild (md's
+//!   `left-symmetric-6` conversion; see `Geometry::dedicated`).
+//!
+//! Restriping (raid0/5/6/ec wider, more groups) is the reshape process
+//! (`process::reshape`); a new chunk, fewer members and other level changes are refused by
+//! name before anything changes. The design is in docs/ENGINE.md ("Views, grow and
+//! reshape").
 //!
 //! A swap keeps the meaning of every stripe address of the slots that stay (a mirror
 //! group's stripes and concat's per-slot stripes do not depend on the member count), so a
@@ -43,6 +49,10 @@ pub enum GrowOutcome {
     Copies { slots: Vec<usize> },
     /// Concat members appended: the volume's size before and after.
     Appended { from: u64, to: u64 },
+    /// One more parity shard per stripe (a level change: raid0 -> raid5, raid5 -> raid6,
+    /// ec:K+M -> ec:K+(M+1)): the new member of each group, in these slots, is being
+    /// filled with it; the data stays where it is.
+    Parity { slots: Vec<usize>, level: Level },
 }
 
 impl Array {
@@ -98,6 +108,18 @@ impl Array {
         new_groups: bool,
         force: bool,
     ) -> Result<GrowOutcome> {
+        self.grow_to(None, specs, new_groups, force).await
+    }
+
+    /// `sbod grow NAME [--level L] --add DEV...`: as [`Array::grow_add`], or with a new
+    /// `level` a level change (see [`Array::grow_parity`]).
+    pub async fn grow_to(
+        &self,
+        level: Option<Level>,
+        specs: Vec<MemberSpec>,
+        new_groups: bool,
+        force: bool,
+    ) -> Result<GrowOutcome> {
         self.check_growable()?;
         if specs.is_empty() {
             return Err(Error::Invalid(
@@ -109,6 +131,14 @@ impl Array {
             if specs[..i].iter().any(|b| b.path == a.path) {
                 return Err(Error::Invalid(format!("{} is given twice", a.path).into()));
             }
+        }
+        if let Some(l) = level.filter(|&l| l != g.level) {
+            if new_groups {
+                return Err(Error::Invalid(
+                    "a level change adds one member to every group: leave --new-groups out".into(),
+                ));
+            }
+            return self.grow_parity(l, specs, force).await;
         }
         if !matches!(g.level, Level::Raid1 | Level::Concat) {
             return self.grow_restripe(specs, new_groups, force).await;
@@ -207,6 +237,189 @@ impl Array {
         }
     }
 
+    /// The geometry a level change to `level` gives `g` with one more member per group,
+    /// or why not (by name, with what would work).
+    fn with_parity(g: &Geometry, level: Level) -> Result<Geometry> {
+        let ok = match (g.level, level) {
+            (Level::Raid0, Level::Raid5) | (Level::Raid5, Level::Raid6) => true,
+            (Level::Ec { k, m }, Level::Ec { k: k2, m: m2 }) => k2 == k && m2 == m + 1,
+            _ => false,
+        };
+        if !ok {
+            let next = match g.level {
+                Level::Raid0 => Some("raid5".to_string()),
+                Level::Raid5 => Some("raid6".to_string()),
+                Level::Ec { k, m } => Some(format!("ec:{k}+{}", m + 1)),
+                _ => None,
+            };
+            let what = match next {
+                Some(n) => format!(
+                    "a {} array changes level online only to {n} (one more parity shard, one more member per group)",
+                    g.level
+                ),
+                None => format!("a {} array does not change level online", g.level),
+            };
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "{what}; {level} is not supported: nothing was changed"
+                ))
+                .or(Step::say(
+                    "for other levels create a new array and copy the volume over (nbdcopy)",
+                )),
+            ));
+        }
+        let new = Geometry {
+            level,
+            width: g.width + 1,
+            dedicated: g.dedicated + 1,
+            ..g.clone()
+        };
+        new.validate().map_err(|e| Error::Invalid(e.into()))?;
+        Ok(new)
+    }
+
+    /// A level change that adds one parity shard per stripe (raid0 -> raid5, raid5 ->
+    /// raid6, ec:K+M -> ec:K+(M+1)), one new member per group. The data and the parity
+    /// there is stay where they are; the new parity goes on the new member of each group
+    /// (a dedicated parity member, `Geometry::dedicated`), filled by a rebuild while the
+    /// array serves: until it ends, each group survives what it survived before; after,
+    /// one failure more. The new geometry is recorded on every member (event + 1) with
+    /// the new slots rebuilding, so a crash at any point leaves either the old array or
+    /// the new one with its rebuild to resume: nothing is ever half-moved.
+    pub async fn grow_parity(
+        &self,
+        level: Level,
+        specs: Vec<MemberSpec>,
+        force: bool,
+    ) -> Result<GrowOutcome> {
+        let g = self.geometry();
+        let new_g = Self::with_parity(&g, level)?;
+        let groups = g.groups as usize;
+        if specs.len() != groups {
+            return Err(Error::Invalid(
+                format!(
+                    "{} -> {level} takes one new member per group: give {groups}, not {}",
+                    g.level,
+                    specs.len()
+                )
+                .into(),
+            ));
+        }
+        self.check_quiet_for(&format!("a level change to {level}"))?;
+        let st = self.dp().state.load_full();
+        for spec in &specs {
+            self.check_joining(spec).await?;
+            self.check_new_member(spec)?;
+            check_blank(&spec.dev, force).await?;
+            self.probe_joining(&spec.path, &spec.dev).await?;
+        }
+        // Failure domains: a group's domain may not hold more members than it survives.
+        let ow = g.width as usize;
+        for (grp, spec) in specs.iter().enumerate() {
+            if spec.domain.is_empty() {
+                continue;
+            }
+            let same = st.slots[grp * ow..(grp + 1) * ow]
+                .iter()
+                .filter_map(|s| s.member.as_ref())
+                .filter(|m| m.domain == spec.domain)
+                .count();
+            if same + 1 > new_g.redundancy() && !force {
+                return Err(Error::Refused(
+                    Msg::new(format!(
+                        "failure domain '{}' already holds {same} member(s) of group {grp}, which survives {} failure(s) after the change",
+                        spec.domain,
+                        new_g.redundancy()
+                    ))
+                    .or(Step::say(format!("put {} in another domain", spec.path)))
+                    .or(Step::force("add it there all the same")),
+                ));
+            }
+        }
+        for spec in &specs {
+            claim_metadata(&spec.dev, g.data_offset, &spec.path).await?;
+        }
+        let members: Vec<Arc<Member>> = specs
+            .into_iter()
+            .map(|spec| Self::new_member(spec, g.member_size))
+            .collect();
+        let slots = self
+            .swap_view(new_g, |st| {
+                // Each group's new member after its old ones: the slots renumber as the
+                // new geometry numbers them.
+                for (grp, m) in members.iter().enumerate().rev() {
+                    st.slots.insert(
+                        (grp + 1) * ow,
+                        SlotRt {
+                            entry: Some(m.entry()),
+                            member: Some(m.clone()),
+                            state: SlotState::Rebuilding,
+                            recovery: Arc::new(AtomicU64::new(0)),
+                            replacement: None,
+                            out: None,
+                            bitmap_recovery: false,
+                            note: None,
+                        },
+                    );
+                }
+                (0..members.len())
+                    .map(|grp| grp * (ow + 1) + ow)
+                    .collect::<Vec<_>>()
+            })
+            .await?;
+        for (&i, m) in slots.iter().zip(&members) {
+            self.log_recovery(
+                i,
+                m,
+                format!("new parity ({} -> {level})", g.level),
+                false,
+                m.size,
+            );
+        }
+        tracing::info!(array = %self.name(), from = %g.level, to = %level, "level change: new parity rebuilding");
+        self.kick();
+        Ok(GrowOutcome::Parity { slots, level })
+    }
+
+    /// Refuse a change that needs every member in service and no initial sync, log or
+    /// reshape (`what` names it).
+    fn check_quiet_for(&self, what: &str) -> Result<()> {
+        let st = self.dp().state.load_full();
+        if let Some(i) = st.slots.iter().position(|s| s.state != SlotState::Active) {
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "slot {i} of '{}' is not in sync: {what} starts only with every member in service",
+                    self.name()
+                ))
+                .or(Step::say("let the rebuild finish (or replace the missing member), then grow")),
+            ));
+        }
+        if self.dp().resync_offset.load(Ordering::Acquire) != u64::MAX {
+            return Err(Error::Refused(
+                Msg::new(format!("'{}' is still in its initial sync", self.name()))
+                    .or(Step::say("wait for it to finish, then grow")),
+            ));
+        }
+        if self.log().is_some() {
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "'{}' has a log device: its records name slots {what} renumbers",
+                    self.name()
+                ))
+                .or(Step::say(
+                    "remove the log device, grow, and add it back when the change is done",
+                )),
+            ));
+        }
+        if self.reshaping().is_some() {
+            return Err(Error::Refused(
+                Msg::new(format!("'{}' is already reshaping", self.name()))
+                    .or(Step::say("wait for it to finish")),
+            ));
+        }
+        Ok(())
+    }
+
     /// The layout `n` more members give a striped array: wider groups (each group gets
     /// `n / groups`), or with `new_groups` more groups of the same width. Refused by name
     /// where it does not divide, or the level cannot grow so.
@@ -238,9 +451,11 @@ impl Array {
                 },
                 l => l,
             };
+            // The restripe rotates every parity shard again.
             Geometry {
                 level,
                 width: (width + per) as u32,
+                dedicated: 0,
                 ..g.clone()
             }
         };
@@ -258,39 +473,7 @@ impl Array {
     ) -> Result<GrowOutcome> {
         let g = self.geometry();
         let new_g = self.wider(&g, specs.len(), new_groups)?;
-        let st = self.dp().state.load_full();
-        if let Some(i) = st.slots.iter().position(|s| s.state != SlotState::Active) {
-            return Err(Error::Refused(
-                Msg::new(format!(
-                    "slot {i} of '{}' is not in sync: a reshape starts only with every member in service",
-                    self.name()
-                ))
-                .or(Step::say("let the rebuild finish (or replace the missing member), then grow")),
-            ));
-        }
-        if self.dp().resync_offset.load(Ordering::Acquire) != u64::MAX {
-            return Err(Error::Refused(
-                Msg::new(format!("'{}' is still in its initial sync", self.name()))
-                    .or(Step::say("wait for it to finish, then grow")),
-            ));
-        }
-        if self.log().is_some() {
-            return Err(Error::Refused(
-                Msg::new(format!(
-                    "'{}' has a log device: its records name slots the reshape renumbers",
-                    self.name()
-                ))
-                .or(Step::say(
-                    "remove the log device, grow, and add it back when the reshape is done",
-                )),
-            ));
-        }
-        if self.reshaping().is_some() {
-            return Err(Error::Refused(
-                Msg::new(format!("'{}' is already reshaping", self.name()))
-                    .or(Step::say("wait for it to finish")),
-            ));
-        }
+        self.check_quiet_for("a reshape")?;
         // Everything checked before anything is written.
         for spec in &specs {
             self.check_joining(spec).await?;

@@ -219,9 +219,10 @@ function arrayActions(s) {
       onclick: () => run(s.name, "grow", `Grow ${s.name}?`, growText(s),
         [{ name: "members", label: "New members (paths, separated by spaces)", placeholder: "/dev/sdX /dev/sdY or /path/d8.img" },
          { name: "size", label: "Create files of this size if missing (optional)", placeholder: "e.g. 1G" },
-         { name: "new_groups", label: "Type 'groups' to add whole groups rather than widen each (optional)" }],
+         { name: "new_groups", label: "Type 'groups' to add whole groups rather than widen each (optional)" },
+         { name: "level", label: "New level, one member per group (optional: raid0 -> raid5, raid5 -> raid6, ec:K+M -> ec:K+(M+1))" }],
         (f) => ({ add: f.members.split(/\s+/).filter((x) => x), ...(f.size ? { size: f.size } : {}),
-          new_groups: f.new_groups === "groups" })),
+          ...(f.level ? { level: f.level } : {}), new_groups: f.new_groups === "groups" })),
     }, "grow"),
     el("button", {
       onclick: () => run(s.name, "set", `Rebuild rates of ${s.name}`,
