@@ -66,7 +66,8 @@ pub mod process {
 }
 
 pub use array::{
-    read_superblock, AddOutcome, Array, AssembleOptions, CreateSpec, GrowOutcome, MemberSpec, ReAdd,
+    read_superblock, AddOutcome, Array, AssembleOptions, CreateSpec, GrowOutcome, MemberSpec,
+    ReAdd, SizeTarget,
 };
 pub use buf::AlignedBuf;
 pub use error::{Error, Result};

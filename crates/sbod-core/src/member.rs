@@ -44,12 +44,36 @@ pub struct Member {
     /// Data bytes this member holds (concat members may differ).
     pub size: u64,
     pub is_file: bool,
-    pub stats: MemberStats,
+    /// Shared with the member's next incarnation (a grow that gives it more space makes
+    /// a new `Member` of the same device): the counters and the checksum cache (which
+    /// may hold tags not yet written back) stay one.
+    pub stats: Arc<MemberStats>,
     /// Its cached checksums (arrays with `--integrity`; see `integrity`).
-    pub tags: crate::integrity::MemberTags,
+    pub tags: Arc<crate::integrity::MemberTags>,
 }
 
 impl Member {
+    /// The same member: the same open device under the same identity (also across a
+    /// grow that gave it more space, see [`Member::resized`]).
+    pub(crate) fn same(&self, other: &Member) -> bool {
+        Arc::ptr_eq(&self.dev, &other.dev) && self.uuid == other.uuid
+    }
+
+    /// This member holding `size` data bytes: the same device, identity, counters and
+    /// checksum cache (`sbod grow --size`).
+    pub(crate) fn resized(&self, size: u64) -> Arc<Member> {
+        Arc::new(Member {
+            dev: self.dev.clone(),
+            uuid: self.uuid,
+            path: self.path.clone(),
+            domain: self.domain.clone(),
+            size,
+            is_file: self.is_file,
+            stats: self.stats.clone(),
+            tags: self.tags.clone(),
+        })
+    }
+
     pub(crate) fn entry(&self) -> MemberEntry {
         MemberEntry {
             uuid: self.uuid,

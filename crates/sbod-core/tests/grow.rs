@@ -7,6 +7,7 @@
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::{
     AlignedBuf, Array, AssembleOptions, CreateSpec, Error, GrowOutcome, Level, MemberSpec,
+    SizeTarget,
 };
 use std::sync::Arc;
 
@@ -640,5 +641,96 @@ fn level_changes_that_lose_or_reshape_are_refused_by_name() {
         }
         a.close().await.unwrap();
         let _ = g;
+    });
+}
+
+/// `sbod grow --size max` after the members were replaced by larger ones: members of
+/// different sizes use the smallest, a grow past what the checksum area covers or below
+/// the size in use is refused by name, and the new space reads as zeros, takes writes,
+/// has its parity right (a scrub finds nothing; two members fewer still read it all) and
+/// stays across a restart.
+#[test]
+fn bigger_members_are_used_with_size_max() {
+    rt().block_on(async {
+        let small = MIB + 48 * CHUNK as u64;
+        let big = 16 * MIB;
+        let d = devs("s", 4, small);
+        let mut spec = create_spec(Level::Raid6);
+        spec.bitmap_region = Some(4 * CHUNK as u64);
+        let a = Array::create(spec, d.iter().map(spec_of).collect())
+            .await
+            .expect("create");
+        let cap = a.size();
+        let model: Model = model_of(cap / BLOCK);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        writer(a.clone(), model.clone(), stop, 30).await;
+        let e = a
+            .grow_size(SizeTarget::Max)
+            .await
+            .expect_err("nothing bigger yet");
+        assert!(e.to_string().contains("the smallest member"), "{e}");
+        // Replace every member by a bigger one, the last one while it serves.
+        let b = devs("b", 4, big);
+        for (old, new) in d.iter().zip(&b) {
+            a.replace(old.name(), spec_of(new), false)
+                .await
+                .expect("replace");
+            settle(&a).await;
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let w = tokio::spawn(writer(a.clone(), model.clone(), stop.clone(), 31));
+        let e = a
+            .grow_size(SizeTarget::Bytes(12 * MIB))
+            .await
+            .expect_err("past the checksum area");
+        assert!(e.to_string().contains("checksum area"), "{e}");
+        let e = a
+            .grow_size(SizeTarget::Bytes(CHUNK as u64))
+            .await
+            .expect_err("shrink");
+        assert!(e.to_string().contains("shrinking"), "{e}");
+        let out = a.grow_size(SizeTarget::Max).await.expect("grow --size max");
+        let GrowOutcome::Resized { from, to } = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(from, cap);
+        assert!(to > cap, "{from} -> {to}");
+        assert_eq!(a.size(), to);
+        // That was all the checksum area covers: it says so.
+        let e = a
+            .grow_size(SizeTarget::Max)
+            .await
+            .expect_err("at the limit");
+        assert!(e.to_string().contains("checksum area"), "{e}");
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        w.await.unwrap();
+        model.lock().await.resize((to / BLOCK) as usize, 0);
+        check(&a, &model).await;
+        // The new space takes writes.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        writer(a.clone(), model.clone(), stop, 32).await;
+        check(&a, &model).await;
+        let h = a.start_scrub(false).expect("scrub");
+        h.wait().await;
+        assert_eq!(h.status().mismatches, 0, "{:?}", h.status());
+        let g = a.geometry();
+        a.close().await.unwrap();
+        let a = Array::assemble(b.iter().map(spec_of).collect(), AssembleOptions::default())
+            .await
+            .expect("assemble");
+        assert_eq!((a.geometry(), a.size()), (g, to));
+        check(&a, &model).await;
+        a.close().await.unwrap();
+        let a = Array::assemble(
+            b[2..].iter().map(spec_of).collect(),
+            AssembleOptions {
+                degraded: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("two members fewer");
+        check(&a, &model).await;
+        a.abandon().await;
     });
 }

@@ -161,11 +161,31 @@ impl Local {
                 domain,
                 new_groups,
                 level,
+                member_size,
                 force,
             } => {
                 let room = room()?;
                 let before = a.size();
                 let r = match &drop {
+                    None if add.is_empty() => {
+                        let target = match member_size {
+                            Some(sbod_types::control::MemberSize::Bytes(b)) => {
+                                sbod_core::SizeTarget::Bytes(b)
+                            }
+                            _ => sbod_core::SizeTarget::Max,
+                        };
+                        a.grow_size(target).await.map(|_| {
+                            let g = a.geometry();
+                            GrowReply {
+                                kind: "resized".into(),
+                                from: before,
+                                to: a.size(),
+                                level: g.level,
+                                groups: g.groups,
+                                width: g.width,
+                            }
+                        })
+                    }
                     Some(who) => a.drop_copy(who, force).await.map(|()| GrowReply {
                         kind: "dropped".into(),
                         from: before,
@@ -191,6 +211,9 @@ impl Local {
                                 sbod_core::GrowOutcome::Parity { .. } => {
                                     ("parity", before, a.size(), g)
                                 }
+                                sbod_core::GrowOutcome::Resized { from, to } => {
+                                    ("resized", from, to, g)
+                                }
                                 sbod_core::GrowOutcome::Appended { from, to } => {
                                     ("appended", from, to, g)
                                 }
@@ -208,6 +231,7 @@ impl Local {
                 };
                 let done = match &drop {
                     Some(d) => format!("{d} dropped"),
+                    None if add.is_empty() => "members grown".to_string(),
                     None => format!("grown by {}", add.join(", ")),
                 };
                 let out = self.record_after(room, r, &done, add.first().map(|s| s.as_str()))?;

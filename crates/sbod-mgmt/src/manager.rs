@@ -524,10 +524,11 @@ impl Manager {
     /// offline it always runs to the end here.
     pub async fn grow(&self, name: &str, a: &GrowArgs, wait: bool) -> Result<(Via, GrowReply)> {
         registry::load(name)?;
-        if a.add.is_empty() == a.drop.is_none() {
+        let verbs = [!a.add.is_empty(), a.drop.is_some(), a.member_size.is_some()];
+        if verbs.iter().filter(|&&x| x).count() != 1 {
             return Err(err(
                 ErrorKind::Invalid,
-                "grow takes either --add DEV... or --drop MEMBER",
+                "grow takes one of --add DEV..., --drop MEMBER or --size max|SIZE (with nothing added: use more of every member)",
             ));
         }
         let served = control::running(name).await;
@@ -560,6 +561,7 @@ impl Manager {
             domain: a.domain.clone(),
             new_groups: a.new_groups,
             level: a.level,
+            member_size: a.member_size,
             force: a.force,
         };
         if served {

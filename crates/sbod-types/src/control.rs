@@ -44,6 +44,9 @@ pub enum Request {
         /// A level change (one more parity shard per stripe) with the members added.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         level: Option<crate::Level>,
+        /// Use more of every member (`--size max|SIZE`), with nothing added.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        member_size: Option<MemberSize>,
         #[serde(default, skip_serializing_if = "is_false")]
         force: bool,
     },
@@ -206,6 +209,53 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// `sbod grow --size max|SIZE`: the data bytes every member holds after the grow (`max`:
+/// all the smallest member can, within what the array's metadata covers). In JSON
+/// `"max"`, a number of bytes or a size string (`"2T"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberSize {
+    Max,
+    Bytes(u64),
+}
+
+impl std::str::FromStr for MemberSize {
+    type Err = crate::ParseError;
+    fn from_str(s: &str) -> Result<MemberSize, crate::ParseError> {
+        if s.trim().eq_ignore_ascii_case("max") {
+            return Ok(MemberSize::Max);
+        }
+        parse_size(s).map(MemberSize::Bytes)
+    }
+}
+
+impl Serialize for MemberSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MemberSize::Max => s.serialize_str("max"),
+            MemberSize::Bytes(n) => s.serialize_u64(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MemberSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MemberSize, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "a member size is \"max\", a number of bytes or a string like \"2T\"",
+            )
+        })? {
+            Raw::N(n) => Ok(MemberSize::Bytes(n)),
+            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 /// `POST /api/v1/arrays/NAME/fail` and `/remove`: `sbod fail|remove NAME MEMBER`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -260,6 +310,10 @@ pub struct GrowArgs {
     /// member per group: raid0 -> raid5, raid5 -> raid6, ec:K+M -> ec:K+(M+1)).
     #[serde(default)]
     pub level: Option<crate::Level>,
+    /// Use more of every member, with nothing added: after the members were replaced by
+    /// larger ones (`max`, or a size per member).
+    #[serde(default)]
+    pub member_size: Option<MemberSize>,
     /// Create missing member files of this size.
     #[serde(default)]
     pub size: Option<Size>,
@@ -274,7 +328,7 @@ pub struct GrowArgs {
 pub struct GrowReply {
     /// `reshape` (data moves into the new layout, in the background), `copies` (new
     /// mirror copies rebuilding), `parity` (a level change: the new parity members
-    /// rebuilding), `appended` (concat: the volume grew at once), `dropped`
+    /// rebuilding), `resized` (every member holds more: the volume grew at once), `appended` (concat: the volume grew at once), `dropped`
     /// (a mirror copy left).
     pub kind: String,
     /// The volume's size before, and once the change is done.

@@ -183,9 +183,11 @@ pub struct GrowArgs {
     /// Failure domain of the new members.
     #[arg(long, default_value = "")]
     pub domain: String,
-    /// Create missing member files of this size.
-    #[arg(long, value_parser = size_arg)]
-    pub size: Option<u64>,
+    /// With --add: create missing member files of this size. Alone (`--size max` or a
+    /// size per member): use more of every member, after they were replaced by larger
+    /// ones or their files made longer (md's `--grow --size=max`).
+    #[arg(long, value_name = "max|SIZE")]
+    pub size: Option<req::MemberSize>,
     /// Give the member files all their space now (fallocate).
     #[arg(long)]
     pub preallocate: bool,
@@ -629,13 +631,22 @@ pub async fn add(args: AddArgs) -> Result<()> {
 }
 
 pub async fn grow(args: GrowArgs) -> Result<()> {
+    let (size, member_size) = match (args.size, args.add.is_empty()) {
+        (Some(req::MemberSize::Max), false) => {
+            bail!("--size max uses more of the members there are: leave --add out (with --add, --size is the size of new member files)")
+        }
+        (Some(req::MemberSize::Bytes(b)), false) => (Some(Size(b)), None),
+        (s, true) => (None, s),
+        (None, false) => (None, None),
+    };
     let a = req::GrowArgs {
         add: args.add,
         drop: args.drop,
         domain: args.domain,
         new_groups: args.new_groups,
         level: args.level,
-        size: args.size.map(Size),
+        member_size,
+        size,
         preallocate: args.preallocate,
         force: args.force,
     };
@@ -659,7 +670,7 @@ pub async fn grow(args: GrowArgs) -> Result<()> {
             "{n}: now {shape}: the new parity is being rebuilt onto the new member(s); full redundancy when it ends (`sbod status {n}`)"
         ),
         "parity" => println!("{n}: now {shape}, with its new parity in place"),
-        "appended" => println!("{n}: now {} (was {})", human(r.to), human(r.from)),
+        "appended" | "resized" => println!("{n}: now {} (was {})", human(r.to), human(r.from)),
         _ => println!("{n}: now {shape}"),
     }
     if r.to != r.from && via == Via::Served {

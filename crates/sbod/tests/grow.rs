@@ -277,3 +277,77 @@ fn offline_a_mirror_gets_a_third_copy_and_bad_grows_change_nothing() {
     assert_eq!(before["width"], after["width"]);
     assert_eq!(before["size"], after["size"]);
 }
+
+/// A served raid5 becomes a raid6 with one more file (nothing moves: the new parity is
+/// rebuilt onto it), then its files are made longer and `--size max` uses the space:
+/// the volume keeps its bytes, new connections see the new size, the new space reads as
+/// zeros, and a scrub after a restart finds the parity right.
+#[test]
+fn a_served_raid5_becomes_raid6_and_grows_into_longer_files() {
+    let mut e = Env::new();
+    e.ok(&[
+        "create",
+        "lv",
+        "--level",
+        "raid5",
+        "--size-each",
+        "16M",
+        "l0.img",
+        "l1.img",
+        "l2.img",
+    ]);
+    e.serve("lv");
+    let small = e.nbd_size().unwrap();
+    let data = pattern(small as usize, 11);
+    std::fs::write(e.p("src.img"), &data).unwrap();
+    e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
+
+    let err = e.fails(&[
+        "grow", "lv", "--level", "raid10", "--add", "l3.img", "--size", "16M",
+    ]);
+    assert!(err.contains("only to raid6"), "{err}");
+    let out = e.ok(&[
+        "grow", "lv", "--level", "raid6", "--add", "l3.img", "--size", "16M", "--wait",
+    ]);
+    assert!(out.contains("raid6 in 1 group(s) of 4"), "{out}");
+    let st = e.status("lv");
+    assert_eq!(
+        (st["level"].as_str(), st["width"].as_u64()),
+        (Some("raid6"), Some(4)),
+        "{st}"
+    );
+    assert_eq!(st["state"], "optimal", "{st}");
+    assert!(e.volume() == data, "the level change moved bytes");
+
+    // Longer files, then `--size max`.
+    for f in ["l0.img", "l1.img", "l2.img", "l3.img"] {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(e.p(f))
+            .unwrap();
+        file.set_len(24 << 20).unwrap();
+    }
+    let err = e.fails(&["grow", "lv", "--size", "max", "--add", "x.img"]);
+    assert!(err.contains("leave --add out"), "{err}");
+    let out = e.ok(&["grow", "lv", "--size", "max"]);
+    assert!(out.contains("now") && out.contains("was"), "{out}");
+    let big = e.status("lv")["size"].as_u64().unwrap();
+    assert!(big > small, "{small} -> {big}");
+    assert_eq!(e.nbd_size(), Some(big));
+    let now = e.volume();
+    assert!(now[..data.len()] == data[..], "the volume's bytes moved");
+    assert!(
+        now[data.len()..].iter().all(|&b| b == 0),
+        "the new space is not zeros"
+    );
+    let err = e.fails(&["grow", "lv", "--size", "max"]);
+    assert!(err.contains("already uses"), "{err}");
+
+    e.stop("lv");
+    e.serve("lv");
+    assert_eq!(e.nbd_size(), Some(big));
+    let out = e.ok(&["scrub", "lv", "--json"]);
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["mismatches"], 0, "{s}");
+    e.stop("lv");
+}

@@ -6,7 +6,7 @@
 
 use super::membership::stale_note;
 use super::membership::utc;
-use super::{read_superblock, Array, Lineage, Member, MemberSpec, MemberStats, SlotRt, State};
+use super::{read_superblock, Array, Lineage, Member, MemberSpec, SlotRt, State};
 use crate::bitmap::Bitmap;
 use crate::buf::AlignedBuf;
 use crate::dev::{self, IoClass};
@@ -242,7 +242,7 @@ impl Array {
                 domain: entry.domain.clone(),
                 size: entry.size,
                 is_file: m.is_file,
-                stats: MemberStats::default(),
+                stats: Default::default(),
                 tags: Default::default(),
             });
             match role {

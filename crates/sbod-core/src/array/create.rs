@@ -2,7 +2,7 @@
 //! that hold something are refused, the new members' metadata areas are claimed, and the
 //! first superblocks are written.
 
-use super::{now_secs, Array, Lineage, Member, MemberSpec, MemberStats, SlotRt, State};
+use super::{now_secs, Array, Lineage, Member, MemberSpec, SlotRt, State};
 use crate::bitmap::Bitmap;
 use crate::buf::AlignedBuf;
 use crate::dev::{self, BlockDev, IoClass};
@@ -385,7 +385,7 @@ impl Array {
                     domain: m.domain,
                     size,
                     is_file: m.is_file,
-                    stats: MemberStats::default(),
+                    stats: Default::default(),
                     tags: Default::default(),
                 })
             })

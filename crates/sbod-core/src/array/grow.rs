@@ -53,6 +53,18 @@ pub enum GrowOutcome {
     /// ec:K+M -> ec:K+(M+1)): the new member of each group, in these slots, is being
     /// filled with it; the data stays where it is.
     Parity { slots: Vec<usize>, level: Level },
+    /// Every member holds more data (`--size`): the volume's size before and after.
+    Resized { from: u64, to: u64 },
+}
+
+/// What `sbod grow --size` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeTarget {
+    /// All the members can hold (the smallest, spares included), within what the
+    /// metadata area covers.
+    Max,
+    /// This many data bytes per member (rounded down to the chunk).
+    Bytes(u64),
 }
 
 impl Array {
@@ -235,6 +247,187 @@ impl Array {
                 to: self.size(),
             })
         }
+    }
+
+    /// `sbod grow NAME --size max|SIZE`: after the members were replaced by larger ones
+    /// (or their files made longer), use their space: every member holds `target` data
+    /// bytes (max: the smallest member's, spares included, as md's `--size=max`). The new
+    /// space is zeroed on every member first (its parity is then right: the parity of
+    /// zeros is zeros, and checksums vouch for zeros), then the new size is recorded on
+    /// every member (event + 1) and put in force between client requests. A crash before
+    /// the record leaves the old size; after it, the new one with zeros in its new space.
+    /// The write-intent bitmap and the checksum area were sized at create: the most they
+    /// cover is the limit, said by name when it is the one that binds.
+    pub async fn grow_size(&self, target: SizeTarget) -> Result<GrowOutcome> {
+        self.check_growable()?;
+        let g = self.geometry();
+        if g.level == Level::Concat {
+            return Err(Error::Refused(
+                Msg::new("a concat array uses each member's whole size already".to_string())
+                    .or(Step::say("grow it with --add (members appended)")),
+            ));
+        }
+        let st = self.dp().state.load_full();
+        if let Some(i) = st.slots.iter().position(|s| s.state != SlotState::Active) {
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "slot {i} of '{}' is not in sync: members grow only with every member in service",
+                    self.name()
+                ))
+                .or(Step::say("let the rebuild finish (or replace the missing member), then grow")),
+            ));
+        }
+        if self.dp().resync_offset.load(Ordering::Acquire) != u64::MAX {
+            return Err(Error::Refused(
+                Msg::new(format!("'{}' is still in its initial sync", self.name()))
+                    .or(Step::say("wait for it to finish, then grow")),
+            ));
+        }
+        if self.reshaping().is_some() {
+            return Err(Error::Refused(
+                Msg::new(format!("'{}' is reshaping", self.name()))
+                    .or(Step::say("wait for it to finish")),
+            ));
+        }
+        let chunk = g.chunk as u64;
+        let members: Vec<Arc<Member>> = st
+            .slots
+            .iter()
+            .filter_map(|s| s.member.clone())
+            .chain(st.spares.iter().cloned())
+            .collect();
+        // What binds: the smallest member, the bitmap's area, the checksum area.
+        let (smallest, dev_room) = members
+            .iter()
+            .map(|m| {
+                // As it is now: a file made longer, a LUN grown since it was opened.
+                let now = m.dev.current_size().unwrap_or(m.dev.size());
+                let room = now.saturating_sub(g.data_offset) / chunk * chunk;
+                (m.path.clone(), room)
+            })
+            .min_by_key(|x| x.1)
+            .expect("an array has members");
+        let region = self.dp().bitmap.as_ref().map(|b| b.region);
+        let bitmap_room = region.map_or(u64::MAX, |r| {
+            (self.dp().bitmap_bytes as u64 * 8).saturating_mul(r) / chunk * chunk
+        });
+        let tags_room = self.dp().integrity.map_or(u64::MAX, |t| {
+            (t.bytes / crate::superblock::TAG_BLOCK as u64).saturating_mul(crate::superblock::SPAN)
+                / chunk
+                * chunk
+        });
+        let limit = dev_room
+            .min(bitmap_room)
+            .min(tags_room)
+            .min(super::MAX_MEMBER_DATA / chunk * chunk);
+        let why = |size: u64| -> String {
+            if size > dev_room {
+                format!(
+                    "{smallest} holds {} of data (the smallest member)",
+                    crate::layout::human(dev_room)
+                )
+            } else if size > bitmap_room {
+                format!(
+                    "the write-intent bitmap made at create covers {} per member",
+                    crate::layout::human(bitmap_room)
+                )
+            } else {
+                format!(
+                    "the checksum area made at create covers {} per member",
+                    crate::layout::human(tags_room)
+                )
+            }
+        };
+        let new_size = match target {
+            SizeTarget::Max => limit,
+            SizeTarget::Bytes(b) => {
+                let b = b / chunk * chunk;
+                if b > limit {
+                    return Err(Error::Refused(
+                        Msg::new(format!(
+                            "{} per member is more than '{}' can use: {}",
+                            crate::layout::human(b),
+                            self.name(),
+                            why(b)
+                        ))
+                        .or(Step::say(format!(
+                            "use at most {} (--size max)",
+                            crate::layout::human(limit)
+                        ))),
+                    ));
+                }
+                b
+            }
+        };
+        if new_size < g.member_size {
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "'{}' uses {} per member: shrinking would cut off the end of the volume",
+                    self.name(),
+                    crate::layout::human(g.member_size)
+                ))
+                .or(Step::say(
+                    "to use smaller members, create a new array and copy the volume over (nbdcopy)",
+                )),
+            ));
+        }
+        if new_size == g.member_size {
+            let bound = if limit == g.member_size {
+                why(limit + chunk)
+            } else {
+                "that is the size it has".to_string()
+            };
+            return Err(Error::Invalid(
+                format!(
+                    "'{}' already uses {} per member: {bound}",
+                    self.name(),
+                    crate::layout::human(g.member_size)
+                )
+                .into(),
+            ));
+        }
+        let new_g = Geometry {
+            member_size: new_size,
+            ..g.clone()
+        };
+        new_g.validate().map_err(|e| Error::Invalid(e.into()))?;
+        // The new space reads as zeros on every member (a file's is punched out at once),
+        // before the volume covers it.
+        let old = g.member_size;
+        // (Spares get all of it written when they take a slot over.)
+        let zeroing = members[..members.len() - st.spares.len()].iter().map(|m| {
+            let dp = self.dp();
+            let m = m.clone();
+            async move {
+                dp.mzero(&m, old, new_size - old, true)
+                    .await
+                    .map_err(|e| Error::io(format!("zeroing the new space of {}", m.path), e))
+            }
+        });
+        for r in futures::future::join_all(zeroing).await {
+            r?;
+        }
+        let before = self.size();
+        self.swap_view(new_g, |st| {
+            for s in st.slots.iter_mut() {
+                if let Some(m) = &s.member {
+                    let m = m.resized(new_size);
+                    s.entry = Some(m.entry());
+                    s.member = Some(m);
+                } else if let Some(e) = &mut s.entry {
+                    e.size = new_size;
+                }
+            }
+            for sp in st.spares.iter_mut() {
+                *sp = sp.resized(new_size);
+            }
+        })
+        .await?;
+        tracing::info!(array = %self.name(), from = before, to = self.size(), "members grown");
+        Ok(GrowOutcome::Resized {
+            from: before,
+            to: self.size(),
+        })
     }
 
     /// The geometry a level change to `level` gives `g` with one more member per group,

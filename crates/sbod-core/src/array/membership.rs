@@ -4,7 +4,7 @@
 //! bitmap), the operator's guard rails, and the record of every recovery for status.
 
 use super::create::{check_blank, claim_metadata};
-use super::{read_superblock, Array, Member, MemberSpec, MemberStats, SlotRt, State};
+use super::{read_superblock, Array, Member, MemberSpec, SlotRt, State};
 use crate::bitmap::Bitmap;
 use crate::buf::AlignedBuf;
 use crate::dev::{self, IoClass};
@@ -243,8 +243,7 @@ impl Array {
 
     pub(crate) fn mark_failed(st: &mut State, m: &Arc<Member>, why: OutRecord) -> bool {
         for s in st.slots.iter_mut() {
-            if s.member.as_ref().is_some_and(|x| Arc::ptr_eq(x, m)) && s.state != SlotState::Failed
-            {
+            if s.member.as_ref().is_some_and(|x| x.same(m)) && s.state != SlotState::Failed {
                 if let Some((r, off)) = s.replacement.take() {
                     // The replacement carries on as the slot's member, rebuilding.
                     s.entry = Some(r.entry());
@@ -262,16 +261,13 @@ impl Array {
                 }
                 return true;
             }
-            if s.replacement
-                .as_ref()
-                .is_some_and(|(x, _)| Arc::ptr_eq(x, m))
-            {
+            if s.replacement.as_ref().is_some_and(|(x, _)| x.same(m)) {
                 s.replacement = None;
                 return true;
             }
         }
         let before = st.spares.len();
-        st.spares.retain(|x| !Arc::ptr_eq(x, m));
+        st.spares.retain(|x| !x.same(m));
         st.spares.len() != before
     }
 
@@ -412,7 +408,7 @@ impl Array {
             domain: spec.domain,
             size,
             is_file: spec.is_file,
-            stats: MemberStats::default(),
+            stats: Default::default(),
             tags: Default::default(),
         })
     }
@@ -597,7 +593,7 @@ impl Array {
         let slot = probe
             .slots
             .iter()
-            .position(|s| s.member.as_ref().is_some_and(|x| Arc::ptr_eq(x, m)));
+            .position(|s| s.member.as_ref().is_some_and(|x| x.same(m)));
         let g = slot.map_or(0, |i| self.dp().map.set_of(i));
         let set = self.dp().map.set_slots(g);
         let w = set.len();
@@ -815,7 +811,7 @@ impl Array {
             domain: entry.domain.clone(),
             size: entry.size,
             is_file: spec.is_file,
-            stats: MemberStats::default(),
+            stats: Default::default(),
             tags: Default::default(),
         });
         let array_event = self.event.load(Ordering::Acquire);

@@ -27,7 +27,7 @@ mod sync;
 
 pub use assemble::AssembleOptions;
 pub use create::{check_blank, CreateSpec, MAX_CHUNK, MAX_MEMBER_DATA, MIN_CHUNK};
-pub use grow::GrowOutcome;
+pub use grow::{GrowOutcome, SizeTarget};
 pub use membership::{AddOutcome, ReAdd};
 pub use sbod_types::{
     ArrayState, AssemblyReport, MemberState, MemberStatus, RecoveryStatus, RescueReport, Settings,
@@ -319,7 +319,10 @@ impl Array {
         }
         // Without redundancy the bitmap covers only checksums (their lazy write-back).
         let bitmap = if geometry.redundancy() > 0 || integrity.is_some() {
-            Some(Bitmap::new(region, geometry.member_size, dirty))
+            // Sized for all the regions its area holds, not only those in use: a grow
+            // (`--size`) uses more of the members without a new bitmap.
+            let cover = (bitmap_bytes as u64 * 8).saturating_mul(region);
+            Some(Bitmap::new(region, cover.max(geometry.member_size), dirty))
         } else {
             None
         };
