@@ -213,6 +213,12 @@ pub fn bitmap_covers(n: &Superblock, x: &Superblock) -> bool {
     if n.geometry.redundancy() == 0 || x.event < n.bitmap_since || x.array_uuid != n.array_uuid {
         return false;
     }
+    // A member that missed a grow (a new layout or size, a reshape's progress) missed
+    // more than client writes: the data moved, or new space was zeroed.
+    let at = |s: &Superblock| s.reshape.as_ref().map(|r| (r.old.clone(), r.pos));
+    if x.geometry != n.geometry || at(x) != at(n) {
+        return false;
+    }
     match (x.role_of(&x.this_member), n.role_of(&x.this_member)) {
         (Role::Slot(i), Role::Slot(j)) => {
             let own = &x.slots[i];

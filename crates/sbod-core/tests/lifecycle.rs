@@ -59,6 +59,10 @@ enum Op {
     ReAdd(usize),
     /// Let recoveries finish.
     Settle,
+    /// `sbod grow --add` (a wider restripe, a mirror copy or set; `true`: a level change
+    /// where the level has one, raid5 -> raid6), run to its end while running; only with
+    /// every member in service.
+    Grow(bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -76,6 +80,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..8, prop::bool::weighted(0.3)).prop_map(|(i, f)| Op::Fail(i, f)),
         2 => (0usize..8).prop_map(Op::ReAdd),
         1 => Just(Op::Settle),
+        1 => any::<bool>().prop_map(Op::Grow),
     ]
 }
 
@@ -95,6 +100,7 @@ struct Figures {
     blocks_verified: u64,
     errors_returned: u64,
     wrong: u64,
+    grows: u64,
 }
 
 /// Per block: the write (tag) it holds now, and every tag it ever held.
@@ -150,6 +156,9 @@ struct Life {
     rescued: bool,
     /// The array went on without a member that holds a later superblock of its own.
     forked: bool,
+    /// Grows done (at most two per life), and the size of every device.
+    grown: usize,
+    dev_size: u64,
     fig: Figures,
 }
 
@@ -739,8 +748,94 @@ impl Life {
                     self.settle().await?;
                 }
             }
+            Op::Grow(level) => self.grow(level, what).await?,
         }
         Ok(())
+    }
+
+    /// Grow the array with new devices (appended: the model's device index stays the
+    /// slot), run the reshape or rebuild to its end, and check everything reads back;
+    /// the new space reads as zeros.
+    async fn grow(&mut self, level: bool, what: &str) -> Result<(), TestCaseError> {
+        if self.a.is_none()
+            || self.dead
+            || self.grown >= 2
+            || !self.out.is_empty()
+            || !self.hidden.is_empty()
+            || !self.restored.is_empty()
+        {
+            return Ok(());
+        }
+        self.settle().await?;
+        let a = self.a().clone();
+        let g = a.geometry();
+        let (to, add) = match g.level {
+            sbod_core::Level::Raid5 if level => (Some(sbod_core::Level::Raid6), 1),
+            sbod_core::Level::Raid10 => (None, g.width as usize),
+            _ => (None, 1),
+        };
+        let n = self.devs.len();
+        let extra: Vec<Arc<MemDev>> = (0..add)
+            .map(|i| Arc::new(MemDev::new(format!("m{}", n + i), self.dev_size)))
+            .collect();
+        let r = a
+            .grow_to(to, extra.iter().map(spec_of).collect(), false, false)
+            .await;
+        let out = match r {
+            Ok(o) => o,
+            Err(e) => {
+                // Refused (an ec group at its limit, windows that do not fit): nothing changed.
+                prop_assert_eq!(
+                    a.geometry(),
+                    g,
+                    "{}: a refused grow changed it: {}",
+                    what,
+                    e
+                );
+                return Ok(());
+            }
+        };
+        self.grown += 1;
+        self.fig.grows += 1;
+        self.devs.extend(extra);
+        if matches!(out, sbod_core::GrowOutcome::Reshaping { .. }) {
+            if self.background {
+                for _ in 0..20_000 {
+                    if a.status().state != "reshaping" {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                prop_assert_ne!(
+                    a.status().state,
+                    "reshaping",
+                    "{}: the reshape did not end",
+                    what
+                );
+            } else {
+                a.reshape_now()
+                    .await
+                    .map_err(|e| TestCaseError::fail(format!("{what}: reshape: {e}")))?;
+            }
+        } else {
+            // New copies or parity: rebuilt.
+            for i in n..self.devs.len() {
+                self.recovering.insert(i);
+            }
+            self.settle().await?;
+        }
+        let now = a.geometry();
+        self.width = now.width as usize;
+        self.red = now.redundancy();
+        let blocks = a.size() / BLOCK as u64;
+        while (self.blocks.now.len() as u64) < blocks {
+            self.blocks.now.push(0);
+            self.blocks.ever.push(BTreeSet::from([0]));
+        }
+        // The reshape or rebuild wrote everywhere: any region may be in the bitmap.
+        self.touched
+            .extend(0..now.member_size.div_ceil(self.region));
+        self.check_all(&format!("{what}: after the grow")).await
     }
 }
 
@@ -802,6 +897,8 @@ fn run_life(
             dead: false,
             rescued: false,
             forked: false,
+            grown: 0,
+            dev_size: size,
             fig: Figures::default(),
         };
         life.start("first start").await?;
@@ -842,6 +939,7 @@ fn run_life(
         f.blocks_verified += x.blocks_verified;
         f.errors_returned += x.errors_returned;
         f.wrong += x.wrong;
+        f.grows += x.grows;
         Ok(())
     })
 }
@@ -876,6 +974,8 @@ fn lives_of_an_array_never_return_wrong_data() {
         .unwrap();
     let f = fig.into_inner().unwrap();
     assert_eq!(f.wrong, 0);
+    // The grow verbs ran in these lives, not only in the other suites.
+    assert!(f.grows > 0 || cases < 20, "no life grew its array: {f:?}");
     report(serde_json::json!({
         "test": "lifecycle",
         "cases": f.cases,
@@ -891,6 +991,7 @@ fn lives_of_an_array_never_return_wrong_data() {
         "blocks_verified": f.blocks_verified,
         "errors_returned": f.errors_returned,
         "wrong": f.wrong,
+        "grows": f.grows,
     }));
 }
 

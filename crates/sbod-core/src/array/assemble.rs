@@ -12,7 +12,7 @@ use crate::buf::AlignedBuf;
 use crate::dev::{self, IoClass};
 use crate::error::{Error, Msg, Result, Step};
 use crate::freshness::{self, Verdict};
-use crate::layout::{Geometry, Scheme};
+use crate::layout::{Geometry, Level, Scheme};
 use crate::placement::Placement;
 use crate::superblock::{self, OutReason, OutRecord, Role, SlotState, Superblock};
 use sbod_types::{AssemblyReport, RescueReport, StaleMember};
@@ -589,12 +589,23 @@ impl Array {
 
     /// What never changes in an array's life must read the same on every member: a member
     /// that says otherwise carries a damaged (or forged) superblock, whatever its checksum
-    /// says, and must not decide the layout (the newest superblock would).
+    /// says, and must not decide the layout (the newest superblock would). That is the
+    /// chunk, where data starts, the bitmap and the creation time; the level, width,
+    /// groups and member size change with `sbod grow`, recorded with the event like every
+    /// other state change, so a member that missed a grow is stale, not damaged.
     fn refuse_disagreeing(found: &[(MemberSpec, Superblock)]) -> Result<()> {
         type Ident = (Geometry, u64, u32, u64);
         let ident = |sb: &Superblock| -> Ident {
+            let g = &sb.geometry;
             (
-                sb.geometry.clone(),
+                Geometry {
+                    level: Level::Raid0,
+                    groups: 0,
+                    width: 0,
+                    member_size: 0,
+                    dedicated: 0,
+                    ..g.clone()
+                },
                 sb.bitmap_region,
                 sb.bitmap_bytes,
                 sb.created,
@@ -618,9 +629,8 @@ impl Array {
                 .iter()
                 .map(|((g, ..), v)| {
                     format!(
-                        "{} say {} chunk {} data at {}",
+                        "{} say chunk {} data at {}",
                         v.join(", "),
-                        g.level,
                         g.chunk,
                         g.data_offset
                     )
@@ -639,7 +649,7 @@ impl Array {
         let it = if odd.len() == 1 { "it" } else { "them" };
         Err(Error::Refused(
             Msg::new(format!(
-                "the superblock of {} disagrees with the other members of '{name}' about the array's layout (level, chunk, sizes or bitmap): it is damaged",
+                "the superblock of {} disagrees with the other members of '{name}' about what never changes in the array (chunk, data offset, bitmap or creation time): it is damaged",
                 odd.join(", "),
             ))
             .or(Step::degraded(format!(
