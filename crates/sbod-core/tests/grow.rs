@@ -809,7 +809,10 @@ fn a_member_failing_or_missing_during_a_reshape_loses_nothing() {
         .expect("assemble: the failed member is not trusted");
         // Taken back (it answers again), but rebuilt in full: it missed moved data.
         for s in a.report().stale.iter().filter(|s| s.slot == 1) {
-            assert!(!s.bitmap, "f1 recovered from the bitmap across a reshape: {s:?}");
+            assert!(
+                !s.bitmap,
+                "f1 recovered from the bitmap across a reshape: {s:?}"
+            );
         }
         settle(&a).await;
         assert_eq!(a.geometry(), geometry);

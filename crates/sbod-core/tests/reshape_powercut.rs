@@ -12,7 +12,10 @@
 //! later ones (in place): after the backup is recorded, after the new stripes are written
 //! but not flushed, after the window is recorded.
 //!
-//! `SBOD_RESHAPE_CUTS` sets the number of random cuts (default 12).
+//! Level changes (`grow --level`: raid5 -> raid6, ec:3+2 -> 3+3 in two groups) take the
+//! random cuts too: the new parity members rebuild after the cut, nothing else moved.
+//!
+//! `SBOD_RESHAPE_CUTS` sets the number of random cuts (default 16).
 
 use sbod_core::dev::BlockDev;
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, GrowOutcome, Level, MemberSpec};
@@ -72,6 +75,8 @@ struct Case {
     width: usize,
     add: usize,
     new_groups: bool,
+    /// A level change (`grow --level`) rather than a restripe.
+    to: Option<Level>,
 }
 
 const CASES: &[Case] = &[
@@ -81,6 +86,23 @@ const CASES: &[Case] = &[
         width: 4,
         add: 1,
         new_groups: false,
+        to: Some(Level::Raid6),
+    },
+    Case {
+        level: Level::Ec { k: 3, m: 2 },
+        groups: 2,
+        width: 5,
+        add: 2,
+        new_groups: false,
+        to: Some(Level::Ec { k: 3, m: 3 }),
+    },
+    Case {
+        level: Level::Raid5,
+        groups: 1,
+        width: 4,
+        add: 1,
+        new_groups: false,
+        to: None,
     },
     Case {
         level: Level::Raid6,
@@ -88,6 +110,7 @@ const CASES: &[Case] = &[
         width: 5,
         add: 2,
         new_groups: false,
+        to: None,
     },
     Case {
         level: Level::Raid6,
@@ -95,6 +118,7 @@ const CASES: &[Case] = &[
         width: 4,
         add: 2,
         new_groups: false,
+        to: None,
     },
     Case {
         level: Level::Raid5,
@@ -102,6 +126,7 @@ const CASES: &[Case] = &[
         width: 3,
         add: 3,
         new_groups: true,
+        to: None,
     },
     Case {
         level: Level::Ec { k: 3, m: 2 },
@@ -109,6 +134,7 @@ const CASES: &[Case] = &[
         width: 5,
         add: 1,
         new_groups: false,
+        to: None,
     },
     Case {
         level: Level::Raid0,
@@ -116,6 +142,7 @@ const CASES: &[Case] = &[
         width: 3,
         add: 1,
         new_groups: false,
+        to: None,
     },
 ];
 
@@ -124,7 +151,7 @@ fn power_cuts_during_a_reshape_never_lose_an_acknowledged_write() {
     let cuts: u64 = std::env::var("SBOD_RESHAPE_CUTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
+        .unwrap_or(16);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -139,7 +166,7 @@ fn power_cuts_during_a_reshape_never_lose_an_acknowledged_write() {
         backups_cut += b as u64;
     }
     eprintln!("{cuts} cuts: {resumed} reshapes resumed after the cut, {backups_cut} cut while a window was written aside");
-    if cuts >= 12 {
+    if cuts >= 16 {
         assert!(
             resumed >= cuts / 3,
             "too few cuts landed during a reshape: {resumed}"
@@ -156,7 +183,7 @@ fn a_power_cut_at_each_step_of_a_window_never_loses_an_acknowledged_write() {
         .build()
         .unwrap();
     let mut seed = 1000;
-    for c in &CASES[..3] {
+    for c in &CASES[2..5] {
         // The first window (written aside), the second, and one further in (in place).
         for nth in [0usize, 1, 3] {
             for step in [S::BackupRecorded, S::Written, S::Recorded] {
@@ -291,13 +318,17 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
             .zip(&names[n_old..])
             .map(|(d, n)| spec_of(d, n))
             .collect();
-        let new_groups = c.new_groups;
-        tokio::spawn(async move { a.grow_add(specs, new_groups, false).await })
+        let (new_groups, to) = (c.new_groups, c.to);
+        tokio::spawn(async move { a.grow_to(to, specs, new_groups, false).await })
     };
     let (during, backup) = match at {
         Cut::Random => {
             tokio::time::sleep(cut_after).await;
-            let during = a.status().state == sbod_core::array::ArrayState::Reshaping;
+            // A level change rebuilds its new parity member instead of reshaping.
+            let during = match c.to {
+                None => a.status().state == sbod_core::array::ArrayState::Reshaping,
+                Some(_) => a.status().state != sbod_core::array::ArrayState::Optimal,
+            };
             let backup = a
                 .current_process()
                 .is_some_and(|p| p.status().done < 4 * MIB && !p.is_finished());
@@ -376,9 +407,19 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
             a.geometry()
         );
     }
-    // Let it finish.
+    if let (Ok(GrowOutcome::Parity { level, .. }), true) = (&grown, whole) {
+        assert_eq!(
+            a.geometry().level,
+            *level,
+            "{what}: an acknowledged level change was lost"
+        );
+    }
+    // Let it finish (the reshape, or the new parity's rebuild).
     for _ in 0..30_000 {
-        if a.status().state != sbod_core::array::ArrayState::Reshaping {
+        let st = a.status().state;
+        if st != sbod_core::array::ArrayState::Reshaping
+            && (!whole || st == sbod_core::array::ArrayState::Optimal)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;

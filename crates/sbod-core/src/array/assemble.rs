@@ -719,7 +719,13 @@ impl Array {
         // replacement or a new member), for which nothing but parity holds that data.
         let mut missing = Vec::new();
         let mut here = Vec::new();
+        let (w, d) = (g.width as usize, g.dedicated as usize);
         for (i, s) in st.slots.iter().enumerate() {
+            if i % w >= w - d {
+                // A dedicated parity member (a level change's) holds parity only: what it
+                // must hold is computed from the data, never rebuilt from parity.
+                continue;
+            }
             let risky = dirty.iter().any(|&r| {
                 let end = ((r + 1) * sb.bitmap_region).min(g.member_size);
                 s.readable(end).is_none()
