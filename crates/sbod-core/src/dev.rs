@@ -66,6 +66,14 @@ pub trait BlockDev: Send + Sync {
     fn link_up(&self) -> Option<bool> {
         None
     }
+    /// The parts of `[offset, offset + len)` (device offsets) that may hold data, as
+    /// `(start, end)` pairs in order, rounded out to 4 KiB: every byte outside them reads
+    /// back as zeros (the holes of a sparse member file: never written, punched, or zeroed
+    /// by `fallocate`). `None` where the device cannot tell (block devices, remote members):
+    /// callers then take all of it as data. Blocking (`lseek`): call it off the runtime.
+    fn data_ranges(&self, _offset: u64, _len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        None
+    }
 }
 
 /// The error a network member completes requests with once its host has stayed

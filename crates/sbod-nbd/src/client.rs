@@ -101,7 +101,7 @@ impl<B: ClientBuf> Command<B> {
             kind,
             cookie,
             offset,
-            length,
+            length: length as u64,
         }
     }
 }

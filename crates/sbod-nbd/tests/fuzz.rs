@@ -251,7 +251,7 @@ fn bytes(s: &Session) -> Vec<u8> {
             kind: r.kind,
             cookie: i as u64 + 1,
             offset: r.offset,
-            length: r.length,
+            length: r.length as u64,
         }));
         v.extend((0..r.payload).map(|j| (i * 31 + j) as u8));
     }

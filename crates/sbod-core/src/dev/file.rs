@@ -245,6 +245,73 @@ impl SizeProbe {
     pub(crate) fn release(&self) {
         self.file.store(None);
     }
+
+    /// [`BlockDev::data_ranges`] of the member: `None` for a block device.
+    pub(crate) fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        if self.block_device {
+            return None;
+        }
+        Some(match self.file.load().as_ref() {
+            Some(f) => data_ranges(f, offset, len),
+            None => Err(closed_err()),
+        })
+    }
+}
+
+/// Most ranges [`data_ranges`] lists; beyond them the rest of the range counts as data.
+const MAX_DATA_RANGES: usize = 1 << 16;
+
+/// Where a member file holds data in `[offset, offset + len)`, by `lseek` SEEK_DATA and
+/// SEEK_HOLE: what lies outside the ranges is a hole, which the file system guarantees
+/// reads as zeros. Ranges are rounded out to 4 KiB (a partly written block is data).
+/// Dirty page cache counts as data (ext4, xfs, tmpfs), so an acknowledged write is seen
+/// whether or not it has reached the disk.
+pub fn data_ranges(file: &File, offset: u64, len: u64) -> io::Result<Vec<(u64, u64)>> {
+    const B: u64 = 4096;
+    let fd = file.as_raw_fd();
+    let end = offset.saturating_add(len);
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut pos = offset;
+    while pos < end {
+        // SAFETY: plain syscall on an open fd.
+        let d = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+        if d < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // no data from pos to the end of the file
+            }
+            return Err(e);
+        }
+        let d = d as u64;
+        if d >= end {
+            break;
+        }
+        // SAFETY: as above.
+        let h = unsafe { libc::lseek(fd, d as libc::off_t, libc::SEEK_HOLE) };
+        if h < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let h = h as u64;
+        let (s, e) = (
+            (d / B * B).max(offset),
+            h.div_ceil(B).saturating_mul(B).min(end),
+        );
+        if h <= d || out.len() >= MAX_DATA_RANGES {
+            // Not what SEEK_HOLE promises, or too many pieces: the rest is data.
+            push_range(&mut out, s, end);
+            break;
+        }
+        push_range(&mut out, s, e);
+        pos = e.max(h);
+    }
+    Ok(out)
+}
+
+fn push_range(out: &mut Vec<(u64, u64)>, s: u64, e: u64) {
+    match out.last_mut() {
+        Some(last) if last.1 >= s => last.1 = last.1.max(e),
+        _ => out.push((s, e)),
+    }
 }
 
 /// Execute one request with blocking syscalls. Shared by the thread pool and by the
@@ -464,6 +531,10 @@ impl BlockDev for FileDev {
         "threads"
     }
 
+    fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        self.probe.data_ranges(offset, len)
+    }
+
     fn close(&self) {
         self.closed
             .store(true, std::sync::atomic::Ordering::Release);
@@ -559,6 +630,16 @@ impl BlockDev for InlineDev {
 
     fn queue(&self) -> &'static str {
         "inline"
+    }
+
+    fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        if self.block_device {
+            return None;
+        }
+        Some(match self.file.load().as_ref() {
+            Some(f) => data_ranges(f, offset, len),
+            None => Err(closed_err()),
+        })
     }
 
     fn close(&self) {
