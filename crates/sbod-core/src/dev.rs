@@ -74,6 +74,14 @@ pub trait BlockDev: Send + Sync {
     fn data_ranges(&self, _offset: u64, _len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
         None
     }
+    /// Does [`IoKind::Zero`] with `punch` make the range read as zeros without writing
+    /// them: a file (`fallocate` punches a hole), or a block device that takes the
+    /// kernel's write-zeroes command (which may unmap: `fallocate` PUNCH_HOLE on the device,
+    /// zeros guaranteed, never the plain discard whose contents after are undefined)?
+    /// Where not, zeroing writes zeros and costs a write. Default: no.
+    fn zeroes_cheaply(&self) -> bool {
+        false
+    }
 }
 
 /// The error a network member completes requests with once its host has stayed

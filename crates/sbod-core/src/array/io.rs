@@ -301,16 +301,19 @@ impl Array {
         Ok(())
     }
 
-    /// NBD TRIM: advisory. Files have their blocks punched out (they read back as zeros on
-    /// every member, so parity stays consistent); block devices are left alone, since
-    /// discard on them does not promise zeros.
+    /// NBD TRIM: advisory. The whole stripes inside the range are zeroed with `punch` on
+    /// every member (data and parity, so the stripe stays consistent; the checksums of
+    /// zeros are set as for any zeroing): files have their blocks punched out, block
+    /// devices get the kernel's write-zeroes that may unmap (`fallocate` PUNCH_HOLE on the
+    /// device: zeros guaranteed, the SSD or thin volume gets its space back). Only when
+    /// every member can zero without writing (see `BlockDev::zeroes_cheaply`): else a trim
+    /// would cost a write of zeros, and it is left undone. Partial stripes are left as
+    /// they are (writing their zeros through the normal path would cost that write too).
     pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
         let (_pass, v) = self.enter(offset, len).await;
         self.check_io(offset, len)?;
         self.dp().check_writable()?;
-        let st = self.dp().state.load_full();
-        let all_files = st.live_members().iter().all(|m| m.is_file);
-        if !all_files {
+        if !self.members_zero_cheaply() {
             return Ok(());
         }
         // Only whole stripes: partial ones would cost a write for an advisory command.
@@ -469,16 +472,16 @@ impl Array {
 
 impl Array {
     /// Is zeroing `[offset, offset + len)` faster than writing zeros there (NBD's fast
-    /// zero)? Only where the members zero without writing (files: `fallocate`) and, for
+    /// zero)? Only where the members zero without writing (files: `fallocate`; block
+    /// devices with write-zeroes) and, for
     /// parity, the range is mostly whole stripes (the partial ones at its ends are written
-    /// with zeros through the normal path). Block-device members may fall back to writing
-    /// zeros in the kernel: not fast, so the client writes them itself.
+    /// with zeros through the normal path). Elsewhere the client writes zeros itself.
     pub fn zero_is_fast(&self, offset: u64, len: u64) -> bool {
         let dp = self.dp();
         if self.reshape.load().is_some() || len == 0 {
             return false;
         }
-        if !dp.state.load().live_members().iter().all(|m| m.is_file) {
+        if !self.members_zero_cheaply() {
             return false;
         }
         match dp.geometry.scheme() {
@@ -489,6 +492,14 @@ impl Array {
             }
             _ => true,
         }
+    }
+}
+
+impl Array {
+    /// Can every member the array writes zero a range without writing zeros?
+    fn members_zero_cheaply(&self) -> bool {
+        let st = self.dp().state.load_full();
+        st.live_members().iter().all(|m| m.dev.zeroes_cheaply())
     }
 }
 

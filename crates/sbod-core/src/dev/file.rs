@@ -225,11 +225,14 @@ pub fn current_size(file: &File, block_device: bool) -> io::Result<u64> {
 pub(crate) struct SizeProbe {
     file: arc_swap::ArcSwapOption<File>,
     block_device: bool,
+    /// [`zeroes_cheaply`], asked once at open.
+    pub(crate) cheap_zero: bool,
 }
 
 impl SizeProbe {
     pub(crate) fn new(file: Arc<File>, block_device: bool) -> SizeProbe {
         SizeProbe {
+            cheap_zero: zeroes_cheaply(&file, block_device),
             file: arc_swap::ArcSwapOption::new(Some(file)),
             block_device,
         }
@@ -256,6 +259,30 @@ impl SizeProbe {
             None => Err(closed_err()),
         })
     }
+}
+
+/// Can this member be zeroed without writing zeros (see [`BlockDev::zeroes_cheaply`])? A
+/// file: yes (`fallocate`). A block device: where its queue takes write-zeroes
+/// (`queue/write_zeroes_max_bytes` in sysfs, of the disk for a partition).
+pub fn zeroes_cheaply(file: &File, block_device: bool) -> bool {
+    if !block_device {
+        return true;
+    }
+    // SAFETY: fstat fills the zeroed struct we pass; the fd is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
+    let dev = format!("/sys/dev/block/{major}:{minor}");
+    [
+        format!("{dev}/queue/write_zeroes_max_bytes"),
+        format!("{dev}/../queue/write_zeroes_max_bytes"),
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .and_then(|v| v.trim().parse::<u64>().ok())
+    .is_some_and(|n| n > 0)
 }
 
 /// Most ranges [`data_ranges`] lists; beyond them the rest of the range counts as data.
@@ -397,8 +424,20 @@ pub fn execute(file: &File, block_device: bool, req: &IoReq) -> io::Result<()> {
 
 fn zero_range(fd: i32, block_device: bool, offset: u64, len: u64, punch: bool) -> io::Result<()> {
     if block_device {
-        // BLKZEROOUT lets the device unmap where it guarantees zeros; BLKDISCARD does not
-        // promise zeros, so it is never used for data a parity stripe depends on.
+        // With `punch` (a trim, a WRITE_ZEROES that may leave holes): fallocate PUNCH_HOLE
+        // on the device is the kernel's write-zeroes that may unmap, zeros guaranteed (and
+        // refused, EOPNOTSUPP, where the device cannot: no silent fallback to writing).
+        // BLKZEROOUT zeroes without unmapping (writing zeros itself where the device has
+        // no write-zeroes). BLKDISCARD does not promise zeros, so it is never used for
+        // data a parity stripe depends on.
+        let punch_mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: plain syscall.
+        if punch
+            && unsafe { libc::fallocate(fd, punch_mode, offset as libc::off_t, len as libc::off_t) }
+                == 0
+        {
+            return Ok(());
+        }
         let range: [u64; 2] = [offset, len];
         // SAFETY: the ioctl reads two u64.
         if unsafe { libc::ioctl(fd, BLKZEROOUT as _, range.as_ptr()) } == 0 {
@@ -535,6 +574,10 @@ impl BlockDev for FileDev {
         self.probe.data_ranges(offset, len)
     }
 
+    fn zeroes_cheaply(&self) -> bool {
+        self.probe.cheap_zero
+    }
+
     fn close(&self) {
         self.closed
             .store(true, std::sync::atomic::Ordering::Release);
@@ -588,6 +631,7 @@ pub struct InlineDev {
     /// running on other threads have finished with it.
     file: arc_swap::ArcSwapOption<File>,
     block_device: bool,
+    cheap_zero: bool,
 }
 
 impl InlineDev {
@@ -595,6 +639,7 @@ impl InlineDev {
         InlineDev {
             name,
             size: opened.size,
+            cheap_zero: zeroes_cheaply(&opened.file, opened.block_device),
             file: arc_swap::ArcSwapOption::from_pointee(opened.file),
             block_device: opened.block_device,
         }
@@ -630,6 +675,10 @@ impl BlockDev for InlineDev {
 
     fn queue(&self) -> &'static str {
         "inline"
+    }
+
+    fn zeroes_cheaply(&self) -> bool {
+        self.cheap_zero
     }
 
     fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {

@@ -100,6 +100,10 @@ impl BlockDev for MemDev {
         &self.name
     }
 
+    fn zeroes_cheaply(&self) -> bool {
+        true
+    }
+
     /// As a sparse file would say: the 4 KiB blocks that hold a byte other than zero are
     /// data (a block of zeros reads back as zeros, the only promise a hole makes).
     fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {

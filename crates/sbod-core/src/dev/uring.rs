@@ -341,6 +341,10 @@ impl BlockDev for UringDev {
         self.probe.data_ranges(offset, len)
     }
 
+    fn zeroes_cheaply(&self) -> bool {
+        self.probe.cheap_zero
+    }
+
     fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
         self.probe.release();
