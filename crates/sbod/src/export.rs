@@ -8,7 +8,7 @@ use sbod_core::dev::{self, BlockDev, IoClass, IoKind, IoReq};
 use sbod_core::superblock::Superblock;
 use sbod_core::AlignedBuf;
 use sbod_mgmt::registry as state;
-use sbod_nbd::{Backend, ExportInfo, NbdError};
+use sbod_nbd::{Backend, ExportInfo, Extent, NbdError};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -190,6 +190,35 @@ impl Backend for DiskExport {
             class: IoClass::Foreground,
         })
         .await
+    }
+
+    /// `base:allocation` of a file: its holes (a block device: all data).
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>, NbdError> {
+        let dev = self.dev.clone();
+        let len = len.min(1 << 30);
+        let ranges = tokio::task::spawn_blocking(move || dev.data_ranges(offset, len))
+            .await
+            .map_err(|_| NbdError::Io)?;
+        let Some(Ok(ranges)) = ranges else {
+            return Ok(vec![Extent::data(len)]);
+        };
+        let mut out = Vec::with_capacity(2 * ranges.len() + 1);
+        let mut pos = offset;
+        for (s, e) in ranges {
+            if s > pos {
+                out.push(Extent::hole(s - pos));
+            }
+            out.push(Extent::data(e - s.max(pos)));
+            pos = e;
+        }
+        if pos < offset + len {
+            out.push(Extent::hole(offset + len - pos));
+        }
+        Ok(out)
+    }
+
+    fn fast_zero(&self, _offset: u64, _len: u64) -> bool {
+        self.dev.zeroes_cheaply()
     }
 
     async fn trim(&self, offset: u64, len: u32, fua: bool) -> Result<(), NbdError> {
