@@ -11,7 +11,8 @@
 # Defaults: 3500M per member (a 10.2 GiB volume), 100 MiB of data in 1 MiB pieces spread
 # over the volume, the dev profile (optimised in this workspace), work files under /tmp
 # (sparse: they take about the data's size). Prints seconds per copy and the ratios, and
-# the member reads sbod counted for each copy. Not part of the test suite.
+# the member reads sbod counted for each copy. SBOD_BIN=PATH uses that sbod binary instead
+# of building one. Not part of the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_EACH=3500M
@@ -28,8 +29,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 source scripts/deps.sh
-cargo build -q --profile "$PROFILE" -p sbod
-case "$PROFILE" in dev) SBOD=$PWD/target/debug/sbod ;; *) SBOD=$PWD/target/$PROFILE/sbod ;; esac
+if [ -n "${SBOD_BIN:-}" ]; then
+  SBOD=$SBOD_BIN
+else
+  cargo build -q --profile "$PROFILE" -p sbod
+  case "$PROFILE" in dev) SBOD=$PWD/target/debug/sbod ;; *) SBOD=$PWD/target/$PROFILE/sbod ;; esac
+fi
 
 WORK=$(mktemp -d "$BASE/sbod-sparse.XXXXXX")
 export SBOD_STATE_DIR=$WORK/state
