@@ -367,8 +367,9 @@ impl Array {
         // read as zeros (`None`: some cannot say).
         type Rows = Option<Vec<(usize, u64)>>;
         let mut pieces: Vec<(u64, Rows)> = Vec::new();
-        let mut devs: Vec<Option<(Arc<dyn crate::dev::BlockDev>, u64, u64)>> =
-            vec![None; st.slots.len()];
+        // Per slot: its device and the member rows it spans.
+        type Span = (Arc<dyn crate::dev::BlockDev>, u64, u64);
+        let mut devs: Vec<Option<Span>> = vec![None; st.slots.len()];
         for p in dp.map.map(a, b - a) {
             let slots: Vec<usize> = match single {
                 true => vec![p.slot],
