@@ -43,6 +43,35 @@ pub struct DiskExport {
     size: u64,
     path: String,
     locks: RangeLocks,
+    /// The disk's last health reading (smartctl), said in the export's description so a
+    /// head shows it for its remote member (issue 28).
+    health: parking_lot::Mutex<Option<sbod_types::Health>>,
+}
+
+/// How often `sbod export` reads its disks' health (smartd's default; `SBOD_HEALTH_TICK_MS`
+/// for tests).
+fn health_interval() -> std::time::Duration {
+    std::env::var("SBOD_HEALTH_TICK_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(std::time::Duration::from_millis)
+        .unwrap_or(std::time::Duration::from_secs(1800))
+}
+
+/// Read every exported disk's health (one thread each: smartctl is slow) and keep it.
+fn read_health(exports: &[(String, Arc<DiskExport>)]) {
+    let reader = sbod_health::Reader::from_env();
+    let policy = sbod_types::HealthPolicy::default();
+    std::thread::scope(|s| {
+        for (_, e) in exports {
+            let r = &reader;
+            let p = &policy;
+            s.spawn(move || {
+                let h = r.health(&e.path, p);
+                *e.health.lock() = Some(h);
+            });
+        }
+    });
 }
 
 /// Region locks for the disk: a client that did not agree to 4 KiB blocks has its
@@ -151,7 +180,10 @@ impl Backend for DiskExport {
             can_write_zeroes: true,
             // FLUSH is an fdatasync of the disk: it covers writes from every connection.
             can_multi_conn: true,
-            description: Some(format!("sbod export of {}", self.path)),
+            description: Some(sbod_health::export_description(
+                &self.path,
+                self.health.lock().as_ref(),
+            )),
         }
     }
 
@@ -373,6 +405,7 @@ pub async fn export(args: ExportArgs) -> Result<()> {
                     dev,
                     size,
                     path: abs,
+                    health: parking_lot::Mutex::new(None),
                 }),
             ))
         }
@@ -384,6 +417,18 @@ pub async fn export(args: ExportArgs) -> Result<()> {
                 return Err(e);
             }
         }
+    }
+    // The disks' health, read before the first client asks and then on a schedule.
+    read_health(&exports);
+    {
+        let exports = exports.clone();
+        std::thread::Builder::new()
+            .name("sbod-export-health".into())
+            .spawn(move || loop {
+                std::thread::sleep(health_interval());
+                read_health(&exports);
+            })
+            .ok();
     }
     for (n, e) in &exports {
         eprintln!(
