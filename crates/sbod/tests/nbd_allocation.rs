@@ -161,3 +161,37 @@ fn block_status_of_an_array_through_real_clients() {
     assert_eq!(map_of(&uri), map);
     sbod.ok(&["stop", "v"]);
 }
+
+/// `sbod export` of a file answers block status from the file's holes (what a head or
+/// nbdcopy reading a remote member sees).
+#[test]
+fn sbod_export_of_a_file_reports_its_holes() {
+    need("nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("disk.img");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::create(&img).unwrap();
+        f.set_len(64 * MIB).unwrap();
+        f.write_all_at(&[5u8; 8192], 8 * MIB).unwrap();
+    }
+    let sock = dir.path().join("x.sock");
+    let mut procs = Procs::default();
+    procs.spawn(
+        "export",
+        Command::new(env!("CARGO_BIN_EXE_sbod"))
+            .args(["export", img.to_str().unwrap(), "--nbd"])
+            .arg(format!("unix:{}", sock.display()))
+            .env("SBOD_STATE_DIR", dir.path().join("state")),
+    );
+    let uri = format!("nbd+unix:///disk.img?socket={}", sock.display());
+    wait_nbd(&uri, std::time::Duration::from_secs(30));
+    assert_eq!(
+        map_of(&uri),
+        vec![
+            (0, 8 * MIB, 3),
+            (8 * MIB, 8 * KIB, 0),
+            (8 * MIB + 8 * KIB, 56 * MIB - 8 * KIB, 3)
+        ]
+    );
+}
