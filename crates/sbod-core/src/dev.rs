@@ -66,6 +66,22 @@ pub trait BlockDev: Send + Sync {
     fn link_up(&self) -> Option<bool> {
         None
     }
+    /// The parts of `[offset, offset + len)` (device offsets) that may hold data, as
+    /// `(start, end)` pairs in order, rounded out to 4 KiB: every byte outside them reads
+    /// back as zeros (the holes of a sparse member file: never written, punched, or zeroed
+    /// by `fallocate`). `None` where the device cannot tell (block devices, remote members):
+    /// callers then take all of it as data. Blocking (`lseek`): call it off the runtime.
+    fn data_ranges(&self, _offset: u64, _len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        None
+    }
+    /// Does [`IoKind::Zero`] with `punch` make the range read as zeros without writing
+    /// them: a file (`fallocate` punches a hole), or a block device that takes the
+    /// kernel's write-zeroes command (which may unmap: `fallocate` PUNCH_HOLE on the device,
+    /// zeros guaranteed, never the plain discard whose contents after are undefined)?
+    /// Where not, zeroing writes zeros and costs a write. Default: no.
+    fn zeroes_cheaply(&self) -> bool {
+        false
+    }
 }
 
 /// The error a network member completes requests with once its host has stayed

@@ -88,11 +88,10 @@ impl Reader {
     }
 
     /// Read a member's health now (smartctl on its whole disk), or say why it cannot be.
+    /// A remote member's is what its host's `sbod export` read there (see [`remote`]).
     pub fn health(&self, path: &str, policy: &HealthPolicy) -> Health {
         match self.kind(path) {
-            MemberKind::Remote => Health::unavailable(
-                "a remote member: its disk's health is read on its host (`sbod health` there)",
-            ),
+            MemberKind::Remote => remote(path, policy),
             MemberKind::File if self.smartctl_on_files => {
                 self.smartctl.read(Path::new(path), policy)
             }
@@ -115,6 +114,55 @@ impl Reader {
                 h
             }
         }
+    }
+}
+
+/// Where `sbod export` puts its disk's health in an export's description: after this
+/// mark, the reading as JSON (a [`Health`]).
+pub const EXPORT_HEALTH_MARK: &str = "; health: ";
+
+/// An export's description with its disk's health (what `sbod export` advertises).
+pub fn export_description(path: &str, health: Option<&Health>) -> String {
+    match health.and_then(|h| serde_json::to_string(h).ok()) {
+        Some(j) => format!("sbod export of {path}{EXPORT_HEALTH_MARK}{j}"),
+        None => format!("sbod export of {path}"),
+    }
+}
+
+/// The health in an export's description, if it carries one.
+pub fn health_in_description(desc: &str) -> Option<Health> {
+    let (_, j) = desc.split_once(EXPORT_HEALTH_MARK)?;
+    serde_json::from_str(j).ok()
+}
+
+/// A remote member's health: its host's `sbod export` reads its disk (smartctl there) and
+/// says it in the export's description, asked here (NBD_OPT_INFO, within 5 s) and judged
+/// by this array's policy. Any other server, or one that does not answer: not available,
+/// with the reason.
+pub fn remote(path: &str, policy: &HealthPolicy) -> Health {
+    let uri = match sbod_nbd::NbdUri::parse(path) {
+        Ok(u) => u,
+        Err(e) => return Health::unavailable(format!("{path}: {e}")),
+    };
+    let desc = match sbod_nbd::client::describe_blocking(&uri, Duration::from_secs(5)) {
+        Ok(d) => d,
+        Err(e) => {
+            return Health::unavailable(format!(
+                "a remote member whose host did not say its disk's health: {e}"
+            ))
+        }
+    };
+    match desc.as_deref().and_then(health_in_description) {
+        Some(h) => {
+            let mut h = smart::rejudge(&h, policy);
+            h.reasons
+                .push("read on the member's host by `sbod export`".to_string());
+            h
+        }
+        None => Health::unavailable(
+            "a remote member: its server does not report its disk's health (`sbod export` \
+             does; `sbod health` on its host)",
+        ),
     }
 }
 

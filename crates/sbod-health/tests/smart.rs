@@ -155,7 +155,7 @@ fn files_remote_members_and_a_missing_smartctl_say_so() {
     let h = r.health(f.to_str().unwrap(), &HealthPolicy::default());
     assert_eq!(h.verdict, HealthVerdict::Unavailable);
     assert!(h.summary().contains("a file"), "{}", h.summary());
-    let h = r.health("nbd://node1/sdb", &HealthPolicy::default());
+    let h = r.health("nbd://127.0.0.1:1/sdb", &HealthPolicy::default());
     assert!(h.summary().contains("a remote member"), "{}", h.summary());
     let none = Smartctl {
         program: dir.path().join("no-smartctl"),

@@ -21,6 +21,29 @@ pub struct ExportInfo {
     pub description: Option<String>,
 }
 
+/// One extent of a `base:allocation` answer (NBD block status): `length` bytes with the
+/// same status, `flags` of [`crate::proto::STATE_HOLE`] and [`crate::proto::STATE_ZERO`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub length: u64,
+    pub flags: u32,
+}
+
+impl Extent {
+    /// Allocated, contents not known to be zero: what may always be said.
+    pub fn data(length: u64) -> Extent {
+        Extent { length, flags: 0 }
+    }
+
+    /// A hole that reads back as zeros.
+    pub fn hole(length: u64) -> Extent {
+        Extent {
+            length,
+            flags: crate::proto::STATE_HOLE | crate::proto::STATE_ZERO,
+        }
+    }
+}
+
 /// Errors a backend reports; mapped to the spec's error values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NbdError {
@@ -109,4 +132,26 @@ pub trait Backend: Send + Sync + 'static {
         fua: bool,
         no_hole: bool,
     ) -> impl Future<Output = Result<(), NbdError>> + Send;
+    /// `base:allocation` of `[offset, offset + len)` (NBD_CMD_BLOCK_STATUS): consecutive
+    /// extents from `offset`, covering the range or a prefix of it (at least one byte).
+    /// An extent marked [`crate::proto::STATE_ZERO`] MUST read back as zeros until
+    /// written; when in doubt, say data. The default says data for all of it.
+    fn block_status(
+        &self,
+        _offset: u64,
+        len: u64,
+    ) -> impl Future<Output = Result<Vec<Extent>, NbdError>> + Send {
+        async move { Ok(vec![Extent::data(len)]) }
+    }
+    /// NBD_CMD_CACHE: the client will read this range soon. Advisory; the default does
+    /// nothing.
+    fn cache(&self, _offset: u64, _len: u64) -> impl Future<Output = Result<(), NbdError>> + Send {
+        async { Ok(()) }
+    }
+    /// Would zeroing this range be faster than writing zeros to it (NBD's fast zero)? A
+    /// WRITE_ZEROES with NBD_CMD_FLAG_FAST_ZERO fails at once with ENOTSUP when not. The
+    /// default: no.
+    fn fast_zero(&self, _offset: u64, _len: u64) -> bool {
+        false
+    }
 }

@@ -101,7 +101,7 @@ impl<B: ClientBuf> Command<B> {
             kind,
             cookie,
             offset,
-            length,
+            length: length as u64,
         }
     }
 }
@@ -138,6 +138,90 @@ impl std::fmt::Display for Death {
             Death::Timeout(d) => write!(f, "no reply within {} ms", d.as_millis()),
             Death::Protocol(e) => write!(f, "protocol violation: {e}"),
             Death::Closed => write!(f, "closed"),
+        }
+    }
+}
+
+/// Ask an NBD server for an export's description (NBD_OPT_INFO with
+/// NBD_INFO_DESCRIPTION), blocking, within `limit` for every step; the connection ends
+/// with NBD_OPT_ABORT. For `sbod health` on remote members (the exporting host puts its
+/// disk's health there), called from a plain thread: std sockets, no runtime. `Ok(None)`:
+/// the server gave no description. Over TLS (`nbds://`): an error, not read.
+pub fn describe_blocking(uri: &NbdUri, limit: std::time::Duration) -> io::Result<Option<String>> {
+    use std::io::{Read, Write};
+    if uri.tls {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the export needs TLS; its description is not read",
+        ));
+    }
+    fn talk<S: Read + Write>(s: &mut S, export: &str) -> io::Result<Option<String>> {
+        let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
+        let mut hello = [0u8; 18];
+        s.read_exact(&mut hello)?;
+        if hello[..8] != NBDMAGIC.to_be_bytes() || hello[8..16] != IHAVEOPT.to_be_bytes() {
+            return Err(bad("not a newstyle NBD server"));
+        }
+        s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())?;
+        let info = encode_info_request(&InfoRequest {
+            name: export.to_string(),
+            requests: vec![INFO_DESCRIPTION],
+        });
+        let mut v = IHAVEOPT.to_be_bytes().to_vec();
+        v.extend_from_slice(&OPT_INFO.to_be_bytes());
+        v.extend_from_slice(&(info.len() as u32).to_be_bytes());
+        v.extend_from_slice(&info);
+        s.write_all(&v)?;
+        let mut desc = None;
+        loop {
+            let mut h = [0u8; 20];
+            s.read_exact(&mut h)?;
+            let kind = u32::from_be_bytes(h[12..16].try_into().expect("4 bytes"));
+            let len = u32::from_be_bytes(h[16..20].try_into().expect("4 bytes"));
+            if u64::from_be_bytes(h[..8].try_into().expect("8 bytes")) != OPT_REPLY_MAGIC
+                || len > MAX_OPTION_LEN
+            {
+                return Err(bad("malformed option reply"));
+            }
+            let mut d = vec![0u8; len as usize];
+            s.read_exact(&mut d)?;
+            match kind {
+                REP_INFO if d.len() >= 2 && d[..2] == INFO_DESCRIPTION.to_be_bytes() => {
+                    desc = Some(String::from_utf8_lossy(&d[2..]).into_owned());
+                }
+                REP_INFO => {}
+                REP_ACK => break,
+                k => {
+                    return Err(bad(&format!(
+                        "the server refused INFO ({})",
+                        option_error(k, &d)
+                    )))
+                }
+            }
+        }
+        let mut v = IHAVEOPT.to_be_bytes().to_vec();
+        v.extend_from_slice(&OPT_ABORT.to_be_bytes());
+        v.extend_from_slice(&0u32.to_be_bytes());
+        let _ = s.write_all(&v);
+        Ok(desc)
+    }
+    match &uri.transport {
+        Transport::Unix { socket } => {
+            let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+            s.set_read_timeout(Some(limit))?;
+            s.set_write_timeout(Some(limit))?;
+            talk(&mut s, &uri.export)
+        }
+        Transport::Tcp { host, port } => {
+            use std::net::ToSocketAddrs;
+            let addr = (host.as_str(), *port)
+                .to_socket_addrs()?
+                .next()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+            let mut s = std::net::TcpStream::connect_timeout(&addr, limit)?;
+            s.set_read_timeout(Some(limit))?;
+            s.set_write_timeout(Some(limit))?;
+            talk(&mut s, &uri.export)
         }
     }
 }

@@ -1,6 +1,6 @@
 //! An in-memory export, for tests.
 
-use crate::backend::{Backend, ExportInfo, NbdError};
+use crate::backend::{Backend, ExportInfo, Extent, NbdError};
 use parking_lot::RwLock;
 
 pub struct MemBackend {
@@ -77,6 +77,34 @@ impl Backend for MemBackend {
     // Byte-addressed memory: a write of any alignment is one copy under the lock.
     async fn write_unaligned(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<(), NbdError> {
         self.write(offset, data, fua).await
+    }
+
+    /// Blocks of zeros are holes (they read as zeros: all a hole promises), others data.
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>, NbdError> {
+        const B: u64 = 4096;
+        let d = self.data.read();
+        let end = (offset + len).min(d.len() as u64);
+        let mut out: Vec<Extent> = Vec::new();
+        let mut at = offset;
+        while at < end {
+            let next = ((at / B + 1) * B).min(end);
+            let zero = d[at as usize..next as usize].iter().all(|&b| b == 0);
+            let x = if zero {
+                Extent::hole(next - at)
+            } else {
+                Extent::data(next - at)
+            };
+            match out.last_mut() {
+                Some(l) if l.flags == x.flags => l.length += x.length,
+                _ => out.push(x),
+            }
+            at = next;
+        }
+        Ok(out)
+    }
+
+    fn fast_zero(&self, _offset: u64, _len: u64) -> bool {
+        true
     }
 
     async fn write_zeroes_unaligned(

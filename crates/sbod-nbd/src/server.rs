@@ -240,14 +240,32 @@ impl Drop for Held {
 struct Negotiated<B> {
     export: Arc<B>,
     info: ExportInfo,
-    structured: bool,
+    framing: Framing,
     /// The client promised to honour our block size constraints.
     sized: bool,
+    /// `base:allocation` was selected for this export (NBD_OPT_SET_META_CONTEXT).
+    allocation: bool,
+}
+
+/// How replies are framed: simple, structured, or extended headers (which take over
+/// from structured replies and carry 64-bit lengths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Framing {
+    structured: bool,
+    extended: bool,
+}
+
+impl Framing {
+    /// Chunks (structured or extended) may be sent.
+    fn chunks(self) -> bool {
+        self.structured || self.extended
+    }
 }
 
 enum Reply<Buf> {
     Simple {
         cookie: u64,
+        offset: u64,
         error: u32,
     },
     Data {
@@ -255,10 +273,19 @@ enum Reply<Buf> {
         offset: u64,
         data: Buf,
     },
+    /// A `base:allocation` answer: (length, status flags) from `offset`.
+    Status {
+        cookie: u64,
+        offset: u64,
+        extents: Vec<(u64, u32)>,
+    },
     Err {
         cookie: u64,
+        offset: u64,
         error: u32,
-        read: bool,
+        /// Sent as an error chunk when chunks are on (READ and BLOCK_STATUS, whose
+        /// replies are chunks); others take a simple reply.
+        chunk: bool,
         msg: &'static str,
     },
 }
@@ -650,7 +677,7 @@ fn proto_err(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.into())
 }
 
-fn transmission_flags(info: &ExportInfo, structured: bool) -> u16 {
+fn transmission_flags(info: &ExportInfo, chunks: bool) -> u16 {
     let mut f = TF_HAS_FLAGS;
     if info.read_only {
         f |= TF_READ_ONLY;
@@ -665,12 +692,13 @@ fn transmission_flags(info: &ExportInfo, structured: bool) -> u16 {
         f |= TF_SEND_TRIM;
     }
     if info.can_write_zeroes && !info.read_only {
-        f |= TF_SEND_WRITE_ZEROES;
+        f |= TF_SEND_WRITE_ZEROES | TF_SEND_FAST_ZERO;
     }
+    f |= TF_SEND_CACHE;
     if info.can_multi_conn {
         f |= TF_CAN_MULTI_CONN;
     }
-    if structured {
+    if chunks {
         // Reads are always answered in one chunk, so "don't fragment" holds trivially.
         f |= TF_SEND_DF;
     }
@@ -691,6 +719,9 @@ where
     B: Backend,
 {
     let mut structured = false;
+    let mut extended = false;
+    // The export `base:allocation` was selected for by the last SET_META_CONTEXT.
+    let mut meta: Option<Arc<B>> = None;
     let find = |name: &str| -> Option<&Arc<B>> {
         if name.is_empty() {
             return exports.first().map(|(_, e)| e);
@@ -719,6 +750,10 @@ where
         r.read_exact(&mut data).await?;
         match opt {
             OPT_EXPORT_NAME => {
+                if extended {
+                    // The spec forbids it (its reply could not say the framing).
+                    return Err(proto_err("EXPORT_NAME after EXTENDED_HEADERS"));
+                }
                 let name = String::from_utf8_lossy(&data).to_string();
                 let Some(e) = find(&name) else {
                     // The spec gives no way to report this but closing.
@@ -733,11 +768,16 @@ where
                 }
                 w.write_all(&out).await?;
                 w.flush().await?;
+                let allocation = meta.as_ref().is_some_and(|m| Arc::ptr_eq(m, e));
                 return Ok(Some(Negotiated {
                     export: e.clone(),
                     info,
-                    structured,
+                    framing: Framing {
+                        structured,
+                        extended: false,
+                    },
                     sized: false,
+                    allocation,
                 }));
             }
             OPT_ABORT => {
@@ -756,6 +796,65 @@ where
                         w.write_all(&option_reply(opt, REP_SERVER, &d)).await?;
                     }
                     w.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                }
+            }
+            OPT_EXTENDED_HEADERS => {
+                if !data.is_empty() {
+                    w.write_all(&option_reply(
+                        opt,
+                        REP_ERR_INVALID,
+                        b"EXTENDED_HEADERS takes no data",
+                    ))
+                    .await?;
+                } else {
+                    extended = true;
+                    w.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                }
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                let set = opt == OPT_SET_META_CONTEXT;
+                if set {
+                    // A SET replaces what was selected, also when it fails.
+                    meta = None;
+                }
+                let reply = match parse_meta_request(&data) {
+                    _ if !structured && !extended => Err((
+                        REP_ERR_INVALID,
+                        "negotiate structured replies or extended headers first".to_string(),
+                    )),
+                    None => Err((REP_ERR_INVALID, "malformed meta context request".into())),
+                    Some(q) => match find(&q.name) {
+                        None => Err((REP_ERR_UNKNOWN, format!("no export named '{}'", q.name))),
+                        Some(e) => {
+                            // LIST: no query, `base:` or `base:allocation` lists it; SET:
+                            // only `base:allocation` selects it. Others are ignored.
+                            let hit = q
+                                .queries
+                                .iter()
+                                .any(|x| x == META_BASE_ALLOCATION || (!set && x == "base:"))
+                                || (!set && q.queries.is_empty());
+                            if hit && set {
+                                meta = Some(e.clone());
+                            }
+                            Ok(hit)
+                        }
+                    },
+                };
+                match reply {
+                    Ok(hit) => {
+                        if hit {
+                            let id = if set { META_ID_ALLOCATION } else { 0 };
+                            let mut d = id.to_be_bytes().to_vec();
+                            d.extend_from_slice(META_BASE_ALLOCATION.as_bytes());
+                            w.write_all(&option_reply(opt, REP_META_CONTEXT, &d))
+                                .await?;
+                        }
+                        w.write_all(&option_reply(opt, REP_ACK, &[])).await?;
+                    }
+                    Err((kind, msg)) => {
+                        w.write_all(&option_reply(opt, kind, msg.as_bytes()))
+                            .await?;
+                    }
                 }
             }
             OPT_STRUCTURED_REPLY => {
@@ -795,7 +894,9 @@ where
                 let info = e.info();
                 let mut d = INFO_EXPORT.to_be_bytes().to_vec();
                 d.extend_from_slice(&info.size.to_be_bytes());
-                d.extend_from_slice(&transmission_flags(&info, structured).to_be_bytes());
+                d.extend_from_slice(
+                    &transmission_flags(&info, structured || extended).to_be_bytes(),
+                );
                 w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
                 let mut d = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
                 d.extend_from_slice(&info.min_block.to_be_bytes());
@@ -823,11 +924,16 @@ where
                 w.flush().await?;
                 if opt == OPT_GO {
                     let sized = req.requests.contains(&INFO_BLOCK_SIZE);
+                    let allocation = meta.as_ref().is_some_and(|m| Arc::ptr_eq(m, e));
                     return Ok(Some(Negotiated {
                         export: e.clone(),
                         info,
-                        structured,
+                        framing: Framing {
+                            structured,
+                            extended,
+                        },
                         sized,
+                        allocation,
                     }));
                 }
             }
@@ -851,27 +957,45 @@ where
     }
 }
 
+/// Does a request carry a payload after its header? (Compact headers: a WRITE does;
+/// extended: whoever sets NBD_CMD_FLAG_PAYLOAD_LEN, its length being the payload's.)
+fn has_payload(req: &Request, framing: Framing) -> bool {
+    match framing.extended {
+        true => req.flags & CMD_FLAG_PAYLOAD_LEN != 0,
+        false => req.kind == CMD_WRITE,
+    }
+}
+
 /// Why a request is refused before it reaches the backend.
 fn validate(req: &Request, neg: &Negotiated<impl Backend>) -> Result<(), (u32, &'static str)> {
     let info = &neg.info;
-    let end = req.offset.checked_add(req.length as u64);
+    let end = req.offset.checked_add(req.length);
     let beyond = end.is_none_or(|e| e > info.size);
+    let ext = neg.framing.extended;
     let allowed_flags = match req.kind {
         CMD_READ => {
-            if neg.structured {
+            if neg.framing.chunks() {
                 CMD_FLAG_DF
             } else {
                 0
             }
         }
-        CMD_WRITE => CMD_FLAG_FUA,
+        CMD_WRITE => CMD_FLAG_FUA | if ext { CMD_FLAG_PAYLOAD_LEN } else { 0 },
         CMD_FLUSH => 0,
         CMD_TRIM => CMD_FLAG_FUA,
-        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+        CMD_CACHE => 0,
+        CMD_BLOCK_STATUS => CMD_FLAG_REQ_ONE,
         _ => return Err((EINVAL, "unknown command")),
     };
     if req.flags & !allowed_flags != 0 {
         return Err((EINVAL, "flag not valid for this command"));
+    }
+    if ext && req.kind == CMD_WRITE && req.flags & CMD_FLAG_PAYLOAD_LEN == 0 {
+        return Err((
+            EINVAL,
+            "a write with extended headers needs NBD_CMD_FLAG_PAYLOAD_LEN",
+        ));
     }
     if req.flags & CMD_FLAG_FUA != 0 && !info.can_fua {
         return Err((EINVAL, "FUA not supported"));
@@ -881,7 +1005,7 @@ fn validate(req: &Request, neg: &Negotiated<impl Backend>) -> Result<(), (u32, &
             if beyond {
                 return Err((EINVAL, "read beyond the end of the export"));
             }
-            if req.length > info.max_payload {
+            if req.length > info.max_payload as u64 {
                 return Err((EINVAL, "read larger than the maximum payload"));
             }
         }
@@ -889,7 +1013,7 @@ fn validate(req: &Request, neg: &Negotiated<impl Backend>) -> Result<(), (u32, &
             if info.read_only {
                 return Err((EPERM, "export is read-only"));
             }
-            if req.length > info.max_payload {
+            if req.length > info.max_payload as u64 {
                 return Err((EINVAL, "write larger than the maximum payload"));
             }
             if beyond {
@@ -921,10 +1045,30 @@ fn validate(req: &Request, neg: &Negotiated<impl Backend>) -> Result<(), (u32, &
                 return Err((ENOSPC, "write zeroes beyond the end of the export"));
             }
         }
+        CMD_CACHE if beyond => {
+            return Err((EINVAL, "cache beyond the end of the export"));
+        }
+        CMD_BLOCK_STATUS => {
+            if !neg.allocation {
+                return Err((
+                    EINVAL,
+                    "block status needs base:allocation selected (NBD_OPT_SET_META_CONTEXT)",
+                ));
+            }
+            if req.length == 0 {
+                return Err((EINVAL, "block status of no bytes"));
+            }
+            if beyond {
+                return Err((EINVAL, "block status beyond the end of the export"));
+            }
+        }
         _ => {}
     }
+    if !ext && req.kind != CMD_WRITE && req.flags & CMD_FLAG_PAYLOAD_LEN != 0 {
+        return Err((EINVAL, "payload flag without extended headers"));
+    }
     let aligned = |x: u64| x.is_multiple_of(info.min_block as u64);
-    if neg.sized && req.kind != CMD_FLUSH && (!aligned(req.offset) || !aligned(req.length as u64)) {
+    if neg.sized && req.kind != CMD_FLUSH && (!aligned(req.offset) || !aligned(req.length)) {
         return Err((EINVAL, "request not aligned to the minimum block size"));
     }
     Ok(())
@@ -946,7 +1090,8 @@ where
     let stats = shared.stats.clone();
     let limits = &shared.limits;
     let (tx, rx) = mpsc::channel::<(Reply<B::Buf>, Option<Held>)>(1024);
-    let writer = tokio::spawn(write_replies(w, rx, neg.structured, limits.io_timeout));
+    let framing = neg.framing;
+    let writer = tokio::spawn(write_replies(w, rx, framing, limits.io_timeout));
     let budget = Arc::new(Semaphore::new(INFLIGHT_BUDGET as usize));
     let slots = Arc::new(Semaphore::new(INFLIGHT_REQUESTS));
     let most = (INFLIGHT_BUDGET as u64).min(limits.inflight_bytes) as u32;
@@ -995,8 +1140,12 @@ where
             Some(Ok(false)) => {}
         }
         // A request has begun: the rest of its header is due now.
-        let mut hdr = [0u8; REQUEST_LEN];
-        match read_within(&mut r, &mut hdr, limits.io_timeout).await {
+        let mut hdr = [0u8; EXTENDED_REQUEST_LEN];
+        let hdr_len = match framing.extended {
+            true => EXTENDED_REQUEST_LEN,
+            false => REQUEST_LEN,
+        };
+        match read_within(&mut r, &mut hdr[..hdr_len], limits.io_timeout).await {
             Err(_) => {
                 result = late("a request header did not arrive in time");
                 break;
@@ -1009,7 +1158,11 @@ where
             }
             Ok(Ok(_)) => {}
         }
-        let Some(req) = parse_request(&hdr) else {
+        let parsed = match framing.extended {
+            true => parse_extended_request(&hdr),
+            false => parse_request(hdr[..REQUEST_LEN].try_into().expect("28 bytes")),
+        };
+        let Some(req) = parsed else {
             stats.protocol_errors.fetch_add(1, Relaxed);
             result = Err(proto_err("bad request magic"));
             break;
@@ -1019,16 +1172,20 @@ where
             break;
         }
         let verdict = validate(&req, &neg);
-        if req.kind == CMD_WRITE && req.length > DRAIN_LIMIT {
+        let payload_follows = has_payload(&req, framing);
+        if payload_follows && req.length > DRAIN_LIMIT as u64 {
             stats.protocol_errors.fetch_add(1, Relaxed);
-            result = Err(proto_err(format!("write payload of {} bytes", req.length)));
+            result = Err(proto_err(format!(
+                "request payload of {} bytes",
+                req.length
+            )));
             break;
         }
         if let Err((error, msg)) = verdict {
-            // A WRITE's payload follows its header whatever we think of the request:
-            // consumed without being kept.
-            if req.kind == CMD_WRITE {
-                let (mut from, mut to) = ((&mut r).take(req.length as u64), tokio::io::sink());
+            // A payload follows its header whatever we think of the request: consumed
+            // without being kept.
+            if payload_follows {
+                let (mut from, mut to) = ((&mut r).take(req.length), tokio::io::sink());
                 match timeout(limits.io_timeout, tokio::io::copy(&mut from, &mut to)).await {
                     Err(_) => {
                         result = late("a write payload did not arrive in time");
@@ -1044,8 +1201,9 @@ where
             stats.errors.fetch_add(1, Relaxed);
             let reply = Reply::Err {
                 cookie: req.cookie,
+                offset: req.offset,
                 error,
-                read: req.kind == CMD_READ,
+                chunk: matches!(req.kind, CMD_READ | CMD_BLOCK_STATUS),
                 msg,
             };
             if tx.send((reply, None)).await.is_err() {
@@ -1056,7 +1214,7 @@ where
         // Budget first, then the buffer: no payload is allocated beyond the budget. The
         // cost never exceeds the budget (it is at least the export's max payload).
         let cost = match req.kind {
-            CMD_READ | CMD_WRITE => req.length.max(1),
+            CMD_READ | CMD_WRITE => (req.length as u32).max(1),
             _ => 1,
         }
         .min(most);
@@ -1147,6 +1305,71 @@ fn err_code(e: NbdError) -> u32 {
     e.code()
 }
 
+/// The largest piece of a TRIM or WRITE_ZEROES with a 64-bit length (extended headers)
+/// handed to the backend at once: a multiple of every block size.
+const EFFECT_PIECE: u64 = 1 << 31;
+
+/// Run `f` over `[offset, offset + len)` in pieces of at most [`EFFECT_PIECE`] bytes.
+async fn in_pieces<F, Fut>(offset: u64, len: u64, mut f: F) -> Result<(), NbdError>
+where
+    F: FnMut(u64, u32) -> Fut,
+    Fut: Future<Output = Result<(), NbdError>>,
+{
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(EFFECT_PIECE);
+        f(offset + at, n as u32).await?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// Turn a backend's block status into the reply's descriptors: from `offset`, within the
+/// request, each a multiple of the block size where the request is, at most one with
+/// REQ_ONE, 32-bit lengths without extended headers, and never none.
+fn descriptors(
+    req: &Request,
+    extents: &[crate::backend::Extent],
+    bs: u64,
+    ext: bool,
+) -> Vec<(u64, u32)> {
+    let most = if ext {
+        u64::MAX
+    } else {
+        u32::MAX as u64 / bs * bs
+    };
+    let mut left = req.length;
+    let mut out: Vec<(u64, u32)> = Vec::new();
+    for x in extents {
+        if left == 0 {
+            break;
+        }
+        let n = x.length.min(left);
+        if n == 0 {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if last.1 == x.flags && last.0 + n <= most => last.0 += n,
+            _ => out.push((n, x.flags)),
+        }
+        left -= n;
+    }
+    if out.is_empty() {
+        out.push((req.length, 0));
+    }
+    let one = req.flags & CMD_FLAG_REQ_ONE != 0;
+    if one {
+        out.truncate(1);
+    }
+    // Lengths that do not fit 32 bits: the first descriptor cut to fit, and the answer
+    // ends there (the client asks again from where it stops).
+    if let Some(i) = out.iter().position(|d| d.0 > most) {
+        out.truncate(i + 1);
+        out[i].0 = most.max(bs.min(out[i].0));
+    }
+    out
+}
+
 async fn execute<B: Backend>(
     neg: &Negotiated<B>,
     req: Request,
@@ -1156,31 +1379,38 @@ async fn execute<B: Backend>(
     let e = &neg.export;
     let fua = req.flags & CMD_FLAG_FUA != 0;
     let bs = neg.info.min_block as u64;
-    let aligned = req.offset.is_multiple_of(bs) && (req.length as u64).is_multiple_of(bs);
+    let aligned = req.offset.is_multiple_of(bs) && req.length.is_multiple_of(bs);
     let cookie = req.cookie;
+    let offset = req.offset;
     let done = |r: Result<(), NbdError>| match r {
-        Ok(()) => Reply::Simple { cookie, error: 0 },
+        Ok(()) => Reply::Simple {
+            cookie,
+            offset,
+            error: 0,
+        },
         Err(err) => {
             stats.errors.fetch_add(1, Relaxed);
             Reply::Err {
                 cookie,
+                offset,
                 error: err_code(err),
-                read: false,
+                chunk: false,
                 msg: "request failed",
             }
         }
     };
     match req.kind {
         CMD_READ => {
-            stats.read_bytes.fetch_add(req.length as u64, Relaxed);
-            let r = if aligned || req.length == 0 {
-                if req.length == 0 {
+            stats.read_bytes.fetch_add(req.length, Relaxed);
+            let len = req.length as u32; // validated: at most the max payload
+            let r = if aligned || len == 0 {
+                if len == 0 {
                     Ok(e.alloc(0))
                 } else {
-                    e.read(req.offset, req.length).await
+                    e.read(req.offset, len).await
                 }
             } else {
-                read_unaligned(e.as_ref(), req.offset, req.length, bs).await
+                read_unaligned(e.as_ref(), req.offset, len, bs).await
             };
             match r {
                 Ok(data) => Reply::Data {
@@ -1192,15 +1422,16 @@ async fn execute<B: Backend>(
                     stats.errors.fetch_add(1, Relaxed);
                     Reply::Err {
                         cookie,
+                        offset,
                         error: err_code(err),
-                        read: true,
+                        chunk: true,
                         msg: "read failed",
                     }
                 }
             }
         }
         CMD_WRITE => {
-            stats.write_bytes.fetch_add(req.length as u64, Relaxed);
+            stats.write_bytes.fetch_add(req.length, Relaxed);
             let data = payload.expect("write payload read");
             if req.length == 0 {
                 return done(Ok(()));
@@ -1217,27 +1448,85 @@ async fn execute<B: Backend>(
         CMD_TRIM => {
             // Advisory: trim only the whole blocks inside the range.
             let start = req.offset.div_ceil(bs) * bs;
-            let end = (req.offset + req.length as u64) / bs * bs;
+            let end = (req.offset + req.length) / bs * bs;
             if end > start {
-                done(e.trim(start, (end - start) as u32, fua).await)
+                done(in_pieces(start, end - start, |o, n| e.trim(o, n, fua)).await)
             } else {
                 done(Ok(()))
             }
         }
         CMD_WRITE_ZEROES => {
             let no_hole = req.flags & CMD_FLAG_NO_HOLE != 0;
+            if req.flags & CMD_FLAG_FAST_ZERO != 0 && !e.fast_zero(req.offset, req.length) {
+                // Fails at once, before anything is written: the client writes instead.
+                return Reply::Err {
+                    cookie,
+                    offset,
+                    error: ENOTSUP,
+                    chunk: false,
+                    msg: "zeroing this range is no faster than writing it",
+                };
+            }
+            if req.length == 0 {
+                return done(Ok(()));
+            }
             if aligned {
-                if req.length == 0 {
-                    return done(Ok(()));
-                }
-                done(e.write_zeroes(req.offset, req.length, fua, no_hole).await)
-            } else {
                 done(
-                    e.write_zeroes_unaligned(req.offset, req.length, fua, no_hole)
-                        .await,
+                    in_pieces(req.offset, req.length, |o, n| {
+                        e.write_zeroes(o, n, fua, no_hole)
+                    })
+                    .await,
                 )
+            } else {
+                // Unaligned: the whole blocks inside go the plain way, the ends merged.
+                let (a0, a1) = (
+                    req.offset.div_ceil(bs) * bs,
+                    (req.offset + req.length) / bs * bs,
+                );
+                let r = async {
+                    if a1 <= a0 || req.length <= EFFECT_PIECE {
+                        return e
+                            .write_zeroes_unaligned(req.offset, req.length as u32, fua, no_hole)
+                            .await;
+                    }
+                    if req.offset < a0 {
+                        e.write_zeroes_unaligned(
+                            req.offset,
+                            (a0 - req.offset) as u32,
+                            fua,
+                            no_hole,
+                        )
+                        .await?;
+                    }
+                    in_pieces(a0, a1 - a0, |o, n| e.write_zeroes(o, n, fua, no_hole)).await?;
+                    let end = req.offset + req.length;
+                    if a1 < end {
+                        e.write_zeroes_unaligned(a1, (end - a1) as u32, fua, no_hole)
+                            .await?;
+                    }
+                    Ok(())
+                };
+                done(r.await)
             }
         }
+        CMD_CACHE => done(e.cache(req.offset, req.length).await),
+        CMD_BLOCK_STATUS => match e.block_status(req.offset, req.length).await {
+            Ok(x) => Reply::Status {
+                cookie,
+                offset,
+                extents: descriptors(&req, &x, bs, neg.framing.extended),
+            },
+            Err(err) => {
+                stats.errors.fetch_add(1, Relaxed);
+                Reply::Err {
+                    cookie,
+                    offset,
+                    error: err_code(err),
+                    chunk: true,
+                    msg: "block status failed",
+                }
+            }
+        },
         _ => unreachable!("validated"),
     }
 }
@@ -1264,7 +1553,7 @@ async fn read_unaligned<B: Backend>(
 async fn write_replies<W, Buf, H>(
     mut w: BufWriter<W>,
     mut rx: mpsc::Receiver<(Reply<Buf>, Option<H>)>,
-    structured: bool,
+    framing: Framing,
     io_timeout: Duration,
 ) -> io::Result<()>
 where
@@ -1275,7 +1564,7 @@ where
         let batch = async {
             let mut next = Some(first);
             while let Some((reply, held)) = next.take() {
-                write_reply(&mut w, reply, structured).await?;
+                write_reply(&mut w, reply, framing).await?;
                 drop(held);
                 next = rx.try_recv().ok();
             }
@@ -1293,21 +1582,48 @@ where
 async fn write_reply<W, Buf>(
     w: &mut BufWriter<W>,
     reply: Reply<Buf>,
-    structured: bool,
+    framing: Framing,
 ) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
     Buf: AsRef<[u8]>,
 {
+    let ext = framing.extended;
     match reply {
-        Reply::Simple { cookie, error } => w.write_all(&simple_reply_header(error, cookie)).await,
+        Reply::Simple {
+            cookie,
+            offset,
+            error,
+        } => {
+            if !ext {
+                return w.write_all(&simple_reply_header(error, cookie)).await;
+            }
+            if error == 0 {
+                let h = extended_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, offset, 0);
+                w.write_all(&h).await
+            } else {
+                w.write_all(&extended_error_chunk(cookie, offset, error, ""))
+                    .await
+            }
+        }
         Reply::Data {
             cookie,
             offset,
             data,
         } => {
             let d = data.as_ref();
-            if structured {
+            if ext {
+                let mut h = [0u8; 40];
+                h[..32].copy_from_slice(&extended_header(
+                    REPLY_FLAG_DONE,
+                    REPLY_TYPE_OFFSET_DATA,
+                    cookie,
+                    offset,
+                    8 + d.len() as u64,
+                ));
+                h[32..].copy_from_slice(&offset.to_be_bytes());
+                w.write_all(&h).await?;
+            } else if framing.structured {
                 let mut h = [0u8; 28];
                 h[..20].copy_from_slice(&chunk_header(
                     REPLY_FLAG_DONE,
@@ -1322,13 +1638,56 @@ where
             }
             w.write_all(d).await
         }
+        Reply::Status {
+            cookie,
+            offset,
+            extents,
+        } => {
+            let mut v;
+            if ext {
+                let len = 8 + 16 * extents.len() as u64;
+                v = Vec::with_capacity(32 + len as usize);
+                v.extend_from_slice(&extended_header(
+                    REPLY_FLAG_DONE,
+                    REPLY_TYPE_BLOCK_STATUS_EXT,
+                    cookie,
+                    offset,
+                    len,
+                ));
+                v.extend_from_slice(&META_ID_ALLOCATION.to_be_bytes());
+                v.extend_from_slice(&(extents.len() as u32).to_be_bytes());
+                for (n, flags) in &extents {
+                    v.extend_from_slice(&n.to_be_bytes());
+                    v.extend_from_slice(&(*flags as u64).to_be_bytes());
+                }
+            } else {
+                let len = 4 + 8 * extents.len() as u32;
+                v = Vec::with_capacity(20 + len as usize);
+                v.extend_from_slice(&chunk_header(
+                    REPLY_FLAG_DONE,
+                    REPLY_TYPE_BLOCK_STATUS,
+                    cookie,
+                    len,
+                ));
+                v.extend_from_slice(&META_ID_ALLOCATION.to_be_bytes());
+                for (n, flags) in &extents {
+                    v.extend_from_slice(&(*n as u32).to_be_bytes());
+                    v.extend_from_slice(&flags.to_be_bytes());
+                }
+            }
+            w.write_all(&v).await
+        }
         Reply::Err {
             cookie,
+            offset,
             error,
-            read,
+            chunk,
             msg,
         } => {
-            if structured && read {
+            if ext {
+                w.write_all(&extended_error_chunk(cookie, offset, error, msg))
+                    .await
+            } else if framing.structured && chunk {
                 w.write_all(&error_chunk(cookie, error, msg)).await
             } else {
                 w.write_all(&simple_reply_header(error, cookie)).await

@@ -31,6 +31,14 @@ enum Opt {
         reqs: Vec<u16>,
     },
     StartTls,
+    /// NBD_OPT_EXTENDED_HEADERS: the requests then go with extended headers.
+    Extended,
+    /// LIST_META_CONTEXT (`set` false) or SET_META_CONTEXT.
+    Meta {
+        set: bool,
+        name: String,
+        queries: Vec<String>,
+    },
     Unknown {
         opt: u32,
         data: Vec<u8>,
@@ -96,7 +104,21 @@ fn opt() -> impl Strategy<Value = Opt> {
         )
             .prop_map(|(name, reqs)| Opt::Info { name, reqs }),
         Just(Opt::StartTls),
-        (9u32..40, proptest::collection::vec(any::<u8>(), 0..32))
+        Just(Opt::Extended),
+        (
+            any::<bool>(),
+            name(),
+            proptest::collection::vec(
+                prop_oneof![
+                    3 => Just("base:allocation".to_string()),
+                    1 => Just("base:".to_string()),
+                    1 => "[a-z:]{0,12}",
+                ],
+                0..3
+            )
+        )
+            .prop_map(|(set, name, queries)| Opt::Meta { set, name, queries }),
+        (12u32..40, proptest::collection::vec(any::<u8>(), 0..32))
             .prop_map(|(opt, data)| Opt::Unknown { opt, data }),
         (
             1u32..10,
@@ -124,7 +146,9 @@ fn req() -> impl Strategy<Value = Req> {
         1 => Just(CMD_TRIM),
         1 => Just(CMD_WRITE_ZEROES),
         1 => Just(CMD_DISC),
-        1 => 7u16..64,
+        1 => Just(CMD_CACHE),
+        2 => Just(CMD_BLOCK_STATUS),
+        1 => 8u16..64,
     ];
     let offset = prop_oneof![
         4 => (0..SIZE / 4096).prop_map(|b| b * 4096),
@@ -215,6 +239,19 @@ fn bytes(s: &Session) -> Vec<u8> {
             Opt::Structured => option(&mut v, OPT_STRUCTURED_REPLY, &[]),
             Opt::List => option(&mut v, OPT_LIST, &[]),
             Opt::StartTls => option(&mut v, OPT_STARTTLS, &[]),
+            Opt::Extended => option(&mut v, OPT_EXTENDED_HEADERS, &[]),
+            Opt::Meta { set, name, queries } => option(
+                &mut v,
+                if *set {
+                    OPT_SET_META_CONTEXT
+                } else {
+                    OPT_LIST_META_CONTEXT
+                },
+                &encode_meta_request(&MetaRequest {
+                    name: name.clone(),
+                    queries: queries.clone(),
+                }),
+            ),
             Opt::Info { name, reqs } => option(
                 &mut v,
                 OPT_INFO,
@@ -245,14 +282,23 @@ fn bytes(s: &Session) -> Vec<u8> {
         Finish::Abort => option(&mut v, OPT_ABORT, &[]),
         Finish::Nothing => {}
     }
+    let extended = s.opts.iter().any(|o| matches!(o, Opt::Extended));
     for (i, r) in s.reqs.iter().enumerate() {
-        v.extend_from_slice(&encode_request(&Request {
+        let mut q = Request {
             flags: r.flags,
             kind: r.kind,
             cookie: i as u64 + 1,
             offset: r.offset,
-            length: r.length,
-        }));
+            length: r.length as u64,
+        };
+        if extended {
+            if r.kind == CMD_WRITE {
+                q.flags |= CMD_FLAG_PAYLOAD_LEN;
+            }
+            v.extend_from_slice(&encode_extended_request(&q));
+        } else {
+            v.extend_from_slice(&encode_request(&q));
+        }
         v.extend((0..r.payload).map(|j| (i * 31 + j) as u8));
     }
     for m in &s.mutations {

@@ -497,6 +497,7 @@ fn fake_conn(s: &mut TcpStream, evil: Evil, stop: &AtomicBool) -> std::io::Resul
         let mut h = [0u8; REQUEST_LEN];
         s.read_exact(&mut h)?;
         let r = parse_request(&h).unwrap();
+        let rlen = r.length as u32;
         if r.kind == CMD_WRITE {
             let mut d = vec![0u8; r.length as usize];
             s.read_exact(&mut d)?;
@@ -517,22 +518,17 @@ fn fake_conn(s: &mut TcpStream, evil: Evil, stop: &AtomicBool) -> std::io::Resul
             ))?,
             Evil::ShortRead if r.kind == CMD_READ => {
                 // Half the data, then DONE.
-                let n = r.length / 2;
+                let n = rlen / 2;
                 s.write_all(&data_hdr(r.cookie, r.offset, n, 0))?;
                 s.write_all(&vec![0xee; n as usize])?;
                 s.write_all(&chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, r.cookie, 0))?;
             }
             Evil::ChunkOutsideRead if r.kind == CMD_READ => {
-                s.write_all(&data_hdr(
-                    r.cookie,
-                    r.offset + 4096,
-                    r.length,
-                    REPLY_FLAG_DONE,
-                ))?;
+                s.write_all(&data_hdr(r.cookie, r.offset + 4096, rlen, REPLY_FLAG_DONE))?;
                 s.write_all(&vec![0xee; r.length as usize])?;
             }
             Evil::OverlappingChunks if r.kind == CMD_READ => {
-                s.write_all(&data_hdr(r.cookie, r.offset, r.length, 0))?;
+                s.write_all(&data_hdr(r.cookie, r.offset, rlen, 0))?;
                 s.write_all(&vec![0xee; r.length as usize])?;
                 s.write_all(&data_hdr(r.cookie, r.offset, 4096, REPLY_FLAG_DONE))?;
                 s.write_all(&[0xee; 4096])?;
@@ -545,7 +541,7 @@ fn fake_conn(s: &mut TcpStream, evil: Evil, stop: &AtomicBool) -> std::io::Resul
                 use rand::{Rng, SeedableRng};
                 let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ r.cookie);
                 let mut v = if r.kind == CMD_READ {
-                    let mut v = data_hdr(r.cookie, r.offset, r.length, REPLY_FLAG_DONE);
+                    let mut v = data_hdr(r.cookie, r.offset, rlen, REPLY_FLAG_DONE);
                     v.extend_from_slice(&served(r.offset, r.length as usize));
                     v
                 } else {

@@ -8,7 +8,7 @@ use sbod_core::dev::{self, BlockDev, IoClass, IoKind, IoReq};
 use sbod_core::superblock::Superblock;
 use sbod_core::AlignedBuf;
 use sbod_mgmt::registry as state;
-use sbod_nbd::{Backend, ExportInfo, NbdError};
+use sbod_nbd::{Backend, ExportInfo, Extent, NbdError};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -43,6 +43,35 @@ pub struct DiskExport {
     size: u64,
     path: String,
     locks: RangeLocks,
+    /// The disk's last health reading (smartctl), said in the export's description so a
+    /// head shows it for its remote member (issue 28).
+    health: parking_lot::Mutex<Option<sbod_types::Health>>,
+}
+
+/// How often `sbod export` reads its disks' health (smartd's default; `SBOD_HEALTH_TICK_MS`
+/// for tests).
+fn health_interval() -> std::time::Duration {
+    std::env::var("SBOD_HEALTH_TICK_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(std::time::Duration::from_millis)
+        .unwrap_or(std::time::Duration::from_secs(1800))
+}
+
+/// Read every exported disk's health (one thread each: smartctl is slow) and keep it.
+fn read_health(exports: &[(String, Arc<DiskExport>)]) {
+    let reader = sbod_health::Reader::from_env();
+    let policy = sbod_types::HealthPolicy::default();
+    std::thread::scope(|s| {
+        for (_, e) in exports {
+            let r = &reader;
+            let p = &policy;
+            s.spawn(move || {
+                let h = r.health(&e.path, p);
+                *e.health.lock() = Some(h);
+            });
+        }
+    });
 }
 
 /// Region locks for the disk: a client that did not agree to 4 KiB blocks has its
@@ -151,7 +180,10 @@ impl Backend for DiskExport {
             can_write_zeroes: true,
             // FLUSH is an fdatasync of the disk: it covers writes from every connection.
             can_multi_conn: true,
-            description: Some(format!("sbod export of {}", self.path)),
+            description: Some(sbod_health::export_description(
+                &self.path,
+                self.health.lock().as_ref(),
+            )),
         }
     }
 
@@ -190,6 +222,35 @@ impl Backend for DiskExport {
             class: IoClass::Foreground,
         })
         .await
+    }
+
+    /// `base:allocation` of a file: its holes (a block device: all data).
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>, NbdError> {
+        let dev = self.dev.clone();
+        let len = len.min(1 << 30);
+        let ranges = tokio::task::spawn_blocking(move || dev.data_ranges(offset, len))
+            .await
+            .map_err(|_| NbdError::Io)?;
+        let Some(Ok(ranges)) = ranges else {
+            return Ok(vec![Extent::data(len)]);
+        };
+        let mut out = Vec::with_capacity(2 * ranges.len() + 1);
+        let mut pos = offset;
+        for (s, e) in ranges {
+            if s > pos {
+                out.push(Extent::hole(s - pos));
+            }
+            out.push(Extent::data(e - s.max(pos)));
+            pos = e;
+        }
+        if pos < offset + len {
+            out.push(Extent::hole(offset + len - pos));
+        }
+        Ok(out)
+    }
+
+    fn fast_zero(&self, _offset: u64, _len: u64) -> bool {
+        self.dev.zeroes_cheaply()
     }
 
     async fn trim(&self, offset: u64, len: u32, fua: bool) -> Result<(), NbdError> {
@@ -344,6 +405,7 @@ pub async fn export(args: ExportArgs) -> Result<()> {
                     dev,
                     size,
                     path: abs,
+                    health: parking_lot::Mutex::new(None),
                 }),
             ))
         }
@@ -355,6 +417,18 @@ pub async fn export(args: ExportArgs) -> Result<()> {
                 return Err(e);
             }
         }
+    }
+    // The disks' health, read before the first client asks and then on a schedule.
+    read_health(&exports);
+    {
+        let exports = exports.clone();
+        std::thread::Builder::new()
+            .name("sbod-export-health".into())
+            .spawn(move || loop {
+                std::thread::sleep(health_interval());
+                read_health(&exports);
+            })
+            .ok();
     }
     for (n, e) in &exports {
         eprintln!(

@@ -8,7 +8,7 @@ use sbod_core::layout::Scheme;
 use sbod_core::{AlignedBuf, Array, AssembleOptions};
 use sbod_mgmt::metrics::{IoStats, Op};
 use sbod_mgmt::{control, registry, Local};
-use sbod_nbd::{Backend, ExportInfo, NbdError};
+use sbod_nbd::{Backend, ExportInfo, Extent, NbdError};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -319,6 +319,22 @@ impl Backend for ArrayExport {
             .await
             .map_err(nbd_err);
         self.count(Op::Trim, len as u64, t0, r)
+    }
+
+    /// `base:allocation` from the members (`Array::allocation`): holes where every member
+    /// row that could serve a read is a hole of its file; data everywhere else.
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>, NbdError> {
+        let r = self.array.allocation(offset, len).await.map_err(nbd_err)?;
+        Ok(r.into_iter()
+            .map(|(n, zero)| match zero {
+                true => Extent::hole(n),
+                false => Extent::data(n),
+            })
+            .collect())
+    }
+
+    fn fast_zero(&self, offset: u64, len: u64) -> bool {
+        self.array.zero_is_fast(offset, len)
     }
 
     // Partial blocks are merged by the engine inside the stripe lock every write to them

@@ -279,3 +279,93 @@ fn without_a_spare_a_failing_member_keeps_serving() {
     let st = s.status();
     assert_eq!(member(&st, "d0.img").unwrap()["state"], "active");
 }
+
+/// Remote members report their disks' health through `sbod export` (issue 28): the
+/// exporting host reads its disks (here the stand-in smartctl: d0 failing, d1 healthy) and
+/// says it in the export's description; `sbod health` on the head shows it, judged by the
+/// head's policy, and says where it was read. A member served by another NBD server
+/// (nbdkit) says its health is not available, with the reason.
+#[test]
+fn remote_members_report_their_disks_health_through_sbod_export() {
+    let mut env = Env {
+        dir: tempfile::tempdir().unwrap(),
+        vars: Vec::new(),
+    };
+    let smartctl = fake_smartctl(env.dir.path());
+    env.vars = vec![
+        ("SBOD_SMARTCTL", smartctl.display().to_string()),
+        ("SBOD_SMARTCTL_FILES", "1".into()),
+        ("SBOD_HOTPLUG", "0".into()),
+    ];
+    let d = env.dir.path();
+    for f in ["d0.img", "d1.img", "d2.img"] {
+        std::fs::File::create(d.join(f))
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+    }
+    let sock = d.join("node.sock");
+    let mut export = env
+        .cmd(&[
+            "export",
+            "d0.img",
+            "d1.img",
+            "--nbd",
+            &format!("unix:{}", sock.display()),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(Vec<std::process::Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let kit_sock = d.join("kit.sock");
+    let kit = Command::new("nbdkit")
+        .args(["--foreground", "--exit-with-parent", "--unix"])
+        .arg(&kit_sock)
+        .arg("file")
+        .arg(d.join("d2.img"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("nbdkit is not installed: run scripts/deps.sh");
+    let t = std::time::Instant::now();
+    while !(sock.exists() && kit_sock.exists()) {
+        assert!(t.elapsed().as_secs() < 30, "the exports did not come up");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = export.try_wait();
+    let _guard = Kill(vec![export, kit]);
+    let uri = |n: &str, s: &std::path::Path| format!("nbd+unix:///{n}?socket={}", s.display());
+    let (u0, u1, u2) = (
+        uri("d0.img", &sock),
+        uri("d1.img", &sock),
+        uri("", &kit_sock),
+    );
+    env.ok(&["create", "rh", "--level", "raid1", &u0, &u1, &u2]);
+    let out: Value = serde_json::from_str(&env.ok(&["health", "rh", "--json"])).unwrap();
+    let members = out["members"].as_array().unwrap().clone();
+    let of = |part: &str| {
+        members
+            .iter()
+            .find(|m| m["path"].as_str().is_some_and(|p| p.contains(part)))
+            .unwrap_or_else(|| panic!("{part} not in {members:#?}"))["health"]
+            .clone()
+    };
+    let (h0, h1, h2) = (of("d0.img"), of("d1.img"), of("kit.sock"));
+    assert_eq!(h0["verdict"], "failing", "{h0:#}");
+    assert_eq!(h1["verdict"], "ok", "{h1:#}");
+    assert!(h0["reasons"].to_string().contains("sbod export"), "{h0:#}");
+    assert_eq!(h2["verdict"], "unavailable", "{h2:#}");
+    assert!(
+        h2["reasons"].to_string().contains("does not report"),
+        "{h2:#}"
+    );
+    env.ok(&["forget", "rh"]);
+}

@@ -301,16 +301,19 @@ impl Array {
         Ok(())
     }
 
-    /// NBD TRIM: advisory. Files have their blocks punched out (they read back as zeros on
-    /// every member, so parity stays consistent); block devices are left alone, since
-    /// discard on them does not promise zeros.
+    /// NBD TRIM: advisory. The whole stripes inside the range are zeroed with `punch` on
+    /// every member (data and parity, so the stripe stays consistent; the checksums of
+    /// zeros are set as for any zeroing): files have their blocks punched out, block
+    /// devices get the kernel's write-zeroes that may unmap (`fallocate` PUNCH_HOLE on the
+    /// device: zeros guaranteed, the SSD or thin volume gets its space back). Only when
+    /// every member can zero without writing (see `BlockDev::zeroes_cheaply`): else a trim
+    /// would cost a write of zeros, and it is left undone. Partial stripes are left as
+    /// they are (writing their zeros through the normal path would cost that write too).
     pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
         let (_pass, v) = self.enter(offset, len).await;
         self.check_io(offset, len)?;
         self.dp().check_writable()?;
-        let st = self.dp().state.load_full();
-        let all_files = st.live_members().iter().all(|m| m.is_file);
-        if !all_files {
+        if !self.members_zero_cheaply() {
             return Ok(());
         }
         // Only whole stripes: partial ones would cost a write for an advisory command.
@@ -322,6 +325,182 @@ impl Array {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// The most of the volume one [`Array::allocation`] looks at: the answer covers a prefix of
+/// a longer range (NBD clients ask again from where it ends).
+pub const ALLOCATION_SPAN: u64 = 1 << 30;
+
+impl Array {
+    /// What the array knows of a range's allocation, for NBD's `base:allocation`:
+    /// consecutive `(length, zero)` pieces from `offset`, covering all of the range or a
+    /// prefix of it (at most [`ALLOCATION_SPAN`]). A piece marked zero reads back as zeros
+    /// through every path a read can take: each member row that could serve it (the data's
+    /// member; every copy of a mirror; every member of a parity stripe, parity included, so
+    /// a reconstruction also gives zeros) is a hole of its member file (never written since
+    /// create, trimmed, or zeroed), and those members are all in service. Anything else is
+    /// reported as data: block-device and remote members (which cannot say), a member out
+    /// of service or rebuilding, a reshape in progress, a member that fails to answer.
+    /// Derived from the members each time, so nothing is kept that could go stale or be
+    /// lost across a restart.
+    pub async fn allocation(&self, offset: u64, len: u64) -> Result<Vec<(u64, bool)>> {
+        let end = self.end_of(offset, len)?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let (a, b) = blocks_around(offset, len.min(ALLOCATION_SPAN));
+        let b = b.min(self.dp().size);
+        let (_pass, v) = self.enter(a, b - a).await;
+        self.check_io(a, b - a)?;
+        let whole = (end.min(b) - offset, false);
+        if self.reshape.load().is_some() {
+            return Ok(vec![whole]);
+        }
+        let dp = &v.dp;
+        let st = dp.state.load_full();
+        let single = matches!(
+            dp.geometry.scheme(),
+            crate::layout::Scheme::Parity { m: 0, .. } | crate::layout::Scheme::Concat
+        );
+        // Each piece of the range with the member rows that must all be holes for it to
+        // read as zeros (`None`: some cannot say).
+        type Rows = Option<Vec<(usize, u64)>>;
+        let mut pieces: Vec<(u64, Rows)> = Vec::new();
+        // Per slot: its device and the member rows it spans.
+        type Span = (Arc<dyn crate::dev::BlockDev>, u64, u64);
+        let mut devs: Vec<Option<Span>> = vec![None; st.slots.len()];
+        for p in dp.map.map(a, b - a) {
+            let slots: Vec<usize> = match single {
+                true => vec![p.slot],
+                false => dp.map.group_slots(p.addr.group).collect(),
+            };
+            let mut rows = Some(Vec::with_capacity(slots.len()));
+            for s in slots {
+                let slot = &st.slots[s];
+                let m = match (&slot.state, &slot.member) {
+                    (crate::superblock::SlotState::Active, Some(m)) => m,
+                    _ => {
+                        rows = None;
+                        break;
+                    }
+                };
+                let at = dp.member_off(p.moff);
+                let d = devs[s].get_or_insert_with(|| (m.dev.clone(), at, at));
+                d.1 = d.1.min(at);
+                d.2 = d.2.max(at + p.len);
+                if let Some(r) = rows.as_mut() {
+                    r.push((s, at));
+                }
+            }
+            pieces.push((p.len, rows));
+        }
+        // One look per member at the rows it spans (lseek, off the runtime).
+        let looked = tokio::task::spawn_blocking(move || {
+            devs.into_iter()
+                .map(|d| {
+                    let (dev, lo, hi) = d?;
+                    match dev.data_ranges(lo, hi - lo)? {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            tracing::debug!(member = %dev.name(), error = %e, "no allocation map");
+                            None
+                        }
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| Error::Invalid(format!("allocation lookup: {e}").into()))?;
+        let mut out: Vec<(u64, bool)> = Vec::new();
+        let mut push = |len: u64, zero: bool| match out.last_mut() {
+            Some(last) if last.1 == zero => last.0 += len,
+            _ if len > 0 => out.push((len, zero)),
+            _ => {}
+        };
+        for (plen, rows) in pieces {
+            let Some(rows) = rows else {
+                push(plen, false);
+                continue;
+            };
+            // The union of the rows' data, relative to the piece.
+            let mut data: Vec<(u64, u64)> = Vec::new();
+            let mut unknown = false;
+            for (s, at) in rows {
+                let Some(ranges) = &looked[s] else {
+                    unknown = true;
+                    break;
+                };
+                let i = ranges.partition_point(|r| r.1 <= at);
+                for r in ranges[i..].iter().take_while(|r| r.0 < at + plen) {
+                    data.push((r.0.max(at) - at, r.1.min(at + plen) - at));
+                }
+            }
+            if unknown {
+                push(plen, false);
+                continue;
+            }
+            data.sort_unstable();
+            let mut pos = 0;
+            for (s, e) in data {
+                if e <= pos {
+                    continue;
+                }
+                if s > pos {
+                    push(s - pos, true);
+                }
+                push(e - s.max(pos), false);
+                pos = e;
+            }
+            push(plen - pos, true);
+        }
+        // From `offset` (inside the first block) to the range's end at most.
+        let mut skip = offset - a;
+        let mut left = end - offset;
+        let mut clipped = Vec::with_capacity(out.len());
+        for (len, zero) in out {
+            let cut = len.min(skip);
+            skip -= cut;
+            let n = (len - cut).min(left);
+            if n > 0 {
+                clipped.push((n, zero));
+                left -= n;
+            }
+        }
+        Ok(clipped)
+    }
+}
+
+impl Array {
+    /// Is zeroing `[offset, offset + len)` faster than writing zeros there (NBD's fast
+    /// zero)? Only where the members zero without writing (files: `fallocate`; block
+    /// devices with write-zeroes) and, for
+    /// parity, the range is mostly whole stripes (the partial ones at its ends are written
+    /// with zeros through the normal path). Elsewhere the client writes zeros itself.
+    pub fn zero_is_fast(&self, offset: u64, len: u64) -> bool {
+        let dp = self.dp();
+        if self.reshape.load().is_some() || len == 0 {
+            return false;
+        }
+        if !self.members_zero_cheaply() {
+            return false;
+        }
+        match dp.geometry.scheme() {
+            crate::layout::Scheme::Parity { m, .. } if m > 0 => {
+                let sd = dp.geometry.stripe_data();
+                let whole = ((offset + len) / sd).saturating_sub(offset.div_ceil(sd)) * sd;
+                whole >= len / 2
+            }
+            _ => true,
+        }
+    }
+}
+
+impl Array {
+    /// Can every member the array writes zero a range without writing zeros?
+    fn members_zero_cheaply(&self) -> bool {
+        let st = self.dp().state.load_full();
+        st.live_members().iter().all(|m| m.dev.zeroes_cheaply())
     }
 }
 

@@ -395,7 +395,7 @@ impl DataPath {
         self.geometry.scheme()
     }
 
-    fn member_off(&self, off: u64) -> u64 {
+    pub(crate) fn member_off(&self, off: u64) -> u64 {
         self.geometry.data_offset + off
     }
 

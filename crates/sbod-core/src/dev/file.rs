@@ -225,11 +225,14 @@ pub fn current_size(file: &File, block_device: bool) -> io::Result<u64> {
 pub(crate) struct SizeProbe {
     file: arc_swap::ArcSwapOption<File>,
     block_device: bool,
+    /// [`zeroes_cheaply`], asked once at open.
+    pub(crate) cheap_zero: bool,
 }
 
 impl SizeProbe {
     pub(crate) fn new(file: Arc<File>, block_device: bool) -> SizeProbe {
         SizeProbe {
+            cheap_zero: zeroes_cheaply(&file, block_device),
             file: arc_swap::ArcSwapOption::new(Some(file)),
             block_device,
         }
@@ -244,6 +247,97 @@ impl SizeProbe {
 
     pub(crate) fn release(&self) {
         self.file.store(None);
+    }
+
+    /// [`BlockDev::data_ranges`] of the member: `None` for a block device.
+    pub(crate) fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        if self.block_device {
+            return None;
+        }
+        Some(match self.file.load().as_ref() {
+            Some(f) => data_ranges(f, offset, len),
+            None => Err(closed_err()),
+        })
+    }
+}
+
+/// Can this member be zeroed without writing zeros (see [`BlockDev::zeroes_cheaply`])? A
+/// file: yes (`fallocate`). A block device: where its queue takes write-zeroes
+/// (`queue/write_zeroes_max_bytes` in sysfs, of the disk for a partition).
+pub fn zeroes_cheaply(file: &File, block_device: bool) -> bool {
+    if !block_device {
+        return true;
+    }
+    // SAFETY: fstat fills the zeroed struct we pass; the fd is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
+    let dev = format!("/sys/dev/block/{major}:{minor}");
+    [
+        format!("{dev}/queue/write_zeroes_max_bytes"),
+        format!("{dev}/../queue/write_zeroes_max_bytes"),
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .and_then(|v| v.trim().parse::<u64>().ok())
+    .is_some_and(|n| n > 0)
+}
+
+/// Most ranges [`data_ranges`] lists; beyond them the rest of the range counts as data.
+const MAX_DATA_RANGES: usize = 1 << 16;
+
+/// Where a member file holds data in `[offset, offset + len)`, by `lseek` SEEK_DATA and
+/// SEEK_HOLE: what lies outside the ranges is a hole, which the file system guarantees
+/// reads as zeros. Ranges are rounded out to 4 KiB (a partly written block is data).
+/// Dirty page cache counts as data (ext4, xfs, tmpfs), so an acknowledged write is seen
+/// whether or not it has reached the disk.
+pub fn data_ranges(file: &File, offset: u64, len: u64) -> io::Result<Vec<(u64, u64)>> {
+    const B: u64 = 4096;
+    let fd = file.as_raw_fd();
+    let end = offset.saturating_add(len);
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut pos = offset;
+    while pos < end {
+        // SAFETY: plain syscall on an open fd.
+        let d = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+        if d < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // no data from pos to the end of the file
+            }
+            return Err(e);
+        }
+        let d = d as u64;
+        if d >= end {
+            break;
+        }
+        // SAFETY: as above.
+        let h = unsafe { libc::lseek(fd, d as libc::off_t, libc::SEEK_HOLE) };
+        if h < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let h = h as u64;
+        let (s, e) = (
+            (d / B * B).max(offset),
+            h.div_ceil(B).saturating_mul(B).min(end),
+        );
+        if h <= d || out.len() >= MAX_DATA_RANGES {
+            // Not what SEEK_HOLE promises, or too many pieces: the rest is data.
+            push_range(&mut out, s, end);
+            break;
+        }
+        push_range(&mut out, s, e);
+        pos = e.max(h);
+    }
+    Ok(out)
+}
+
+fn push_range(out: &mut Vec<(u64, u64)>, s: u64, e: u64) {
+    match out.last_mut() {
+        Some(last) if last.1 >= s => last.1 = last.1.max(e),
+        _ => out.push((s, e)),
     }
 }
 
@@ -330,8 +424,20 @@ pub fn execute(file: &File, block_device: bool, req: &IoReq) -> io::Result<()> {
 
 fn zero_range(fd: i32, block_device: bool, offset: u64, len: u64, punch: bool) -> io::Result<()> {
     if block_device {
-        // BLKZEROOUT lets the device unmap where it guarantees zeros; BLKDISCARD does not
-        // promise zeros, so it is never used for data a parity stripe depends on.
+        // With `punch` (a trim, a WRITE_ZEROES that may leave holes): fallocate PUNCH_HOLE
+        // on the device is the kernel's write-zeroes that may unmap, zeros guaranteed (and
+        // refused, EOPNOTSUPP, where the device cannot: no silent fallback to writing).
+        // BLKZEROOUT zeroes without unmapping (writing zeros itself where the device has
+        // no write-zeroes). BLKDISCARD does not promise zeros, so it is never used for
+        // data a parity stripe depends on.
+        let punch_mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: plain syscall.
+        if punch
+            && unsafe { libc::fallocate(fd, punch_mode, offset as libc::off_t, len as libc::off_t) }
+                == 0
+        {
+            return Ok(());
+        }
         let range: [u64; 2] = [offset, len];
         // SAFETY: the ioctl reads two u64.
         if unsafe { libc::ioctl(fd, BLKZEROOUT as _, range.as_ptr()) } == 0 {
@@ -464,6 +570,14 @@ impl BlockDev for FileDev {
         "threads"
     }
 
+    fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        self.probe.data_ranges(offset, len)
+    }
+
+    fn zeroes_cheaply(&self) -> bool {
+        self.probe.cheap_zero
+    }
+
     fn close(&self) {
         self.closed
             .store(true, std::sync::atomic::Ordering::Release);
@@ -517,6 +631,7 @@ pub struct InlineDev {
     /// running on other threads have finished with it.
     file: arc_swap::ArcSwapOption<File>,
     block_device: bool,
+    cheap_zero: bool,
 }
 
 impl InlineDev {
@@ -524,6 +639,7 @@ impl InlineDev {
         InlineDev {
             name,
             size: opened.size,
+            cheap_zero: zeroes_cheaply(&opened.file, opened.block_device),
             file: arc_swap::ArcSwapOption::from_pointee(opened.file),
             block_device: opened.block_device,
         }
@@ -559,6 +675,20 @@ impl BlockDev for InlineDev {
 
     fn queue(&self) -> &'static str {
         "inline"
+    }
+
+    fn zeroes_cheaply(&self) -> bool {
+        self.cheap_zero
+    }
+
+    fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        if self.block_device {
+            return None;
+        }
+        Some(match self.file.load().as_ref() {
+            Some(f) => data_ranges(f, offset, len),
+            None => Err(closed_err()),
+        })
     }
 
     fn close(&self) {

@@ -99,4 +99,31 @@ impl BlockDev for MemDev {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn zeroes_cheaply(&self) -> bool {
+        true
+    }
+
+    /// As a sparse file would say: the 4 KiB blocks that hold a byte other than zero are
+    /// data (a block of zeros reads back as zeros, the only promise a hole makes).
+    fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        const B: u64 = 4096;
+        let data = self.data.lock();
+        let end = offset.saturating_add(len);
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut b = offset / B * B;
+        while b < end {
+            let (s, e) = (b.max(offset), (b + B).min(end));
+            let lo = (s as usize).min(data.len());
+            let hi = (e as usize).min(data.len());
+            if data[lo..hi].iter().any(|&x| x != 0) {
+                match out.last_mut() {
+                    Some(last) if last.1 == s => last.1 = e,
+                    _ => out.push((s, e)),
+                }
+            }
+            b += B;
+        }
+        Some(Ok(out))
+    }
 }

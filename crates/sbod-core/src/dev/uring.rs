@@ -337,6 +337,14 @@ impl BlockDev for UringDev {
         "uring"
     }
 
+    fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {
+        self.probe.data_ranges(offset, len)
+    }
+
+    fn zeroes_cheaply(&self) -> bool {
+        self.probe.cheap_zero
+    }
+
     fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
         self.probe.release();

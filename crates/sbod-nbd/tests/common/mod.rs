@@ -214,7 +214,7 @@ impl Client {
             kind,
             cookie: self.cookie,
             offset,
-            length,
+            length: length as u64,
         };
         let mut v = encode_request(&r).to_vec();
         v.extend_from_slice(payload);
