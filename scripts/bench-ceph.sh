@@ -3,7 +3,7 @@
 #
 #   scripts/bench-ceph.sh [--members 6] [--size-each 1G] [--working-set 256M]
 #                         [--runtime 1] [--reps 1] [--workloads randread-4k,randwrite-4k]
-#                         [--out bench-ceph] [--long]
+#                         [--qd-sweep 1,16,64] [--out bench-ceph] [--long]
 #
 # 1. BASELINE: the member files alone (sbod bench's BASELINE, once).
 # 2. sbod ec:4+2 (6 members) and raid10 with 3 copies (2 mirror sets of 3: "raid1 x3"),
@@ -40,6 +40,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --qd-sweep) sweep=(--qd-sweep "$2"); shift 2 ;;
     --long) runtime=30; reps=3; ramp=5
             workloads=randread-4k,randwrite-4k,randrw70-4k,seqread-1m,seqwrite-1m,qd1-randread-4k,qd1-randwrite-4k
             sweep=(--qd-sweep 1,4,16,64); shift ;;
@@ -61,6 +62,13 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+
+# The member files are sparse, but preconditioning, rebuilds and the OSDs' BlueStore
+# metadata write into them: a file system that fills up makes the OSDs die (ENOSPC), so ask
+# for room for half of every member up front.
+need=$(( $(numfmt --from=iec "${size%B}") * members / 2 ))
+free=$(( $(stat -f -c '%a*%S' "$work") ))
+[ "$free" -ge "$need" ] || { echo "bench-ceph: $(dirname "$work") has $(numfmt --to=iec $free) free; the run needs about $(numfmt --to=iec $need) (set TMPDIR elsewhere or use a smaller --size-each)" >&2; exit 1; }
 
 files=()
 for i in $(seq 0 $((members - 1))); do

@@ -307,10 +307,7 @@ impl CephBackend {
         };
         if let Some(c) = given {
             let c = c.replace("{id}", &id.to_string());
-            let st = Command::new("sh")
-                .arg("-c")
-                .arg(&c)
-                .status()
+            let st = status_within(Command::new("sh").arg("-c").arg(&c), OSD_CMD_LIMIT)
                 .with_context(|| format!("running `{c}`"))?;
             if !st.success() {
                 bail!("`{c}` failed ({st})");
@@ -325,10 +322,11 @@ impl CephBackend {
             };
         }
         let verb = if start { "start" } else { "stop" };
-        let st = Command::new("systemctl")
-            .args([verb, &format!("ceph-osd@{id}")])
-            .status()
-            .context("running systemctl (or give --ceph-osd-stop/--ceph-osd-start)")?;
+        let st = status_within(
+            Command::new("systemctl").args([verb, &format!("ceph-osd@{id}")]),
+            OSD_CMD_LIMIT,
+        )
+        .context("running systemctl (or give --ceph-osd-stop/--ceph-osd-start)")?;
         if !st.success() {
             bail!("`systemctl {verb} ceph-osd@{id}` failed ({st}): give --ceph-osd-stop and --ceph-osd-start for this cluster");
         }
@@ -386,6 +384,29 @@ fn pid_of(dir: &Path, conf: &Path, id: u32) -> Option<u32> {
     cmdline.contains(&conf.display().to_string()).then_some(pid)
 }
 
+/// How long starting or stopping an OSD may take. ceph-osd's parent waits for its daemon
+/// to finish starting; on a broken cluster (a full disk, OSDs gone) that never happens, and
+/// the run must not hang on it.
+const OSD_CMD_LIMIT: Duration = Duration::from_secs(90);
+
+/// Run a command, killing it (its process group) past `limit`.
+fn status_within(cmd: &mut Command, limit: Duration) -> Result<std::process::ExitStatus> {
+    crate::proc::prepare_child(cmd, crate::proc::ChildSignal::Kill);
+    let mut child = cmd.spawn()?;
+    let t = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok(st);
+        }
+        if t.elapsed() > limit {
+            crate::proc::kill_group(child.id(), libc::SIGKILL);
+            let _ = child.wait();
+            bail!("gave up after {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Stop an OSD of a single-node cluster: SIGTERM to the pid in its pid file (checked against
 /// its command line), then wait for it to exit.
 pub fn single_node_stop_osd(dir: &Path, conf: &Path, id: u32) -> Result<()> {
@@ -416,16 +437,18 @@ pub fn single_node_start_osd(dir: &Path, conf: &Path, id: u32) -> Result<()> {
         .create(true)
         .append(true)
         .open(dir.join(format!("log/start-osd.{id}.log")))?;
-    let st = Command::new("ceph-osd")
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .arg("-c")
-        .arg(conf)
-        .arg("-i")
-        .arg(id.to_string())
-        .args(args.lines().filter(|l| !l.is_empty()))
-        .status()
-        .context("starting ceph-osd (install Debian's ceph-osd)")?;
+    let st = status_within(
+        Command::new("ceph-osd")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .arg("-c")
+            .arg(conf)
+            .arg("-i")
+            .arg(id.to_string())
+            .args(args.lines().filter(|l| !l.is_empty())),
+        OSD_CMD_LIMIT,
+    )
+    .context("starting ceph-osd (install Debian's ceph-osd)")?;
     if !st.success() {
         bail!(
             "ceph-osd -i {id} did not start ({st}); log: {}",
@@ -609,8 +632,10 @@ impl Backend for CephBackend {
     fn fail(&mut self, member: &str) -> Result<()> {
         let id = osd_id(member)?;
         self.set_flags(true)?;
-        self.osd_cmd(id, false)?;
+        // Counted as failed before the stop, so that cleanup starts it again whatever
+        // happens from here.
         self.failed = Some(id);
+        self.osd_cmd(id, false)?;
         let ids = id.to_string();
         let _ = self.tool("ceph", &["osd", "down", &ids]);
         self.tool("ceph", &["osd", "out", &ids])?;
