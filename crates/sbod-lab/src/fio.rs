@@ -52,8 +52,13 @@ impl FioJob {
 
     /// The fio command line (after `fio`).
     pub fn command_line(&self) -> Vec<String> {
+        let rbd = self.targets.iter().any(|t| t.uri.starts_with("rbd:"));
         let mut a: Vec<String> = vec![
-            "--ioengine=nbd".into(),
+            if rbd {
+                "--ioengine=rbd".into()
+            } else {
+                "--ioengine=nbd".into()
+            },
             "--output-format=json".into(),
             "--group_reporting".into(),
             "--unified_rw_reporting=both".into(),
@@ -85,10 +90,30 @@ impl FioJob {
         }
         for (i, t) in self.targets.iter().enumerate() {
             a.push(format!("--name=t{i}"));
-            a.push(format!("--uri={}", t.uri));
+            match crate::ceph::parse_rbd_uri(&t.uri) {
+                // fio's rbd engine: the image by pool and name, the client by id; the
+                // cluster's configuration file travels in CEPH_CONF (see `env`).
+                Some((pool, image, _, id)) => {
+                    a.push(format!("--clientname={id}"));
+                    a.push(format!("--pool={pool}"));
+                    a.push(format!("--rbdname={image}"));
+                }
+                None => a.push(format!("--uri={}", t.uri)),
+            }
             a.push(format!("--size={}", t.size));
         }
         a
+    }
+
+    /// Environment fio needs: CEPH_CONF for an RBD target (librados reads it).
+    pub fn env(&self) -> Vec<(String, String)> {
+        self.targets
+            .iter()
+            .filter_map(|t| crate::ceph::parse_rbd_uri(&t.uri))
+            .filter(|x| !x.2.is_empty())
+            .map(|x| ("CEPH_CONF".to_string(), x.2))
+            .take(1)
+            .collect()
     }
 }
 
@@ -119,6 +144,7 @@ impl FioRunner for RealFio {
         let err = tempfile::NamedTempFile::new()?;
         let mut cmd = Command::new(&self.program);
         cmd.args(job.command_line())
+            .envs(job.env())
             .stdin(Stdio::null())
             .stdout(out.reopen()?)
             .stderr(err.reopen()?);

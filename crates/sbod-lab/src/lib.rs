@@ -7,6 +7,7 @@
 //! `sbod-bench/1`, docs/LAB.md), a Markdown summary and a self-contained HTML report.
 
 pub mod backend;
+pub mod ceph;
 pub mod fio;
 pub mod machine;
 pub mod orchestrate;
@@ -64,10 +65,21 @@ pub fn execute(
     out: &Path,
 ) -> Result<Outcome> {
     let mut backend = sbod::SbodBackend::new(exe, setup)?;
+    execute_on(&mut backend, cfg, cancel, progress, out)
+}
+
+/// Run a lab on any backend (an sbod array, a Ceph RBD image) with the real fio, and write
+/// its reports into `out`.
+pub fn execute_on(
+    backend: &mut dyn backend::Backend,
+    cfg: Config,
+    cancel: Cancel,
+    progress: &mut dyn Progress,
+    out: &Path,
+) -> Result<Outcome> {
     let mut fio = fio::RealFio::default();
-    let lab = orchestrate::Lab::new(cfg, &mut backend, &mut fio, progress, cancel);
+    let lab = orchestrate::Lab::new(cfg, backend, &mut fio, progress, cancel);
     let (report, result) = lab.run();
-    drop(backend);
     let written = if !report.runs.is_empty() || result.is_ok() {
         Some(write_reports(&report, out)?)
     } else {
@@ -274,4 +286,78 @@ pub fn bench_plan(o: &BenchOptions) -> Result<(sbod::Setup, Config)> {
         },
         cfg,
     ))
+}
+
+/// What `sbod bench --target rbd:POOL/IMAGE` will do to the cluster, in words (printed
+/// before it starts, and the reason it asks for --destructive).
+pub fn ceph_effects(cfg: &Config, t: &ceph::CephTarget, fail_osd: Option<u32>) -> Vec<String> {
+    let mut v = Vec::new();
+    if cfg.precondition != Precondition::None
+        || cfg
+            .workloads
+            .iter()
+            .chain(cfg.sweep_workloads.iter())
+            .any(|w| w.writes())
+    {
+        v.push(format!(
+            "writes over the image {}/{} (preconditioning and write workloads): its data is lost",
+            t.pool, t.image
+        ));
+    }
+    let osd = fail_osd
+        .map(|i| format!("osd.{i}"))
+        .unwrap_or_else(|| "the OSD with the highest id".into());
+    if cfg.has(schema::DEVICE_DOWN) || cfg.has(schema::DEVICE_REBUILD) {
+        v.push(format!(
+            "DEVICE DOWN sets the cluster's norecover and nobackfill flags, stops {osd} ({}) and marks it out: the pools on it run degraded",
+            t.stop_text(fail_osd)
+        ));
+        v.push(format!(
+            "DEVICE REBUILD (and the end of the run, whatever happens) starts {osd} again, marks it in and unsets the flags: recovery and backfill run until every PG is active+clean"
+        ));
+    }
+    v
+}
+
+/// Check `sbod bench --target rbd:...` and turn it into a plan: the array's plan without
+/// BASELINE (the OSDs' devices are the cluster's) and with Ceph's own recovery pace.
+pub fn ceph_bench_plan(o: &BenchOptions, t: &ceph::CephTarget) -> Result<Config> {
+    let mut o = o.clone();
+    if o.phases.iter().any(|p| p == schema::BASELINE) {
+        bail!("BASELINE would overwrite the OSDs' devices of a live cluster: leave it out for rbd: targets (scripts/bench-ceph.sh measures the same files alone before it makes the cluster)");
+    }
+    if !matches!(o.rebuild_rate, RebuildRate::Default) {
+        bail!("--rebuild-rate: Ceph's recovery has no bytes/s limit; leave it at default (osd_max_backfills and osd_recovery_sleep set its pace)");
+    }
+    if let Some(f) = &o.fail_member {
+        if !f.starts_with("osd.") || f[4..].parse::<u32>().is_err() {
+            bail!("--fail {f}: name an OSD as osd.N");
+        }
+    }
+    if o.replacement.is_some() || o.drives.is_some() {
+        bail!("--replacement and --drives are for sbod arrays; a Ceph OSD restarts in place");
+    }
+    if o.phases.is_empty() {
+        o.phases = PHASES
+            .iter()
+            .filter(|p| **p != schema::BASELINE)
+            .map(|s| s.to_string())
+            .collect();
+    }
+    let destructive = o.destructive;
+    o.destructive = true;
+    o.name = format!("{}/{}", t.pool, t.image);
+    let (_, cfg) = bench_plan(&o)?;
+    let effects = ceph_effects(
+        &cfg,
+        t,
+        o.fail_member.as_ref().and_then(|f| f[4..].parse().ok()),
+    );
+    if !destructive && !effects.is_empty() {
+        bail!(
+            "this plan changes the cluster: {}. Pass --destructive to accept that, or --read-only --phases nominal for read workloads that change nothing",
+            effects.join("; ")
+        );
+    }
+    Ok(cfg)
 }

@@ -24,6 +24,8 @@ pub const DEFAULT_MTTF_HOURS: f64 = 2.5e6;
   sbod plan --disks 60 --disk-size 20TB --compare --disk-mbps 250 --disk-iops 200
   sbod plan --disks 60 --disk-size 20TB --compare raid6:6x10 raid1:20x3 ec:8+3:5x11:s5 --json
   sbod plan --disks 8 --disk-size 1TB --level raid6 --grow 2 --disk-mbps 200
+  sbod plan --disks 60 --disk-size 20TB --ceph rep:3 --hosts 5 --disk-mbps 250 --disk-iops 200
+  sbod plan --disks 60 --disk-size 20TB --compare raid6:6x10 --ceph ec:4+2 --hosts 6
 
 The models and their assumptions: docs/PLANNER.md.")]
 pub struct PlanArgs {
@@ -38,7 +40,7 @@ pub struct PlanArgs {
 
     /// Level: raid0, raid1, raid10, raid5, raid6, ec:K+M or concat; the compact layout
     /// spelling of --compare (e.g. raid6:6x10) works too.
-    #[arg(long, value_name = "LEVEL", required_unless_present = "compare")]
+    #[arg(long, value_name = "LEVEL", required_unless_present_any = ["compare", "ceph"])]
     pub level: Option<LayoutSpec>,
 
     /// Stripe the volume over this many equal redundancy groups (RAID50/60 style).
@@ -128,9 +130,320 @@ pub struct PlanArgs {
     #[arg(long, requires = "grow")]
     pub new_groups: bool,
 
+    /// Plan a Ceph pool on the same disks instead (or, with --compare, beside the sbod
+    /// layouts): rep:SIZE[:MIN_SIZE] (rep:3) or ec:K+M[:MIN_SIZE] (ec:4+2). --disks
+    /// counts drives; the cluster's shape comes from the --hosts, --racks,
+    /// --failure-domain, --osds-per-drive and the ratio flags below.
+    #[arg(long, value_name = "POOL", conflicts_with_all = ["level", "grow"])]
+    pub ceph: Option<crate::ceph::CephPool>,
+
+    /// Ceph: hosts the drives are spread over evenly.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub hosts: u32,
+
+    /// Ceph: racks the hosts are spread over evenly.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub racks: u32,
+
+    /// Ceph: the CRUSH failure domain, osd, host or rack [default: host with several hosts,
+    /// else osd].
+    #[arg(long, value_name = "DOMAIN")]
+    pub failure_domain: Option<crate::ceph::FailureDomain>,
+
+    /// Ceph: OSDs per drive [default: --actuators, one OSD per actuator].
+    #[arg(long, value_name = "N")]
+    pub osds_per_drive: Option<u32>,
+
+    /// Ceph: placement groups per OSD the pool aims for.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub pgs_per_osd: u32,
+
+    /// Ceph: nearfull ratio (the planned fill; Ceph warns beyond).
+    #[arg(long, value_name = "PERCENT", default_value = "85%", value_parser = units::parse_fraction)]
+    pub nearfull: f64,
+
+    /// Ceph: backfillfull ratio (recovery stops filling an OSD beyond).
+    #[arg(long, value_name = "PERCENT", default_value = "90%", value_parser = units::parse_fraction)]
+    pub backfillfull: f64,
+
+    /// Ceph: full ratio (writes stop).
+    #[arg(long, value_name = "PERCENT", default_value = "95%", value_parser = units::parse_fraction)]
+    pub full_ratio: f64,
+
+    /// Ceph: network per host in Gbit/s (public and cluster together).
+    #[arg(long, value_name = "GBIT", default_value_t = 25.0)]
+    pub network_gbps: f64,
+
+    /// Ceph: osd_max_backfills (concurrent backfills per OSD).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub max_backfills: u32,
+
+    /// Ceph: mon_osd_down_out_interval in minutes (recovery starts after it).
+    #[arg(long, value_name = "MIN", default_value_t = 10.0)]
+    pub down_out_minutes: f64,
+
+    /// Ceph: the OSDs are on flash (no BlueStore deferred writes: one disk write per
+    /// small write instead of two).
+    #[arg(long)]
+    pub flash: bool,
+
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The Ceph pool `args` ask for (`--ceph`).
+pub fn ceph_plan(args: &PlanArgs) -> Result<Option<crate::ceph::CephPlan>> {
+    use crate::ceph::{CephCluster, CephPlan, FailureDomain};
+    let Some(pool) = args.ceph else {
+        return Ok(None);
+    };
+    let mttf_hours = match (args.mttf, args.afr) {
+        (Some(m), _) => m,
+        (None, Some(afr)) => mttf_from_afr(afr),
+        (None, None) => DEFAULT_MTTF_HOURS,
+    };
+    let osds_per_drive = args.osds_per_drive.unwrap_or(args.actuators);
+    if !(1..=8).contains(&osds_per_drive) || !(1..=8).contains(&args.actuators) {
+        bail!("--osds-per-drive and --actuators: 1 to 8 per drive");
+    }
+    let c = CephCluster {
+        drives: args.disks,
+        drive_bytes: args.disk_size,
+        osds_per_drive,
+        actuators: args.actuators,
+        hosts: args.hosts,
+        racks: args.racks,
+        failure_domain: args.failure_domain.unwrap_or(if args.hosts > 1 {
+            FailureDomain::Host
+        } else {
+            FailureDomain::Osd
+        }),
+        pgs_per_osd: args.pgs_per_osd.max(1),
+        nearfull_ratio: args.nearfull,
+        backfillfull_ratio: args.backfillfull,
+        full_ratio: args.full_ratio,
+        disk_mb_s: args.disk_mbps.unwrap_or(ASSUMED_DISK_MB_S),
+        disk_iops: args.disk_iops,
+        recovery_share: args.rebuild_share,
+        max_backfills: args.max_backfills.max(1),
+        down_out_minutes: args.down_out_minutes,
+        network_gbps: args.network_gbps,
+        deferred_small_writes: !args.flash,
+        mttf_hours,
+        service_years: args.years,
+    };
+    CephPlan::new(pool, c).map(Some)
+}
+
+/// `sbod plan --ceph POOL`: the pool in words and figures.
+pub fn ceph_table(p: &crate::ceph::CephPlan, disk_given: bool) -> String {
+    let c = &p.cluster;
+    let mut o = String::new();
+    let tb = |b: f64| format!("{} TB", fixed2(b / 1e12));
+    let _ = writeln!(
+        o,
+        "sbod plan --ceph {}: {} drives of {} in {} host{}{}, {} OSD{} per drive ({} OSDs), failure domain {}, {} years",
+        p.pool,
+        c.drives,
+        tb(c.drive_bytes as f64),
+        c.hosts,
+        if c.hosts == 1 { "" } else { "s" },
+        if c.racks > 1 { format!(" and {} racks", c.racks) } else { String::new() },
+        c.osds_per_drive,
+        if c.osds_per_drive == 1 { "" } else { "s" },
+        p.osds,
+        c.failure_domain.name(),
+        short(c.service_years)
+    );
+    let _ = writeln!(o);
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |n: &str, v: String| rows.push((n.to_string(), vec![v]));
+    row(
+        "PGs (pg_num)",
+        format!(
+            "{} ({} per OSD aimed for, x{} shards)",
+            p.pg_num,
+            c.pgs_per_osd,
+            p.pool.width()
+        ),
+    );
+    row("raw", tb(p.raw_bytes));
+    row(
+        "usable at 100%",
+        format!(
+            "{} ({:.0}% of raw)",
+            tb(p.usable_bytes),
+            p.pool.efficiency() * 100.0
+        ),
+    );
+    row(
+        &format!("usable at nearfull {:.0}%", c.nearfull_ratio * 100.0),
+        tb(p.usable_at_nearfull_bytes),
+    );
+    row(
+        "fill that still self-heals",
+        format!(
+            "{} (one {} lost, recovered under backfillfull {:.0}%)",
+            tb(p.self_healing_bytes),
+            c.failure_domain.name(),
+            c.backfillfull_ratio * 100.0
+        ),
+    );
+    row(
+        "survives",
+        format!(
+            "{} of {} shards lost; writes stop beyond {} (min_size)",
+            p.pool.tolerates(),
+            p.pool.width(),
+            p.pool.serves_writes_after()
+        ),
+    );
+    let r = &p.recovery;
+    row(
+        "recovery of a drive",
+        format!(
+            "{} in {} at {} MB/s (+ {} down-out)",
+            tb(r.bytes),
+            hours(r.window_hours - c.down_out_minutes / 60.0),
+            short(r.rate_bytes_per_sec / 1e6),
+            hours(c.down_out_minutes / 60.0)
+        ),
+    );
+    row(
+        "  limits: disks / PGs / network",
+        format!(
+            "{} / {} / {}",
+            hours(r.disk_hours),
+            hours(r.pg_hours),
+            if r.network_hours > 0.0 {
+                hours(r.network_hours)
+            } else {
+                "-".into()
+            }
+        ),
+    );
+    row(
+        &format!("data loss in {} y", short(c.service_years)),
+        units::prob(p.p_loss),
+    );
+    row("  odds", units::odds(p.p_loss).replace("1 in ", "1:"));
+    row("MTTDL years", units::years(p.mttdl_years));
+    let perf = &p.performance;
+    row("disk I/Os per 4K write", short(perf.write_ios));
+    row(
+        "seq read MB/s (est.)",
+        thousands(perf.seq_read.value.unwrap_or(0.0)),
+    );
+    row(
+        "seq write MB/s (est.)",
+        format!(
+            "{} (bound by the {})",
+            thousands(perf.seq_write.value.unwrap_or(0.0)),
+            perf.seq_write_bound
+        ),
+    );
+    let io = |f: &crate::performance::Figure| match f.value {
+        Some(v) => format!("{} IOPS", thousands(v)),
+        None => format!("{} disks", short(f.disks)),
+    };
+    row("rand read (est.)", io(&perf.rand_read));
+    row("rand write (est.)", io(&perf.rand_write));
+    grid(&mut o, &rows);
+    for w in &p.warnings {
+        let _ = writeln!(o, "\nwarning: {w}");
+    }
+    if !disk_given {
+        let _ = writeln!(
+            o,
+            "\nDisk speed assumed {ASSUMED_DISK_MB_S} MB/s: give --disk-mbps (and --disk-iops) for yours."
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nA model from first principles (docs/PLANNER.md, \"Ceph pools\"), not a measurement."
+    );
+    o
+}
+
+/// `--compare ... --ceph POOL`: the main figures of the sbod layouts and the Ceph pool.
+fn ceph_compare_table(plans: &[Plan], c: &crate::ceph::CephPlan) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Beside Ceph ({} pool, {} hosts, failure domain {}, the same {} drives):",
+        c.pool,
+        c.cluster.hosts,
+        c.cluster.failure_domain.name(),
+        c.cluster.drives
+    );
+    let _ = writeln!(o);
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |n: &str, mut v: Vec<String>, last: String| {
+        v.push(last);
+        rows.push((n.to_string(), v));
+    };
+    let each = |f: &dyn Fn(&Plan) -> String| plans.iter().map(f).collect::<Vec<_>>();
+    row(
+        "layout",
+        each(&|p| p.layout.spec.clone()),
+        format!("ceph {}", c.pool.short()),
+    );
+    row(
+        "usable TB",
+        each(&|p| fixed2(p.capacity.usable.tb)),
+        fixed2(c.usable_bytes / 1e12),
+    );
+    row(
+        "usable / raw",
+        each(&|p| format!("{:.0}%", p.capacity.efficiency * 100.0)),
+        format!("{:.0}%", c.pool.efficiency() * 100.0),
+    );
+    row(
+        "rebuild window",
+        each(&|p| hours(p.reliability.rebuild.window_hours)),
+        hours(c.recovery.window_hours),
+    );
+    row(
+        "data loss",
+        each(&|p| units::prob(p.reliability.p_loss)),
+        units::prob(c.p_loss),
+    );
+    row(
+        "MTTDL years",
+        each(&|p| units::years(p.reliability.mttdl_years)),
+        units::years(c.mttdl_years),
+    );
+    let val = |f: &crate::performance::Figure| match f.value {
+        Some(v) => thousands(v),
+        None => short(f.disks),
+    };
+    row(
+        "seq read (est.)",
+        each(&|p| val(&p.performance.seq_read)),
+        val(&c.performance.seq_read),
+    );
+    row(
+        "seq write (est.)",
+        each(&|p| val(&p.performance.seq_write)),
+        val(&c.performance.seq_write),
+    );
+    row(
+        "rand read (est.)",
+        each(&|p| val(&p.performance.rand_read)),
+        val(&c.performance.rand_read),
+    );
+    row(
+        "rand write (est.)",
+        each(&|p| val(&p.performance.rand_write)),
+        val(&c.performance.rand_write),
+    );
+    grid(&mut o, &rows);
+    let _ = writeln!(
+        o,
+        "\nsbod's rebuild window is one disk rebuilt at its share of one disk's speed; Ceph's is the down-out delay plus recovery spread over the surviving OSDs."
+    );
+    o
 }
 
 fn parse_mb_s(text: &str) -> Result<f64> {
@@ -380,7 +693,33 @@ pub fn render(args: &PlanArgs) -> Result<String> {
         }
         return Ok(out);
     }
+    let ceph = ceph_plan(args)?;
+    if let (Some(c), None) = (&ceph, &args.compare) {
+        let mut out = if args.json {
+            serde_json::to_string_pretty(c)?
+        } else {
+            ceph_table(c, args.disk_mbps.is_some())
+        };
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        return Ok(out);
+    }
     let plans = plans(args)?;
+    if let Some(c) = &ceph {
+        let mut out = if args.json {
+            serde_json::to_string_pretty(&serde_json::json!({ "plans": plans, "ceph": c }))?
+        } else {
+            let mut t = compare_table(&plans);
+            t.push('\n');
+            t += &ceph_compare_table(&plans, c);
+            t
+        };
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        return Ok(out);
+    }
     let mut out = if args.json {
         if args.compare.is_some() {
             serde_json::to_string_pretty(&Comparison { plans: &plans })?

@@ -13,6 +13,7 @@
 //! The models and their assumptions are described in docs/PLANNER.md.
 
 pub mod capacity;
+pub mod ceph;
 pub mod cli;
 pub mod grow;
 pub mod layout;

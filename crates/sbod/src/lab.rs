@@ -149,8 +149,26 @@ pub fn bench_codec(a: CodecArgs) -> Result<()> {
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// The array to measure (registered, not being served: bench serves it itself).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "target")]
     pub name: Option<String>,
+    /// Measure a Ceph RBD image instead of an sbod array: rbd:POOL/IMAGE (for an image with
+    /// its data in an EC pool, the pool of its header). Same phases and report; BASELINE
+    /// is left out, DEVICE DOWN stops an OSD and marks it out (with --destructive).
+    #[arg(long, conflicts_with = "name")]
+    pub target: Option<String>,
+    /// The cluster's configuration file (for --target rbd:...).
+    #[arg(long, default_value = "/etc/ceph/ceph.conf")]
+    pub ceph_conf: PathBuf,
+    /// The Ceph client id (for --target rbd:...).
+    #[arg(long, default_value = "admin")]
+    pub ceph_id: String,
+    /// Command that stops OSD {id} for DEVICE DOWN (default: systemctl stop ceph-osd@{id},
+    /// or the pid file of a cluster made by scripts/ceph-single-node.sh).
+    #[arg(long)]
+    pub ceph_osd_stop: Option<String>,
+    /// Command that starts OSD {id} again for DEVICE REBUILD.
+    #[arg(long)]
+    pub ceph_osd_start: Option<String>,
     /// Accept that the run overwrites the volume's data (write workloads, preconditioning)
     /// and, for BASELINE, the members themselves: the array is created again on them
     /// afterwards, with the same layout and no data.
@@ -318,10 +336,15 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
 }
 
 pub async fn bench(a: BenchArgs) -> Result<()> {
-    let name = a
-        .name
-        .clone()
-        .ok_or_else(|| anyhow!("which array? `sbod bench NAME` (or `sbod bench codec`)"))?;
+    let name = match (&a.name, &a.target) {
+        (Some(n), _) => n.clone(),
+        (None, Some(t)) => t.clone(),
+        (None, None) => {
+            return Err(anyhow!(
+                "which array? `sbod bench NAME` (or `sbod bench codec`, or --target rbd:POOL/IMAGE)"
+            ))
+        }
+    };
     let exe = std::env::current_exe()?;
     check_drives(&a.drives)?;
     let rebuild_rate = match a.rebuild_rate.as_str() {
@@ -350,6 +373,18 @@ pub async fn bench(a: BenchArgs) -> Result<()> {
         drives: a.drives,
         sbod_version: env!("CARGO_PKG_VERSION").into(),
     };
+    if let Some(t) = &a.target {
+        return bench_ceph(
+            t,
+            &o,
+            a.ceph_conf,
+            a.ceph_id,
+            a.ceph_osd_stop,
+            a.ceph_osd_start,
+            a.out,
+        )
+        .await;
+    }
     let (setup, cfg) = sbod_lab::bench_plan(&o)?;
     let out = a
         .out
@@ -362,6 +397,61 @@ pub async fn bench(a: BenchArgs) -> Result<()> {
     let o = tokio::task::spawn_blocking(move || {
         let mut progress = sbod_lab::progress::BarProgress::new();
         sbod_lab::execute(exe, setup, cfg, cancel, &mut progress, &out)
+    })
+    .await
+    .map_err(|e| anyhow!("lab thread: {e}"))??;
+    finish(o)
+}
+
+/// `sbod bench --target rbd:POOL/IMAGE`: the lab on a Ceph RBD image.
+async fn bench_ceph(
+    target: &str,
+    o: &BenchOptions,
+    conf: PathBuf,
+    id: String,
+    osd_stop: Option<String>,
+    osd_start: Option<String>,
+    out: Option<PathBuf>,
+) -> Result<()> {
+    use sbod_lab::ceph::{CephBackend, CephTarget};
+    if !conf.exists() {
+        return Err(anyhow!(
+            "--ceph-conf {}: no such file (the cluster's ceph.conf; scripts/ceph-single-node.sh up DIR makes a test cluster)",
+            conf.display()
+        ));
+    }
+    let mut t = CephTarget::parse(target, conf, id)?;
+    if osd_stop.is_some() != osd_start.is_some() {
+        return Err(anyhow!(
+            "give both --ceph-osd-stop and --ceph-osd-start, or neither"
+        ));
+    }
+    t.osd_stop = osd_stop;
+    t.osd_start = osd_start;
+    let cfg = sbod_lab::ceph_bench_plan(o, &t)?;
+    let fail = o
+        .fail_member
+        .as_ref()
+        .and_then(|f| f.strip_prefix("osd.").and_then(|x| x.parse().ok()));
+    for e in sbod_lab::ceph_effects(&cfg, &t, fail) {
+        eprintln!("sbod bench {target}: {e}");
+    }
+    let out = out.unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "sbod-bench-rbd-{}-{}",
+            t.pool.replace('/', "-"),
+            t.image
+        ))
+    });
+    let cancel = Cancel::new();
+    watch_signals(
+        cancel.clone(),
+        "stopping fio; a stopped OSD is started again and the cluster recovers before sbod bench exits",
+    );
+    let o = tokio::task::spawn_blocking(move || {
+        let mut progress = sbod_lab::progress::BarProgress::new();
+        let mut backend = CephBackend::new(t);
+        sbod_lab::execute_on(&mut backend, cfg, cancel, &mut progress, &out)
     })
     .await
     .map_err(|e| anyhow!("lab thread: {e}"))??;
