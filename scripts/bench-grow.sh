@@ -88,6 +88,7 @@ for i in $(seq 0 $((MEMBERS - 1))); do old+=("$(member d$i)"); done
 for i in $(seq 0 $((ADD - 1))); do new+=("$(member n$i)"); done
 "$SBOD" create g --level "$LEVEL" --size-each "$SIZE_EACH" "${old[@]}" >/dev/null
 serve
+wait_optimal # modelled drives are not known to be zero: the initial resync first
 VOL=$(nbdinfo --size "$URI")
 fio --name=fill --ioengine=nbd --uri="$URI" --rw=write --bs=1M --iodepth=16 --size="$VOL" \
   >/dev/null 2>&1
@@ -108,6 +109,7 @@ NEWVOL=$(nbdinfo --size "$URI")
 rm -f "$WORK"/*.img
 "$SBOD" create g --level "$LEVEL" --size-each "$SIZE_EACH" "${old[@]}" >/dev/null
 serve
+wait_optimal
 fio --name=fill --ioengine=nbd --uri="$URI" --rw=write --bs=1M --iodepth=16 --size="$VOL" \
   >/dev/null 2>&1
 t0=$(now)
