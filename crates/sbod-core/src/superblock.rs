@@ -46,7 +46,7 @@ pub const TAG_CHECKSUMS: u16 = 0x0015;
 pub const TAG_RESHAPE: u16 = 0x0016;
 /// Parity on dedicated members (record [`TAG_DEDICATED`], one byte: the geometry's
 /// `dedicated`; incompatible: an older sbod would look for that parity where it rotates).
-pub const TAG_DEDICATED: u16 = 0x0017;
+pub const TAG_DEDICATED: u16 = 0x0018;
 /// Most log devices an array records (a log, and its mirror).
 pub const MAX_LOG_DEVICES: usize = 2;
 /// Bytes reserved for each superblock copy.

@@ -42,8 +42,13 @@ use std::time::Duration;
 
 pub use sbod_types::ProcessKind;
 
-/// The largest window moved at once.
-pub(crate) const MAX_WINDOW: u64 = 16 << 20;
+/// The largest window moved at once. Each window ends with a flush and a superblock
+/// write on every member (a seek to the metadata and back on a disk), so small windows
+/// spend more on those than on moving data: on modelled nearline HDDs 16 MiB windows
+/// moved at 0.33 of the rebuild's rate per member (docs/PERFORMANCE.md). Client requests
+/// touching the window wait for it (on those disks a 64 MiB window of 10 members takes
+/// about a tenth of a second).
+pub(crate) const MAX_WINDOW: u64 = 64 << 20;
 /// The largest window written aside (the backup area at the end of every new member).
 pub(crate) const MAX_BACKUP: u64 = 4 << 20;
 
