@@ -296,6 +296,7 @@ mod tests {
                 chunk: 4096,
                 member_size: 4096 * 16,
                 data_offset: 1 << 20,
+                declustered: None,
             },
             bitmap_region: 4096,
             bitmap_bytes: 4096,

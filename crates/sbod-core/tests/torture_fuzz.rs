@@ -211,6 +211,7 @@ fn superblock() -> impl Strategy<Value = Superblock> {
                     chunk,
                     member_size,
                     data_offset,
+                    declustered: None,
                 },
                 bitmap_region,
                 bitmap_bytes,

@@ -502,6 +502,7 @@ mod tests {
             chunk: 64 << 10,
             member_size: 256 << 20,
             data_offset: 1 << 20,
+            declustered: None,
         }
     }
 
