@@ -303,6 +303,7 @@ mod tests {
                 member_size: 4096 * 16,
                 data_offset: 1 << 20,
                 dedicated: 0,
+                declustered: None,
             },
             bitmap_region: 4096,
             bitmap_bytes: 4096,

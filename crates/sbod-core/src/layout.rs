@@ -38,11 +38,35 @@ pub struct Geometry {
     /// md's `left-symmetric-6` layout does. 0 for every array created as it is.
     #[serde(default)]
     pub dedicated: u8,
+    /// Declustered (`--declustered`): the groups' stripes and `spares` members' worth of
+    /// spare space spread over every member by a fixed permutation table
+    /// ([`crate::placement`]); None: each group on its own members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declustered: Option<Declustered>,
 }
 
+/// What makes a layout declustered: the spare space (in members' worth) and the seed of
+/// its permutation table. The table's checksum is recorded beside them in the
+/// superblocks (`TAG_DECLUSTER`), so a change of the table's code cannot silently remap
+/// an array's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Declustered {
+    pub spares: u32,
+    pub seed: u64,
+}
+
+/// The seed of every declustered table this sbod creates.
+pub const DECLUSTER_SEED: u64 = 0x5b0d_d1a1_d000_0001;
+
 impl Geometry {
+    /// Slots: the groups' members, and a declustered layout's spare members' worth.
     pub fn members(&self) -> usize {
-        self.groups as usize * self.width as usize
+        self.groups as usize * self.width as usize + self.spare_slots()
+    }
+
+    /// Members' worth of distributed spare space (0 unless declustered).
+    pub fn spare_slots(&self) -> usize {
+        self.declustered.map_or(0, |d| d.spares as usize)
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -118,6 +142,20 @@ impl Geometry {
         }
         if self.groups > 4096 {
             return Err("at most 4096 groups".into());
+        }
+        if self.declustered.is_some() {
+            if !matches!(self.level, Level::Raid5 | Level::Raid6 | Level::Ec { .. }) {
+                return Err(format!(
+                    "{} cannot be declustered: raid5, raid6 and ec:K+M can (their groups and spare space spread over every member)",
+                    self.level
+                ));
+            }
+            if self.members() > 256 {
+                return Err(format!(
+                    "a declustered layout spans at most 256 members, this one {}",
+                    self.members()
+                ));
+            }
         }
 
         if !self.chunk.is_power_of_two() || self.chunk < 4096 || self.chunk > 16 << 20 {

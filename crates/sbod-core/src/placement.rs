@@ -21,11 +21,122 @@
 //! chunks are that group's stripes, so the unit a writer and a replacement's copy lock is
 //! the same `(group, stripe)` as everywhere else.
 //!
+//! **Declustered** (`Geometry::declustered`, OpenZFS dRAID's idea): the `groups` groups
+//! of `width` and `spares` members' worth of spare space are spread over all
+//! `n = groups * width + spares` members. Member offset `t * chunk` is row `t`; row `t`
+//! orders the members by a permutation ([`Decl::member`]): columns `g*width ..
+//! (g+1)*width` hold group `g`'s stripe `t` (shard `i` at column `g*width + i`), the last
+//! `spares` columns are spare space. So addresses stay `(group, stripe)` at one member
+//! offset as in every other layout, and only the slots of a stripe differ from row to row.
+//! The permutations come from a fixed table of [`TABLE_ROWS`] rows drawn from a seed;
+//! row `t` takes table row `t % TABLE_ROWS` with every member number shifted by
+//! `(t / TABLE_ROWS) % n`, so over `TABLE_ROWS * n` rows every member sits in every column
+//! exactly `TABLE_ROWS` times: data, parity and spare space are exactly balanced.
+//!
 //! Shards are numbered in codec order: data `0..k`, then parity `k..k+m`. Mirrors and
 //! concat have one shard per position (a mirror's copies are shards `0..copies`).
 
 use crate::layout::{Geometry, Level, Scheme};
 use std::ops::Range;
+use std::sync::Arc;
+
+/// Rows of a declustered layout's permutation table.
+pub const TABLE_ROWS: usize = 64;
+
+/// A declustered layout's permutation table (see the module's words).
+#[derive(Debug)]
+pub struct Decl {
+    /// Members.
+    n: usize,
+    /// `TABLE_ROWS` permutations of `0..n`, row after row.
+    table: Vec<u16>,
+    /// Their inverses: the column of each member.
+    inv: Vec<u16>,
+}
+
+/// splitmix64 (Steele, Lea and Flood), written out here rather than taken from a crate:
+/// the table it draws is part of the on-disk format, so its output must never change with
+/// a dependency's version. The table's checksum in the superblocks guards it as well.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Decl {
+    /// The table for `n` members drawn from `seed` (Fisher-Yates shuffles).
+    pub fn new(n: usize, seed: u64) -> Decl {
+        assert!((1..=u16::MAX as usize).contains(&n));
+        let mut state = seed ^ (n as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
+        let mut table = Vec::with_capacity(TABLE_ROWS * n);
+        let mut inv = vec![0u16; TABLE_ROWS * n];
+        for row in 0..TABLE_ROWS {
+            let mut p: Vec<u16> = (0..n as u16).collect();
+            for i in (1..n).rev() {
+                let j = (splitmix64(&mut state) % (i as u64 + 1)) as usize;
+                p.swap(i, j);
+            }
+            for (col, &m) in p.iter().enumerate() {
+                inv[row * n + m as usize] = col as u16;
+            }
+            table.extend(p);
+        }
+        Decl { n, table, inv }
+    }
+
+    /// The member in column `col` of row `row`.
+    pub fn member(&self, row: u64, col: usize) -> usize {
+        let t = (row % TABLE_ROWS as u64) as usize;
+        let shift = ((row / TABLE_ROWS as u64) % self.n as u64) as usize;
+        (self.table[t * self.n + col] as usize + shift) % self.n
+    }
+
+    /// The column of member `slot` in row `row` (inverse of [`Decl::member`]).
+    pub fn column(&self, row: u64, slot: usize) -> usize {
+        let t = (row % TABLE_ROWS as u64) as usize;
+        let shift = ((row / TABLE_ROWS as u64) % self.n as u64) as usize;
+        self.inv[t * self.n + (slot + self.n - shift) % self.n] as usize
+    }
+
+    /// Where the chunks of row `row`'s first `cols` columns (the groups' columns) live
+    /// once the members in `spared` (in the order they failed) have had their chunks
+    /// rebuilt into spare space. In that order, every chunk on the next member of
+    /// `spared` (its own, or one an earlier member's failure put there) goes to the first
+    /// spare column (from `cols` on) whose member neither failed before it nor holds a
+    /// chunk already; None where none is left (more in `spared` than spare columns).
+    /// So sparing one more member moves only what lay on it. The map of the distributed
+    /// rebuild (docs/ENGINE.md, "Declustered layouts"), which is not wired into the array
+    /// yet: only its tests use it.
+    pub fn resolved_row(&self, row: u64, cols: usize, spared: &[usize]) -> Vec<Option<usize>> {
+        let mut out: Vec<Option<usize>> = (0..cols).map(|c| Some(self.member(row, c))).collect();
+        let mut taken: Vec<usize> = Vec::new();
+        for (i, &f) in spared.iter().enumerate() {
+            for at in out.iter_mut().filter(|m| **m == Some(f)) {
+                let next = (cols..self.n)
+                    .map(|c| self.member(row, c))
+                    .find(|m| !spared[..=i].contains(m) && !taken.contains(m));
+                taken.extend(next);
+                *at = next;
+            }
+        }
+        out
+    }
+
+    /// The checksum of the map this table gives (recorded in the superblocks): a crc32c
+    /// of the member of every column of the first `TABLE_ROWS + 1` rows (the table, and
+    /// the first shifted row).
+    pub fn checksum(&self) -> u32 {
+        let mut bytes = Vec::with_capacity((TABLE_ROWS + 1) * self.n * 2);
+        for row in 0..=TABLE_ROWS as u64 {
+            for col in 0..self.n {
+                bytes.extend_from_slice(&(self.member(row, col) as u16).to_le_bytes());
+            }
+        }
+        crc32c::crc32c(&bytes)
+    }
+}
 
 /// A stripe: the unit every member of a group holds one chunk of, locked as one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -71,6 +182,8 @@ pub struct Placement {
     dedicated: usize,
     /// Concat: where each slot starts in the volume, and the volume's end.
     starts: Vec<u64>,
+    /// Declustered: the permutation table.
+    decl: Option<Arc<Decl>>,
 }
 
 impl Placement {
@@ -96,7 +209,15 @@ impl Placement {
             stride: geometry.width as usize,
             dedicated: geometry.dedicated as usize,
             starts,
+            decl: geometry
+                .declustered
+                .map(|d| Arc::new(Decl::new(geometry.members(), d.seed))),
         }
+    }
+
+    /// The permutation table of a declustered layout.
+    pub fn declustered(&self) -> Option<&Decl> {
+        self.decl.as_deref()
     }
 
     /// The map of a striped layout whose slots are numbered with `stride` slots per group
@@ -144,7 +265,7 @@ impl Placement {
     /// of concat, which has no redundancy). Membership rules (how many may be out, how
     /// many may share a failure domain) count within a set.
     pub fn sets(&self) -> usize {
-        if self.is_concat() {
+        if self.is_concat() || self.decl.is_some() {
             1
         } else {
             self.groups
@@ -155,6 +276,8 @@ impl Placement {
     pub fn set_slots(&self, set: usize) -> Range<usize> {
         if self.is_concat() {
             0..self.starts.len() - 1
+        } else if let Some(d) = &self.decl {
+            0..d.n
         } else {
             self.group_slots(set)
         }
@@ -162,28 +285,74 @@ impl Placement {
 
     /// The redundancy set of a slot.
     pub fn set_of(&self, slot: usize) -> usize {
-        if self.is_concat() {
+        if self.is_concat() || self.decl.is_some() {
             0
         } else {
             slot / self.stride
         }
     }
 
-    /// The slots of a group.
+    /// The slots of a group (declustered: every member, as each row places the group on
+    /// members of its own; [`Placement::stripe_slots`] gives those of one stripe).
     pub fn group_slots(&self, group: usize) -> Range<usize> {
         if self.is_concat() {
             group..group + 1
+        } else if let Some(d) = &self.decl {
+            0..d.n
         } else {
             group * self.stride..group * self.stride + self.width
         }
     }
 
-    /// The group a slot belongs to.
+    /// The group a slot belongs to (not declustered: see [`Placement::group_at`]).
     pub fn group_of(&self, slot: usize) -> usize {
+        assert!(self.decl.is_none(), "a declustered slot's group is per row");
         if self.is_concat() {
             slot
         } else {
             slot / self.stride
+        }
+    }
+
+    /// The group whose stripe `stripe` slot `slot` holds a chunk of, or None where it
+    /// holds spare space there (declustered layouts).
+    pub fn group_at(&self, stripe: u64, slot: usize) -> Option<usize> {
+        match &self.decl {
+            Some(d) => {
+                let col = d.column(stripe, slot);
+                (col < self.groups * self.width).then_some(col / self.width)
+            }
+            None => Some(self.group_of(slot)),
+        }
+    }
+
+    /// The slots holding a stripe's chunks, in the order of their positions (the order
+    /// scrub reads them in and `judge` and `heal_row` are given them).
+    pub fn stripe_slots(&self, addr: StripeAddr) -> Vec<usize> {
+        match &self.decl {
+            Some(d) => (0..self.width)
+                .map(|p| d.member(addr.stripe, addr.group * self.width + p))
+                .collect(),
+            None => self.group_slots(addr.group).collect(),
+        }
+    }
+
+    /// The position (in [`Placement::stripe_slots`]) of the slot holding `shard`.
+    pub fn pos_of(&self, addr: StripeAddr, shard: usize) -> usize {
+        match &self.decl {
+            Some(_) => shard,
+            None => self.slot(addr, shard) - self.group_slots(addr.group).start,
+        }
+    }
+
+    /// The slots holding spare space in a row (declustered layouts; none otherwise), in
+    /// the order the distributed spares use them.
+    pub fn spare_slots_at(&self, stripe: u64) -> Vec<usize> {
+        match &self.decl {
+            Some(d) => (self.groups * self.width..d.n)
+                .map(|c| d.member(stripe, c))
+                .collect(),
+            None => Vec::new(),
         }
     }
 
@@ -234,11 +403,23 @@ impl Placement {
 
     /// The slot holding `shard` of a stripe.
     pub fn slot(&self, addr: StripeAddr, shard: usize) -> usize {
+        if let Some(d) = &self.decl {
+            return d.member(addr.stripe, addr.group * self.width + shard);
+        }
         self.group_slots(addr.group).start + self.position(addr.stripe, shard)
     }
 
-    /// The shard slot `slot` holds in a stripe of its group (inverse of [`Placement::slot`]).
+    /// The shard slot `slot` holds in a stripe of its group (inverse of [`Placement::slot`];
+    /// declustered: the slot must hold a chunk in that row, see [`Placement::group_at`]).
     pub fn shard_at(&self, stripe: u64, slot: usize) -> usize {
+        if let Some(d) = &self.decl {
+            let col = d.column(stripe, slot);
+            assert!(
+                col < self.groups * self.width,
+                "slot {slot} is spare in row {stripe}"
+            );
+            return col % self.width;
+        }
         let pos = slot - self.group_slots(self.group_of(slot)).start;
         match self.scheme {
             Scheme::Parity { k, m } if m > 0 => {
@@ -328,6 +509,7 @@ impl Placement {
     /// `moff` of `slot`, or None where the slot holds parity there.
     pub fn locate(&self, slot: usize, moff: u64) -> Option<u64> {
         let stripe = self.stripe_at(moff);
+        let group = self.group_at(stripe, slot)?;
         // Every copy of a mirror holds the data.
         let index = match self.scheme {
             Scheme::Mirror { .. } => 0,
@@ -336,10 +518,7 @@ impl Placement {
         if index >= self.k {
             return None;
         }
-        let addr = StripeAddr {
-            group: self.group_of(slot),
-            stripe,
-        };
+        let addr = StripeAddr { group, stripe };
         Some(self.volume_offset(addr, index) + moff % self.chunk)
     }
 }
@@ -357,6 +536,177 @@ mod tests {
             member_size: 4096 * 64,
             data_offset: 1 << 20,
             dedicated: 0,
+            declustered: None,
+        }
+    }
+
+    fn declustered(level: Level, width: u32, groups: u32, spares: u32, rows: u64) -> Geometry {
+        Geometry {
+            member_size: 4096 * rows,
+            declustered: Some(crate::layout::Declustered {
+                spares,
+                seed: crate::layout::DECLUSTER_SEED,
+            }),
+            ..geo(level, width, groups)
+        }
+    }
+
+    /// The table is part of the on-disk format: these values are what every declustered
+    /// array created so far was laid out by. If this test fails, the code that draws the
+    /// table changed, and existing arrays would read their data from the wrong places.
+    #[test]
+    fn declustered_table_is_pinned() {
+        let d = Decl::new(12, crate::layout::DECLUSTER_SEED);
+        let row0: Vec<usize> = (0..12).map(|c| d.member(0, c)).collect();
+        let row65: Vec<usize> = (0..12).map(|c| d.member(65, c)).collect();
+        assert_eq!(
+            (row0, row65, d.checksum()),
+            (
+                vec![3, 4, 5, 6, 0, 10, 2, 7, 1, 9, 8, 11],
+                vec![10, 5, 6, 3, 8, 7, 11, 4, 1, 0, 2, 9],
+                3855896868
+            )
+        );
+    }
+
+    #[test]
+    fn declustered_rows_are_permutations_and_spare_is_exactly_balanced() {
+        for (level, width, groups, spares) in [
+            (Level::Raid6, 10, 2, 2),
+            (Level::Raid5, 4, 1, 1),
+            (Level::Ec { k: 3, m: 2 }, 5, 3, 1),
+            (Level::Raid6, 6, 1, 0),
+        ] {
+            let n = (width * groups + spares) as usize;
+            let rows = (TABLE_ROWS * n) as u64;
+            let g = declustered(level, width, groups, spares, rows);
+            g.validate().unwrap();
+            let p = Placement::striped(&g);
+            let d = p.declustered().unwrap();
+            // Per member: chunks of data, of parity, and spare rows.
+            let mut data = vec![0u64; n];
+            let mut parity = vec![0u64; n];
+            let mut spare = vec![0u64; n];
+            for row in 0..rows {
+                let mut seen = vec![false; n];
+                for col in 0..n {
+                    let m = d.member(row, col);
+                    assert!(!seen[m], "{level}: row {row} uses member {m} twice");
+                    seen[m] = true;
+                    assert_eq!(d.column(row, m), col);
+                }
+                for s in p.spare_slots_at(row) {
+                    assert_eq!(p.group_at(row, s), None);
+                    spare[s] += 1;
+                }
+                for group in 0..groups as usize {
+                    let addr = StripeAddr { group, stripe: row };
+                    let slots = p.stripe_slots(addr);
+                    for (shard, &slot) in slots.iter().enumerate() {
+                        assert_eq!(p.slot(addr, shard), slot);
+                        assert_eq!(p.pos_of(addr, shard), shard);
+                        assert_eq!(p.shard_at(row, slot), shard);
+                        assert_eq!(p.group_at(row, slot), Some(group));
+                        match shard < p.k() {
+                            true => data[slot] += 1,
+                            false => parity[slot] += 1,
+                        }
+                    }
+                }
+            }
+            // Every member holds the same share of each: over TABLE_ROWS * n rows every
+            // member sits in every column TABLE_ROWS times.
+            let per = |share: u64| vec![share * TABLE_ROWS as u64; n];
+            let k = p.k() as u64;
+            assert_eq!(data, per(k * groups as u64), "{level}");
+            assert_eq!(parity, per((width as u64 - k) * groups as u64), "{level}");
+            assert_eq!(spare, per(spares as u64), "{level}");
+        }
+    }
+
+    #[test]
+    fn declustered_sets_span_every_member() {
+        let g = declustered(Level::Raid6, 10, 2, 2, 64);
+        let p = Placement::striped(&g);
+        assert_eq!(g.members(), 22);
+        assert_eq!(p.sets(), 1);
+        assert_eq!(p.set_slots(0), 0..22);
+        assert_eq!(p.set_of(21), 0);
+        assert_eq!(p.groups(), 2);
+        assert_eq!(g.capacity(), 64 * 2 * 8 * 4096);
+    }
+
+    proptest::proptest! {
+        /// The distributed spare's map: with no more members spared than there are spare
+        /// columns, every chunk of a row has a place, no member holds two, none is on a
+        /// spared member; sparing one more member moves only the chunks it held or that
+        /// lay on it, onto the row's spare columns.
+        #[test]
+        fn spared_rows_keep_every_chunk_on_its_own_member(
+            n in 4usize..40,
+            spares in 1usize..4,
+            picks in proptest::collection::vec(0usize..1000, 1..4),
+            row in 0u64..10_000,
+        ) {
+            let spares = spares.min(n - 2);
+            let cols = n - spares;
+            let d = Decl::new(n, crate::layout::DECLUSTER_SEED);
+            let mut spared: Vec<usize> = Vec::new();
+            for p in picks.iter().take(spares) {
+                let x = (0..n).map(|i| (p + i) % n).find(|m| !spared.contains(m)).unwrap();
+                let before = d.resolved_row(row, cols, &spared);
+                spared.push(x);
+                let after = d.resolved_row(row, cols, &spared);
+                let mut seen = std::collections::HashSet::new();
+                for (c, m) in after.iter().enumerate() {
+                    let m = m.expect("a place for every chunk");
+                    proptest::prop_assert!(!spared.contains(&m));
+                    proptest::prop_assert!(seen.insert(m), "member {} twice", m);
+                    if before[c] != Some(m) {
+                        // Moved: it was on x, and went to a spare column.
+                        proptest::prop_assert_eq!(before[c], Some(x));
+                        proptest::prop_assert!(d.column(row, m) >= cols);
+                    }
+                }
+            }
+        }
+
+        /// Every volume block of a declustered layout maps to exactly one member block,
+        /// which maps back to it; no stripe uses a member twice; spare rows hold no data.
+        #[test]
+        fn declustered_map_is_one_to_one(
+            groups in 1u32..4,
+            width in 3u32..12,
+            spares in 0u32..4,
+            parity in 1u32..4,
+            rows in 1u64..80,
+        ) {
+            let level = match parity {
+                1 => Level::Raid5,
+                2 if width >= 4 => Level::Raid6,
+                _ => Level::Ec { k: (width - parity.min(width - 1)) as u16, m: parity.min(width - 1) as u16 },
+            };
+            let g = declustered(level, width, groups, spares, rows);
+            g.validate().unwrap();
+            let p = Placement::striped(&g);
+            let mut seen = std::collections::HashSet::new();
+            for x in p.map(0, g.capacity()) {
+                proptest::prop_assert_eq!(x.len, 4096);
+                proptest::prop_assert!(seen.insert((x.slot, x.moff)), "two blocks at one place");
+                proptest::prop_assert_eq!(p.locate(x.slot, x.moff), Some(x.buf_off));
+                let slots = p.stripe_slots(x.addr);
+                let mut uniq = slots.clone();
+                uniq.sort_unstable();
+                uniq.dedup();
+                proptest::prop_assert_eq!(uniq.len(), width as usize);
+                proptest::prop_assert!(slots.contains(&x.slot));
+            }
+            proptest::prop_assert_eq!(seen.len() as u64, g.capacity() / 4096);
+            for row in 0..rows {
+                for s in p.spare_slots_at(row) {
+                    proptest::prop_assert_eq!(p.locate(s, row * 4096), None);
+                }
+            }
         }
     }
 
@@ -494,6 +844,7 @@ mod tests {
             member_size: 4096 * 8,
             data_offset: 1 << 20,
             dedicated: 0,
+            declustered: None,
         };
         let p = Placement::new(&g, &[4096 * 2, 4096 * 8, 4096 * 3]);
         assert_eq!(p.volume_size(&g), 4096 * 13);

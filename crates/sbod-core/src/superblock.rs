@@ -22,7 +22,7 @@
 //! incompatible: an older sbod would write data without tags; the tags themselves are
 //! `integrity`'s).
 
-use crate::layout::{Geometry, Level};
+use crate::layout::{Declustered, Geometry, Level};
 use sbod_types::SyncMode;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -47,6 +47,10 @@ pub const TAG_RESHAPE: u16 = 0x0016;
 /// Parity on dedicated members (record [`TAG_DEDICATED`], one byte: the geometry's
 /// `dedicated`; incompatible: an older sbod would look for that parity where it rotates).
 pub const TAG_DEDICATED: u16 = 0x0018;
+/// A declustered layout (record [`TAG_DECLUSTER`], incompatible): its spare space, the
+/// seed of its permutation table and the table's checksum, checked at every decode so a
+/// change of the table's code cannot silently remap the data (see `placement::Decl`).
+pub const TAG_DECLUSTER: u16 = 0x0017;
 /// Most log devices an array records (a log, and its mirror).
 pub const MAX_LOG_DEVICES: usize = 2;
 /// Bytes reserved for each superblock copy.
@@ -379,6 +383,7 @@ impl ReshapeRec {
             member_size: r.u64()?,
             data_offset: r.u64()?,
             dedicated: 0,
+            declustered: None,
         };
         let pos = r.u64()?;
         let backup = match r.u8()? {
@@ -667,6 +672,14 @@ impl Superblock {
         if self.geometry.dedicated > 0 {
             record(TAG_DEDICATED, EXT_INCOMPAT, &[self.geometry.dedicated]);
         }
+        if let Some(d) = &self.geometry.declustered {
+            let mut x = W(Vec::with_capacity(17));
+            x.u8(1); // version of the record
+            x.u32(d.spares);
+            x.u64(d.seed);
+            x.u32(crate::placement::Decl::new(self.geometry.members(), d.seed).checksum());
+            record(TAG_DECLUSTER, EXT_INCOMPAT, &x.0);
+        }
         for e in &self.extensions {
             w.u16(e.tag);
             w.u16(e.flags);
@@ -714,7 +727,7 @@ impl Superblock {
             ));
         }
         let level = level_from(code, k as u16, m as u16)?;
-        let geometry = Geometry {
+        let mut geometry = Geometry {
             level,
             groups: r.u32()?,
             width: r.u32()?,
@@ -722,6 +735,7 @@ impl Superblock {
             member_size: r.u64()?,
             data_offset: r.u64()?,
             dedicated: 0,
+            declustered: None,
         };
         geometry.validate().map_err(SbError::Malformed)?;
         let bitmap_region = r.u64()?;
@@ -729,7 +743,9 @@ impl Superblock {
         let clean = r.u8()? != 0;
         let resync_offset = r.u64()?;
         let nslots = r.u32()? as usize;
-        if nslots != geometry.members() {
+        // A declustered layout's spare members' worth of slots are told by its record,
+        // read below; the count is checked again then.
+        if nslots < geometry.members() || nslots > geometry.members() + 256 {
             return Err(SbError::Malformed(format!(
                 "{nslots} slots for a geometry of {} members",
                 geometry.members()
@@ -830,12 +846,27 @@ impl Superblock {
         } else {
             (Uuid::nil(), event, Vec::new(), Vec::new(), Known::default())
         };
-        let mut geometry = geometry;
         if let Some(d) = known.dedicated {
             geometry.dedicated = d;
             geometry
                 .validate()
                 .map_err(|e| SbError::Malformed(format!("dedicated parity: {e}")))?;
+        }
+        if let Some((d, crc)) = known.decluster {
+            geometry.declustered = Some(d);
+            geometry.validate().map_err(SbError::Malformed)?;
+            let have = crate::placement::Decl::new(geometry.members(), d.seed).checksum();
+            if have != crc {
+                return Err(SbError::Malformed(format!(
+                    "the declustered layout's permutation table has checksum {crc:08x} on the members but {have:08x} in this sbod: it would place the data elsewhere; assemble with the sbod that created the array"
+                )));
+            }
+        }
+        if nslots != geometry.members() {
+            return Err(SbError::Malformed(format!(
+                "{nslots} slots for a geometry of {} members",
+                geometry.members()
+            )));
         }
         if geometry.data_offset < BITMAP_OFFSET + bitmap_bytes as u64
             || !geometry.data_offset.is_multiple_of(4096)
@@ -939,6 +970,8 @@ struct Known {
     tags: Option<TagLayout>,
     reshape: Option<ReshapeRec>,
     dedicated: Option<u8>,
+    /// The declustered layout and its table's checksum.
+    decluster: Option<(Declustered, u32)>,
 }
 
 impl Known {
@@ -1017,6 +1050,27 @@ impl Known {
                     return Err(SbError::Malformed("bad dedicated parity record".into()));
                 }
                 if self.dedicated.replace(data[0]).is_some() {
+                    return Err(twice());
+                }
+            }
+            TAG_DECLUSTER => {
+                let mut r = R { b: data, pos: 0 };
+                if r.u8()? != 1 {
+                    return Err(SbError::Malformed(
+                        "unknown declustered record version".into(),
+                    ));
+                }
+                let spares = r.u32()?;
+                let seed = r.u64()?;
+                let crc = r.u32()?;
+                if r.pos != data.len() || spares > 256 {
+                    return Err(SbError::Malformed("bad declustered record".into()));
+                }
+                if self
+                    .decluster
+                    .replace((Declustered { spares, seed }, crc))
+                    .is_some()
+                {
                     return Err(twice());
                 }
             }
@@ -1130,6 +1184,7 @@ mod tests {
             member_size: 65536 * 100,
             data_offset: 1 << 20,
             dedicated: 0,
+            declustered: None,
         };
         Superblock {
             array_uuid: Uuid::new_v4(),
@@ -1220,6 +1275,45 @@ mod tests {
         }
         assert_eq!(d, sb);
         assert!(Superblock::decode(&sb.encode_as(3)).is_err());
+    }
+
+    /// A declustered layout's record round-trips; a table that does not match its
+    /// recorded checksum (a code change that would remap the data) is refused by name.
+    #[test]
+    fn a_declustered_layout_is_recorded_and_its_table_checked() {
+        let mut sb = sample();
+        sb.geometry.declustered = Some(Declustered {
+            spares: 1,
+            seed: crate::layout::DECLUSTER_SEED,
+        });
+        let mut extra = sb.slots[0].clone();
+        extra.member.as_mut().unwrap().uuid = Uuid::new_v4();
+        sb.slots.push(extra);
+        let b = sb.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        // Without its spare slot the count is wrong.
+        let mut short = sb.clone();
+        short.slots.pop();
+        assert!(Superblock::decode(&short.encode()).is_err());
+        // The record's checksum changed (as a new table would leave it), the copy's own
+        // crc made right again.
+        let head: Vec<u8> = [
+            &TAG_DECLUSTER.to_le_bytes()[..],
+            &EXT_INCOMPAT.to_le_bytes(),
+            &17u32.to_le_bytes(),
+        ]
+        .concat();
+        let at = b
+            .windows(head.len())
+            .position(|w| w == &head[..])
+            .expect("the record");
+        let mut bad = b.clone();
+        bad[at + head.len() + 13] ^= 1;
+        bad[16..20].fill(0);
+        let crc = crc32c::crc32c(&bad);
+        bad[16..20].copy_from_slice(&crc.to_le_bytes());
+        let e = Superblock::decode(&bad).unwrap_err().to_string();
+        assert!(e.contains("permutation table"), "{e}");
     }
 
     fn with_extension(tag: u16, flags: u16, data: &[u8]) -> Vec<u8> {

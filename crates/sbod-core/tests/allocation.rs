@@ -157,6 +157,7 @@ fn run_case(lvl: u8, ops: Vec<Op>) {
             assume_clean: true,
             integrity: sbod_core::integrity::Kind::Crc32c,
             force: false,
+            declustered: false,
         };
         let mut a = Array::create(spec, paths.iter().map(|p| open(p)).collect())
             .await
@@ -270,6 +271,7 @@ fn degraded_parity_reports_data() {
             assume_clean: true,
             integrity: sbod_core::integrity::Kind::Crc32c,
             force: false,
+            declustered: false,
         };
         let a = Array::create(spec, paths.iter().map(|p| open(p)).collect())
             .await

@@ -54,6 +54,7 @@ fn spec(name: &str, level: Level) -> CreateSpec {
         chunk: 64 * 1024,
         groups: 1,
         spares: 0,
+        declustered: false,
         copies: 2,
         bitmap_region: None,
         assume_clean: true,

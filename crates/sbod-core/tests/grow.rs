@@ -31,6 +31,7 @@ fn create_spec(level: Level) -> CreateSpec {
         chunk: CHUNK,
         groups: 1,
         spares: 0,
+        declustered: false,
         copies: 2,
         bitmap_region: Some(2 * CHUNK as u64),
         assume_clean: true,

@@ -21,6 +21,9 @@ struct Geo {
     copies: u32,
     /// Data chunks per member.
     chunks: u64,
+    /// Declustered, with this many members' worth of spare space (the members include
+    /// them).
+    decl: Option<usize>,
 }
 
 fn geo_strategy() -> impl Strategy<Value = Geo> {
@@ -34,8 +37,9 @@ fn geo_strategy() -> impl Strategy<Value = Geo> {
         (1u16..6, 1u16..5).prop_map(|(k, m)| (Level::Ec { k, m }, k, m)),
         Just((Level::Concat, 0, 0)),
     ];
-    (level, 1u32..3, 2usize..6, chunk, 4u64..24, 2u32..4).prop_map(
-        |((level, k, m), groups, width, chunk, chunks, copies)| {
+    let decl = prop_oneof![3 => Just(None), 2 => (0usize..3).prop_map(Some)];
+    (level, 1u32..3, 2usize..6, chunk, 4u64..24, 2u32..4, decl).prop_map(
+        |((level, k, m), groups, width, chunk, chunks, copies, decl)| {
             let (groups, width, copies) = match level {
                 Level::Raid0 | Level::Concat => (1, width, 2),
                 Level::Raid1 => (groups, width.max(2), 2),
@@ -44,10 +48,12 @@ fn geo_strategy() -> impl Strategy<Value = Geo> {
                 Level::Raid6 => (groups, width.max(4), 2),
                 Level::Ec { .. } => (groups, (k + m) as usize, 2),
             };
+            let decl =
+                decl.filter(|_| matches!(level, Level::Raid5 | Level::Raid6 | Level::Ec { .. }));
             let members = if level == Level::Raid10 {
                 width * 2
             } else {
-                width * groups as usize
+                width * groups as usize + decl.unwrap_or(0)
             };
             Geo {
                 level,
@@ -56,6 +62,7 @@ fn geo_strategy() -> impl Strategy<Value = Geo> {
                 chunk,
                 copies,
                 chunks,
+                decl,
             }
         },
     )
@@ -95,7 +102,8 @@ async fn create_on(g: &Geo, members: Vec<MemberSpec>, spares: usize) -> Arc<Arra
         level: g.level,
         chunk: g.chunk,
         groups: g.groups,
-        spares,
+        spares: spares + g.decl.unwrap_or(0),
+        declustered: g.decl.is_some(),
         copies: g.copies,
         bitmap_region: None,
         assume_clean: true,
@@ -160,7 +168,13 @@ fn pattern(len: usize, seed: u8, off: u64) -> Vec<u8> {
 }
 
 /// Can the array still hold data if the slots in `failed` are gone?
-fn survives(level: Level, width: usize, members: usize, failed: &[usize]) -> bool {
+fn survives(
+    level: Level,
+    declustered: bool,
+    width: usize,
+    members: usize,
+    failed: &[usize],
+) -> bool {
     let red = match level {
         Level::Raid0 | Level::Concat => 0,
         Level::Raid1 | Level::Raid10 => width - 1,
@@ -168,6 +182,10 @@ fn survives(level: Level, width: usize, members: usize, failed: &[usize]) -> boo
         Level::Raid6 => 2,
         Level::Ec { m, .. } => m as usize,
     };
+    if declustered {
+        // Declustered: any stripe may lie on any members.
+        return failed.len() <= red;
+    }
     let groups = members / width;
     (0..groups).all(|gr| failed.iter().filter(|&&s| s / width == gr).count() <= red)
 }
@@ -341,7 +359,7 @@ proptest! {
                         failed.push(slot);
                         let before = dead;
                         let members = a.geometry().members();
-                        dead = !survives(level, width, members, &failed);
+                        dead = !survives(level, g.decl.is_some(), width, members, &failed);
                         if dead && !before {
                             // Touch every member so the engine notices the failure.
                             let _ = a.read(0, size as usize).await;
@@ -373,6 +391,7 @@ fn every_loss_combination_reconstructs() {
             chunk: 4096,
             copies: 2,
             chunks: 8,
+            decl: None,
         },
         Geo {
             level: Level::Raid6,
@@ -381,6 +400,7 @@ fn every_loss_combination_reconstructs() {
             chunk: 8192,
             copies: 2,
             chunks: 8,
+            decl: None,
         },
         Geo {
             level: Level::Ec { k: 4, m: 3 },
@@ -389,6 +409,7 @@ fn every_loss_combination_reconstructs() {
             chunk: 4096,
             copies: 2,
             chunks: 6,
+            decl: None,
         },
         Geo {
             level: Level::Raid6,
@@ -397,6 +418,7 @@ fn every_loss_combination_reconstructs() {
             chunk: 4096,
             copies: 2,
             chunks: 6,
+            decl: None,
         },
         Geo {
             level: Level::Raid1,
@@ -405,6 +427,7 @@ fn every_loss_combination_reconstructs() {
             chunk: 4096,
             copies: 2,
             chunks: 8,
+            decl: None,
         },
         Geo {
             level: Level::Raid10,
@@ -413,6 +436,27 @@ fn every_loss_combination_reconstructs() {
             chunk: 4096,
             copies: 3,
             chunks: 8,
+            decl: None,
+        },
+        // Declustered: two groups of 2+2 and a member's worth of spare over 9 members;
+        // every pair of the 9 lost, although each stripe lies on 4 of them.
+        Geo {
+            level: Level::Raid6,
+            members: 9,
+            groups: 2,
+            chunk: 4096,
+            copies: 2,
+            chunks: 8,
+            decl: Some(1),
+        },
+        Geo {
+            level: Level::Ec { k: 2, m: 1 },
+            members: 8,
+            groups: 2,
+            chunk: 8192,
+            copies: 2,
+            chunks: 6,
+            decl: Some(2),
         },
     ];
     let rt = rt();
@@ -432,7 +476,7 @@ fn every_loss_combination_reconstructs() {
             let mut combos = 0;
             for mask in 0u32..(1 << n) {
                 let lost: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
-                if !survives(g.level, width, g.members, &lost) {
+                if !survives(g.level, g.decl.is_some(), width, g.members, &lost) {
                     continue;
                 }
                 combos += 1;
@@ -458,8 +502,9 @@ fn every_loss_combination_reconstructs() {
                 let got = b.read(0, size as usize).await.unwrap();
                 assert!(
                     got[..] == data[..],
-                    "{:?}: wrong data with members {lost:?} lost",
-                    g.level
+                    "{:?} (declustered: {:?}): wrong data with members {lost:?} lost",
+                    g.level,
+                    g.decl
                 );
                 b.close().await.unwrap();
             }
@@ -485,6 +530,7 @@ fn spare_takes_over_and_rebuilds() {
             chunk: 4096,
             copies: 2,
             chunks: 32,
+            decl: None,
         };
         let devs = mem_members(7, member_size(&g));
         let a = create(&g, &devs, 1).await;
@@ -547,6 +593,7 @@ fn degraded_reads_beyond_the_initial_resync_return_what_was_written() {
             chunk: 64 << 10,
             groups: 1,
             spares: 0,
+            declustered: false,
             copies: 2,
             bitmap_region: None,
             assume_clean: false,
@@ -1013,6 +1060,7 @@ fn a_sequential_stream_coalesces_its_split_stripes() {
             chunk: 65536,
             copies: 2,
             chunks: 64,
+            decl: None,
         };
         let devs = mem_members(8, member_size(&g));
         let a = create_later(&g, &devs).await;
@@ -1117,7 +1165,7 @@ proptest! {
                 let kill = r.fail.map(|p| p % g.members).filter(|s| {
                     let mut f = failed.clone();
                     f.push(*s);
-                    !failed.contains(s) && survives(g.level, width, g.members, &f)
+                    !failed.contains(s) && survives(g.level, g.decl.is_some(), width, g.members, &f)
                 });
                 let side = async {
                     tokio::task::yield_now().await;
@@ -1171,6 +1219,7 @@ fn a_degraded_stripe_is_read_once() {
             chunk: 65536,
             copies: 2,
             chunks: 16,
+            decl: None,
         };
         let devs = mem_members(8, member_size(&g));
         let a = create(&g, &devs, 0).await;
@@ -1188,5 +1237,97 @@ fn a_degraded_stripe_is_read_once() {
         // parity rotates, m3 holds parity in some: then 6 data chunks, read directly.
         assert!(reads - reads0 <= 4 * 6, "{} member reads", reads - reads0);
         let _ = a.close().await;
+    });
+}
+
+/// A declustered raid6 (two groups' worth of 8+2 stripes and two members' worth of spare
+/// space over 22 members): every member holds data and parity and keeps its spare rows
+/// untouched; what cannot be declustered is refused with what would work.
+#[test]
+fn a_declustered_layout_spreads_over_every_member() {
+    rt().block_on(async {
+        let g = Geo {
+            level: Level::Raid6,
+            members: 22,
+            groups: 2,
+            chunk: 4096,
+            copies: 2,
+            chunks: 64,
+            decl: Some(2),
+        };
+        let devs = mem_members(g.members, member_size(&g));
+        let a = create(&g, &devs, 0).await;
+        assert_eq!(a.size(), 64 * 2 * 8 * 4096);
+        let geo = a.geometry().clone();
+        assert_eq!(geo.members(), 22);
+        let data = pattern(a.size() as usize, 3, 1);
+        a.write(0, AlignedBuf::from_slice(&data), false)
+            .await
+            .unwrap();
+        a.close().await.unwrap();
+        let map = sbod_core::placement::Placement::striped(&geo);
+        for (i, d) in devs.iter().enumerate() {
+            let (used, spare_clean) = d.with_data(|v| {
+                let rows = (0..64u64).map(|r| {
+                    let at = (geo.data_offset + r * 4096) as usize;
+                    (r, v[at..at + 4096].iter().any(|&b| b != 0))
+                });
+                let mut used = 0;
+                let mut spare_clean = true;
+                for (r, nonzero) in rows {
+                    match map.group_at(r, i) {
+                        Some(_) => used += nonzero as u32,
+                        None => spare_clean &= !nonzero,
+                    }
+                }
+                (used, spare_clean)
+            });
+            assert!(used > 0, "member {i} holds nothing");
+            assert!(spare_clean, "member {i}: its spare rows were written");
+        }
+        // Refusals, each with what would work.
+        let try_create =
+            |level: Level, n: usize, groups: u32, spares: usize, domains: Vec<&str>| {
+                let devs = mem_members(n, member_size(&g));
+                let mut members = specs(&devs);
+                for (m, d) in members.iter_mut().zip(domains) {
+                    m.domain = d.into();
+                }
+                let spec = CreateSpec {
+                    name: "t".into(),
+                    level,
+                    chunk: 4096,
+                    groups,
+                    spares,
+                    declustered: true,
+                    copies: 2,
+                    bitmap_region: None,
+                    assume_clean: true,
+                    integrity: sbod_core::integrity::Kind::Crc32c,
+                    force: false,
+                };
+                async move { Array::create(spec, members).await.map(|_| ()) }
+            };
+        let e = try_create(Level::Raid10, 8, 1, 0, vec![])
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("raid5, raid6 and ec:K+M can"), "{e}");
+        let e = try_create(Level::Raid6, 9, 2, 2, vec![]).await.unwrap_err();
+        assert!(e.to_string().contains("needs at least 10 members"), "{e}");
+        let e = try_create(Level::Raid6, 11, 2, 2, vec![])
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("equal groups"), "{e}");
+        // Three members in one domain: a stripe may lie on all three.
+        let doms = vec!["a", "a", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+        let e = try_create(Level::Raid6, 12, 1, 2, doms).await.unwrap_err();
+        let advice = format!("{:?}", e.advice());
+        assert!(
+            e.to_string().contains("declustered") && advice.contains("at least 6 domains"),
+            "{e}: {advice}"
+        );
+        // Two per domain is what raid6 survives.
+        let doms = vec!["a", "a", "b", "b", "c", "c", "d", "d", "e", "e", "f", "f"];
+        try_create(Level::Raid6, 12, 1, 2, doms).await.unwrap();
     });
 }

@@ -46,6 +46,7 @@ fn a_crash_during_a_replace_says_what_is_at_risk_not_that_members_are_missing() 
             chunk: CHUNK,
             groups: 1,
             spares: 0,
+            declustered: false,
             copies: 2,
             bitmap_region: Some(2 * CHUNK as u64),
             assume_clean: true,

@@ -249,6 +249,7 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
         chunk: CHUNK,
         groups: c.groups,
         spares: 0,
+        declustered: false,
         copies: 2,
         bitmap_region: Some(2 * CHUNK as u64),
         assume_clean: true,

@@ -186,10 +186,20 @@ fn read_errors_are_repaired_by_rewriting() {
                 let r = Rig::new(l, rng.next()).await;
                 let victim = rng.below(l.members as u64) as usize;
                 let mut bad = 0;
+                // Blocks where the victim holds a chunk (not spare space, which nothing
+                // reads, in a declustered layout).
+                let g = r.a.geometry().clone();
+                let map = sbod_core::placement::Placement::striped(&g);
+                let chunk_blocks = g.chunk as u64 / BLOCK as u64;
                 {
                     let mut p = r.faults[victim].plan();
                     for _ in 0..8 {
-                        let blk = rng.below(r.member_data() / BLOCK as u64);
+                        let blk = loop {
+                            let blk = rng.below(r.member_data() / BLOCK as u64);
+                            if map.group_at(blk / chunk_blocks, victim).is_some() {
+                                break blk;
+                            }
+                        };
                         let off = r.data_offset() + blk * BLOCK as u64;
                         p.bad_sectors.push(off..off + BLOCK as u64);
                         bad += BLOCK as u64;
@@ -549,7 +559,9 @@ fn scrub_finds_and_repairs_bit_flips() {
                     if !rows.insert((group, stripe, row)) {
                         continue;
                     }
-                    let slot = group * w + rng.below(w as u64) as usize;
+                    let slot = sbod_core::placement::Placement::striped(&g)
+                        .stripe_slots(sbod_core::placement::StripeAddr { group, stripe })
+                        [rng.below(w as u64) as usize];
                     let moff = stripe * chunk + row * BLOCK as u64 + rng.below(BLOCK as u64);
                     let mask = 1u8 << rng.below(8);
                     r.faults[slot]
@@ -625,9 +637,19 @@ fn unrecoverable_reads_are_errors_not_wrong_data() {
             let g = r.a.geometry().clone();
             let w = g.width as usize;
             let red = g.redundancy();
-            // The same member range unreadable on redundancy + 1 members of group 0.
+            // The same member range unreadable on redundancy + 1 members of group 0 (of
+            // its stripe there, where the layout is declustered).
             let moff = rng.below(g.member_size / BLOCK as u64) * BLOCK as u64;
-            for f in r.faults.iter().take(w).take(red + 1) {
+            let slots: Vec<usize> = match g.declustered {
+                Some(_) => sbod_core::placement::Placement::striped(&g).stripe_slots(
+                    sbod_core::placement::StripeAddr {
+                        group: 0,
+                        stripe: moff / g.chunk as u64,
+                    },
+                ),
+                None => (0..w).collect(),
+            };
+            for f in slots.iter().take(red + 1).map(|&i| &r.faults[i]) {
                 f.plan()
                     .read_eio
                     .push(g.data_offset + moff..g.data_offset + moff + BLOCK as u64);

@@ -212,6 +212,7 @@ fn superblock() -> impl Strategy<Value = Superblock> {
                     member_size,
                     data_offset,
                     dedicated: 0,
+                    declustered: None,
                 },
                 bitmap_region,
                 bitmap_bytes,

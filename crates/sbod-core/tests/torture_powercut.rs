@@ -463,6 +463,11 @@ fn power_cuts_raid6_log() {
 }
 
 #[test]
+fn power_cuts_draid6() {
+    torture("draid6", false);
+}
+
+#[test]
 fn power_cuts_raid1() {
     torture("raid1", false);
 }
@@ -713,6 +718,11 @@ fn power_cut_and_member_lost_raid6_log() {
 }
 
 #[test]
+fn power_cut_and_member_lost_draid6() {
+    crash_and_lose_a_member("draid6", false);
+}
+
+#[test]
 fn power_cut_and_member_lost_raid1() {
     crash_and_lose_a_member("raid1", false);
 }
@@ -741,7 +751,7 @@ fn a_rebuild_is_durable_before_it_is_recorded() {
     let seed0 = seed();
     let rng = Rng::new(seed0);
     rt(2).block_on(async {
-        for name in ["raid5", "raid1", "raid6", "ec:3+2"] {
+        for name in ["raid5", "raid1", "raid6", "ec:3+2", "draid6"] {
             let l = layout(name);
             for trial in 0..iters(2) {
                 let what = format!("{name} trial {trial} (SBOD_TORTURE_SEED={seed0})");

@@ -100,6 +100,7 @@ fn trim_zeroes_whole_stripes_of_block_devices_and_keeps_them_consistent() {
             assume_clean: true,
             integrity: sbod_core::integrity::Kind::Crc32c,
             force: true,
+            declustered: false,
         };
         let a = Array::create(spec, members).await.unwrap();
         let size = a.size();

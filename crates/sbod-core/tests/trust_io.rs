@@ -32,6 +32,7 @@ fn spec(level: Level, copies: u32) -> CreateSpec {
         chunk: CHUNK,
         groups: 1,
         spares: 0,
+        declustered: false,
         copies,
         bitmap_region: None,
         assume_clean: true,

@@ -64,6 +64,7 @@ fn status_shows_the_knobs_in_force() {
             chunk: 65536,
             groups: 1,
             spares: 0,
+            declustered: false,
             copies: 2,
             bitmap_region: None,
             assume_clean: true,

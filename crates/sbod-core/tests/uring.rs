@@ -750,6 +750,7 @@ fn raid6_run(backend: Backend) {
                 chunk,
                 groups: 1,
                 spares: 0,
+                declustered: false,
                 copies: 2,
                 bitmap_region: None,
                 assume_clean: true,

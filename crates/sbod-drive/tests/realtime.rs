@@ -96,6 +96,7 @@ fn an_array_on_modelled_drives() {
                 chunk: 64 * 1024,
                 groups: 1,
                 spares: 0,
+                declustered: false,
                 copies: 2,
                 bitmap_region: None,
                 assume_clean: true,

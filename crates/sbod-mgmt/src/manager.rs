@@ -1305,6 +1305,7 @@ fn spec_of(a: &CreateArgs, fresh: bool) -> CreateSpec {
         chunk: u32::try_from(a.chunk.0).unwrap_or(0),
         groups: a.groups,
         spares: a.spares,
+        declustered: a.declustered,
         copies: a.copies,
         bitmap_region: a.bitmap_region.map(|s| s.0),
         assume_clean: a.assume_clean || fresh,

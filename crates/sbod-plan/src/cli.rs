@@ -454,7 +454,7 @@ fn parse_mb_s(text: &str) -> Result<f64> {
 /// about 10, 3-way mirrors, 2-way mirrors, and ec:K+3 in groups of about 15; disks that
 /// don't fit a whole group become hot spares.
 pub fn default_compare(disks: u32) -> Vec<LayoutSpec> {
-    let fit = |lo: u32, hi: u32, ideal: u32| -> Option<(u32, u32)> {
+    let fit_in = |disks: u32, lo: u32, hi: u32, ideal: u32| -> Option<(u32, u32)> {
         (lo..=hi.min(disks))
             .min_by_key(|&w| {
                 // A spare disk weighs as much as two disks' distance from the ideal width.
@@ -467,16 +467,31 @@ pub fn default_compare(disks: u32) -> Vec<LayoutSpec> {
             })
             .map(|w| (disks / w, w))
     };
+    let fit = |lo: u32, hi: u32, ideal: u32| fit_in(disks, lo, hi, ideal);
     let spec = |level: Level, (groups, width): (u32, u32)| LayoutSpec {
         level,
         groups: Some(groups),
         width: Some(width),
         copies: None,
         spares: Some(disks - groups * width).filter(|&s| s > 0),
+        declustered: false,
     };
     let mut out = Vec::new();
     if let Some(gw) = fit(4, 16, 10) {
         out.push(spec(Level::Raid6, gw));
+        // The same groups and spares declustered over every disk, the rebuild window it
+        // buys side by side; where the groups use every disk, groups fitted to one disk
+        // fewer, so there is spare space to rebuild into.
+        let gw = match disks % gw.1 {
+            0 => fit_in(disks - 1, 4, 16, 10),
+            _ => Some(gw),
+        };
+        if let Some(gw) = gw.filter(|&(g, w)| g * w < disks) {
+            out.push(LayoutSpec {
+                declustered: true,
+                ..spec(Level::Raid6, gw)
+            });
+        }
     }
     for copies in [3, 2] {
         if disks >= copies {

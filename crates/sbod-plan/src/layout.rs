@@ -28,8 +28,12 @@ pub struct LayoutSpec {
     pub width: Option<u32>,
     /// Copies per mirror set (raid1, raid10).
     pub copies: Option<u32>,
-    /// Hot spares, taken from the disk count.
+    /// Hot spares, taken from the disk count (declustered: disks' worth of spare space
+    /// spread over every disk).
     pub spares: Option<u32>,
+    /// Declustered (`sbod create --declustered`, the spelling's `:d`): the groups' stripes
+    /// and the spare space spread over every disk.
+    pub declustered: bool,
 }
 
 impl LayoutSpec {
@@ -40,13 +44,15 @@ impl LayoutSpec {
             width: None,
             copies: None,
             spares: None,
+            declustered: false,
         }
     }
 }
 
-const SPEC_HINT: &str = "write LEVEL[:GxW][:cN][:sN], e.g. raid6:6x10 (6 groups of 10), \
+const SPEC_HINT: &str = "write LEVEL[:GxW][:cN][:sN][:d], e.g. raid6:6x10 (6 groups of 10), \
                          raid1:20x3 (20 three-way mirrors), raid10:1x60:c3, ec:8+3:5x11:s5 \
-                         (5 groups of 11 and 5 hot spares)";
+                         (5 groups of 11 and 5 hot spares), raid6:2x10:s4:d (the same \
+                         declustered: stripes and 4 disks' worth of spare space on all 24)";
 
 impl FromStr for LayoutSpec {
     type Err = anyhow::Error;
@@ -79,6 +85,11 @@ impl FromStr for LayoutSpec {
                 set_once(&mut spec.copies, number(n)?, "copies", s)?;
             } else if let Some(n) = f.strip_prefix('s') {
                 set_once(&mut spec.spares, number(n)?, "spares", s)?;
+            } else if f == "d" {
+                if spec.declustered {
+                    bail!("layout {s:?} says declustered twice");
+                }
+                spec.declustered = true;
             } else {
                 bail!("{field:?} in layout {s:?} is not understood: {SPEC_HINT}");
             }
@@ -123,6 +134,9 @@ pub struct Layout {
     pub set_width: u32,
     /// Failures each unit survives.
     pub set_tolerates: u32,
+    /// Declustered: every stripe and the spare space spread over all disks (one failure
+    /// unit of all of them).
+    pub declustered: bool,
 }
 
 impl Layout {
@@ -145,6 +159,9 @@ impl Layout {
         }
         if spec.copies.is_some_and(|c| c < 2) {
             bail!("a mirror needs at least 2 copies; for no redundancy use raid0");
+        }
+        if spec.declustered && !matches!(level, Level::Raid5 | Level::Raid6 | Level::Ec { .. }) {
+            bail!("{level} cannot be declustered: raid5, raid6 and ec:K+M can (drop :d)");
         }
         let spares = spec.spares.unwrap_or(0);
         if spares >= disks || disks - spares < min {
@@ -244,6 +261,12 @@ impl Layout {
             Level::Raid10 => Some(copies),
             _ => None,
         };
+        // Declustered: any stripe may lie on any disk, so all of them are one failure
+        // unit that survives the parity's failures.
+        let (sets, set_width) = match spec.declustered {
+            true => (1, disks),
+            false => (sets, set_width),
+        };
         let mut layout = Layout {
             spec: String::new(),
             level,
@@ -259,6 +282,7 @@ impl Layout {
             sets,
             set_width,
             set_tolerates,
+            declustered: spec.declustered,
         };
         layout.spec = layout.canonical_spec();
         layout.description = layout.describe();
@@ -276,7 +300,31 @@ impl Layout {
         if self.spares > 0 {
             s += &format!(":s{}", self.spares);
         }
+        if self.declustered {
+            s += ":d";
+        }
         s
+    }
+
+    /// Data chunks per stripe (parity layouts).
+    pub fn stripe_data(&self) -> u32 {
+        match self.level {
+            Level::Raid5 => self.group_width - 1,
+            Level::Raid6 => self.group_width - 2,
+            Level::Ec { k, .. } => u32::from(k),
+            _ => 1,
+        }
+    }
+
+    /// How much faster a failed disk is rebuilt than onto one replacement: a declustered
+    /// layout with spare space reads the `D` chunks of each lost chunk's stripe and writes
+    /// it from and to all `N - 1` survivors at once, `(N - 1) / (D + 1)` (at least 1);
+    /// every other layout writes one replacement, 1.
+    pub fn rebuild_speedup(&self) -> f64 {
+        match self.declustered && self.spares > 0 {
+            true => ((self.disks - 1) as f64 / (self.stripe_data() + 1) as f64).max(1.0),
+            false => 1.0,
+        }
     }
 
     fn describe(&self) -> String {
@@ -301,7 +349,14 @@ impl Layout {
             Level::Raid6 => groups(format!("{} data + 2 parity", w - 2)),
             Level::Ec { k, m } => groups(format!("{k} data + {m} parity")),
         };
-        if self.spares > 0 {
+        if self.declustered {
+            d += &format!(
+                ", declustered over all {} disks with {} disk{}' worth of spare space",
+                self.disks,
+                self.spares,
+                if self.spares == 1 { "" } else { "s" }
+            );
+        } else if self.spares > 0 {
             d += &format!(
                 ", {} hot spare{}",
                 self.spares,

@@ -149,7 +149,10 @@ impl Plan {
             (None, Some(s)) => (s * a.rebuild_share, RateSource::Disk),
             (None, None) => (ASSUMED_DISK_MB_S * a.rebuild_share, RateSource::Assumed),
         };
-        let rebuild_hours = disk.size_bytes as f64 / (rate_mb_s * 1e6) / 3600.0;
+        // Declustered with spare space: the lost chunks are rebuilt from and onto every
+        // survivor at once (`Layout::rebuild_speedup`), each at the rebuild rate.
+        let speedup = layout.rebuild_speedup();
+        let rebuild_hours = disk.size_bytes as f64 / (rate_mb_s * 1e6) / 3600.0 / speedup;
         let replacement_hours = if layout.spares > 0 {
             0.0
         } else {
@@ -159,6 +162,7 @@ impl Plan {
             rate_mb_s,
             rate_source,
             rebuild_hours,
+            speedup,
             replacement_hours,
             window_hours: replacement_hours + rebuild_hours,
         };

@@ -91,8 +91,11 @@ pub struct Rebuild {
     /// Rebuild rate onto the replacement, MB/s (10^6 bytes).
     pub rate_mb_s: f64,
     pub rate_source: RateSource,
-    /// Time to rebuild one whole disk at that rate.
+    /// Time to rebuild one whole disk at that rate (declustered: divided by `speedup`).
     pub rebuild_hours: f64,
+    /// How many times faster than onto one replacement (declustered with spare space:
+    /// `(N - 1) / (D + 1)`; else 1).
+    pub speedup: f64,
     /// Time before a rebuild can start: 0 with hot spares, else the replacement delay.
     pub replacement_hours: f64,
     /// `replacement_hours + rebuild_hours`.

@@ -241,7 +241,14 @@ fn cli_compare() {
         .collect();
     assert_eq!(
         specs,
-        ["raid6:6x10", "raid1:20x3", "raid1:30x2", "ec:12+3:4x15"]
+        [
+            "raid6:6x10",
+            // Declustered groups and spare space fill the disks exactly: 7 x 8 + 4.
+            "raid6:7x8:s4:d",
+            "raid1:20x3",
+            "raid1:30x2",
+            "ec:12+3:4x15"
+        ]
     );
     assert_eq!(v["plans"][0]["capacity"]["usable"]["tib"], 873.6);
 
@@ -266,7 +273,18 @@ fn cli_compare() {
     for p in v["plans"].as_array().unwrap() {
         assert_eq!(p["layout"]["disks"], 25);
     }
-    assert_eq!(v["plans"][2]["layout"]["spec"], "raid1:12x2:s1");
+    // The raid6 groups, then the same declustered (the leftover disk is spare space).
+    assert_eq!(v["plans"][3]["layout"]["spec"], "raid1:12x2:s1");
+    let (groups, decl) = (&v["plans"][0], &v["plans"][1]);
+    assert_eq!(decl["layout"]["declustered"], true);
+    assert_eq!(
+        format!("{}:d", groups["layout"]["spec"].as_str().unwrap()),
+        decl["layout"]["spec"]
+    );
+    assert!(
+        decl["reliability"]["rebuild"]["rebuild_hours"].as_f64()
+            < groups["reliability"]["rebuild"]["rebuild_hours"].as_f64()
+    );
 }
 
 #[test]

@@ -51,6 +51,9 @@ pub struct Options {
     /// MiB of a log device file (`create --log`): every write journaled, replayed at each
     /// restart. 0: no log.
     pub log_mib: u64,
+    /// Declustered (`create --declustered --spares N`): this many members' worth of
+    /// spare space spread over the members with the group's stripes.
+    pub declustered: Option<usize>,
 }
 
 impl Options {
@@ -72,6 +75,7 @@ impl Options {
             workdir: None,
             verbose: false,
             log_mib: 0,
+            declustered: None,
         }
     }
 }
@@ -702,6 +706,13 @@ pub fn run(o: &Options) -> Result<Summary> {
         f.set_len(o.log_mib << 20)?;
         args.extend(["--log".to_string(), "log.img".to_string()]);
     }
+    if let Some(spares) = o.declustered {
+        args.extend([
+            "--declustered".to_string(),
+            "--spares".to_string(),
+            spares.to_string(),
+        ]);
+    }
     args.extend(members.iter().cloned());
     let argv: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let created: serde_json::Value = serde_json::from_str(&h.ok(&argv)?)?;
@@ -711,9 +722,11 @@ pub fn run(o: &Options) -> Result<Summary> {
         .context("member size")?;
     let region = created["bitmap_region"].as_u64().unwrap_or(0);
     let mut s = Summary {
-        layout: match o.log_mib {
-            0 => o.level.clone(),
-            _ => format!("{} + log", o.level),
+        layout: match (o.log_mib, o.declustered) {
+            (0, None) => o.level.clone(),
+            (0, Some(s)) => format!("{} declustered, {s} spare", o.level),
+            (_, None) => format!("{} + log", o.level),
+            (_, Some(s)) => format!("{} declustered, {s} spare + log", o.level),
         },
         members: o.members,
         member_size: o.member_size,

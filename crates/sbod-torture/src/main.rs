@@ -58,6 +58,10 @@ struct Args {
     /// no log.
     #[arg(long, default_value_t = 0)]
     log_mib: u64,
+    /// Declustered, with this many members' worth of spare space spread over the members
+    /// (`create --declustered --spares N`).
+    #[arg(long)]
+    declustered: Option<usize>,
 }
 
 fn main() {
@@ -92,6 +96,7 @@ fn main() {
         workdir: a.workdir,
         verbose: a.verbose,
         log_mib: a.log_mib,
+        declustered: a.declustered,
     };
     match run(&o) {
         Ok(s) => {

@@ -41,3 +41,16 @@ fn sigkill_with_a_log_loses_nothing_acknowledged() {
     let s = run_and_check(o);
     assert!(s.layout.ends_with("+ log"), "{s:?}");
 }
+
+/// A declustered raid6 (a 3+2 group's stripes and two members' worth of spare space over
+/// 7 members): every stripe on its own members, the same guarantee after SIGKILLs.
+#[test]
+fn sigkill_declustered_loses_nothing_acknowledged() {
+    let sbod = sbod_torture::sbod_binary().expect("the sbod binary");
+    let mut o = sbod_torture::Options::bounded(sbod);
+    o.members = 7;
+    o.crashes = 3;
+    o.declustered = Some(2);
+    let s = run_and_check(o);
+    assert!(s.layout.contains("declustered"), "{s:?}");
+}

@@ -403,9 +403,13 @@ pub struct CreateArgs {
     pub chunk: Size,
     #[serde(default = "one")]
     pub groups: u32,
-    /// The last N members are hot spares.
+    /// The last N members are hot spares (declustered: N members' worth of spare space
+    /// on all of them).
     #[serde(default)]
     pub spares: usize,
+    /// Spread the groups' stripes and the spare space over every member.
+    #[serde(default)]
+    pub declustered: bool,
     /// Copies per mirror set (raid10).
     #[serde(default = "two")]
     pub copies: u32,

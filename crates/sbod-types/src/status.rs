@@ -90,6 +90,10 @@ pub struct Status {
     pub chunk: u32,
     pub groups: u32,
     pub width: u32,
+    /// Declustered: members' worth of distributed spare space (the groups' stripes and
+    /// it spread over every member); None: each group on its own members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declustered: Option<u32>,
     /// Members per group the array may lose.
     pub redundancy: usize,
     /// Checksums on every block (`none` on arrays from before they existed).

@@ -32,9 +32,17 @@ pub struct CreateArgs {
     /// Stripe the volume over this many equal redundancy groups (RAID50/60).
     #[arg(long, short, default_value_t = 1)]
     pub groups: u32,
-    /// The last N members are hot spares.
+    /// The last N members are hot spares (with --declustered: N members' worth of spare
+    /// space spread over all of them).
     #[arg(long, short, default_value_t = 0)]
     pub spares: usize,
+    /// Spread the groups' stripes and the spare space over every member, in a fixed
+    /// pseudorandom order (raid5, raid6, ec:K+M; OpenZFS dRAID's idea): a failed member's
+    /// chunks are rebuilt from and onto every survivor at once. `--level raid6 --groups 2
+    /// --spares 2 --declustered` on 22 members: two groups' worth of 8+2 stripes and two
+    /// members' worth of spare space on all 22.
+    #[arg(long)]
+    pub declustered: bool,
     /// Copies per mirror set (raid10).
     #[arg(long, default_value_t = 2)]
     pub copies: u32,
@@ -315,6 +323,7 @@ pub async fn create(args: CreateArgs) -> Result<()> {
         chunk: Size(args.chunk),
         groups: args.groups,
         spares: args.spares,
+        declustered: args.declustered,
         copies: args.copies,
         size_each: args.size_each.map(Size),
         preallocate: args.preallocate,

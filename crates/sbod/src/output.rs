@@ -23,6 +23,16 @@ fn level_desc(s: &Status) -> String {
             s.groups, s.width
         ),
         Level::Concat => "concat".to_string(),
+        _ if s.declustered.is_some() => format!(
+            "{} declustered: {} group{} of {} and {} member{}' worth of spare space over all {} members, chunk {chunk}",
+            s.level,
+            s.groups,
+            if s.groups == 1 { "" } else { "s" },
+            s.width,
+            s.declustered.unwrap_or(0),
+            if s.declustered == Some(1) { "" } else { "s" },
+            s.members.len()
+        ),
         _ if s.groups > 1 => format!(
             "{} in {} groups of {}, chunk {chunk}",
             s.level, s.groups, s.width

@@ -22,8 +22,12 @@ pub struct CreateSpec {
     pub chunk: u32,
     /// Redundancy groups (RAID50/60); raid10 derives its groups from `copies`.
     pub groups: u32,
-    /// How many of the given members are hot spares (the last ones).
+    /// How many of the given members are hot spares (the last ones); declustered: how
+    /// many members' worth of spare space is spread over all of them.
     pub spares: usize,
+    /// Spread the groups' stripes and the spare space over every member (`--declustered`,
+    /// raid5, raid6 and ec:K+M: see `placement`).
+    pub declustered: bool,
     /// Mirror copies for raid10 (default 2).
     pub copies: u32,
     pub bitmap_region: Option<u64>,
@@ -94,6 +98,32 @@ impl CreateSpec {
             );
         }
         let data_members = members - self.spares;
+        if self.declustered && !matches!(self.level, Level::Raid5 | Level::Raid6 | Level::Ec { .. })
+        {
+            return setting(
+                "declustered",
+                self.level.to_string(),
+                "raid5, raid6 and ec:K+M can be declustered (their groups and spare space spread over every member); mirrors and raid0 cannot".into(),
+            );
+        }
+        if self.declustered {
+            let want = match self.level {
+                Level::Ec { k, m } => (k + m) as usize * self.groups as usize,
+                Level::Raid6 => 4 * self.groups as usize,
+                _ => 3 * self.groups as usize,
+            };
+            if data_members < want {
+                return bad(format!(
+                    "a declustered {} in {} group{} with {} spare{} needs at least {} members, not {members}: give more members, or fewer groups or spares",
+                    self.level,
+                    self.groups,
+                    if self.groups == 1 { "" } else { "s" },
+                    self.spares,
+                    if self.spares == 1 { "" } else { "s" },
+                    want + self.spares
+                ));
+            }
+        }
         let groups = match self.level {
             Level::Raid10 => {
                 if self.groups > 1 {
@@ -161,6 +191,10 @@ impl CreateSpec {
             member_size: chunk,
             data_offset: 1 << 20,
             dedicated: 0,
+            declustered: self.declustered.then_some(crate::layout::Declustered {
+                spares: self.spares as u32,
+                seed: crate::layout::DECLUSTER_SEED,
+            }),
         }
         .validate()
         .map_err(|e| Error::Invalid(e.into()))?;
@@ -254,7 +288,11 @@ impl Array {
     pub async fn create(spec: CreateSpec, members: Vec<MemberSpec>) -> Result<Arc<Array>> {
         let total = members.len();
         let (groups, width) = spec.check(total)?;
-        let data_members = total - spec.spares;
+        // Declustered: every member is a slot (the spare space is on all of them).
+        let data_members = match spec.declustered {
+            true => total,
+            false => total - spec.spares,
+        };
         let min_size = members.iter().map(|m| m.dev.size()).min().unwrap_or(0);
         // Metadata: 2 superblock copies, then the bitmap, data 1 MiB aligned.
         let provisional = min_size.saturating_sub(2 << 20) / spec.chunk as u64 * spec.chunk as u64;
@@ -297,6 +335,10 @@ impl Array {
             member_size,
             data_offset,
             dedicated: 0,
+            declustered: spec.declustered.then_some(crate::layout::Declustered {
+                spares: spec.spares as u32,
+                seed: crate::layout::DECLUSTER_SEED,
+            }),
         };
         geometry.validate().map_err(|e| {
             if member_size == 0 {
@@ -337,13 +379,28 @@ impl Array {
                 for (dom, who) in count {
                     if who.len() > redundancy {
                         return Err(Error::Refused(
-                            Msg::new(format!(
-                                "failure domain '{dom}' holds {} members of group {g} ({}) but the group survives only {redundancy} failure{}",
-                                who.len(),
-                                who.join(", "),
-                                if redundancy == 1 { "" } else { "s" }
-                            ))
-                            .or(Step::say("order the members so each group spans more domains"))
+                            Msg::new(match map.declustered() {
+                                Some(_) => format!(
+                                    "failure domain '{dom}' holds {} members of the declustered array ({}), a stripe may lie on all of them, and a stripe survives only {redundancy} failure{}",
+                                    who.len(),
+                                    who.join(", "),
+                                    if redundancy == 1 { "" } else { "s" }
+                                ),
+                                None => format!(
+                                    "failure domain '{dom}' holds {} members of group {g} ({}) but the group survives only {redundancy} failure{}",
+                                    who.len(),
+                                    who.join(", "),
+                                    if redundancy == 1 { "" } else { "s" }
+                                ),
+                            })
+                            .or(Step::say(match map.declustered() {
+                                Some(_) => format!(
+                                    "a declustered layout may put a stripe on any of its members: spread them over at least {} domains of at most {redundancy} member{} each, or create it without declustering and order the members so each group spans more domains",
+                                    data_members.div_ceil(redundancy.max(1)),
+                                    if redundancy == 1 { "" } else { "s" }
+                                ),
+                                None => "order the members so each group spans more domains".into(),
+                            }))
                             .or(Step::force("create it anyway")),
                         ));
                     }

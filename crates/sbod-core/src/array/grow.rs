@@ -76,6 +76,17 @@ impl Array {
         }
         self.dp().check_writable()?;
         self.dp().failed()?;
+        if self.geometry().declustered.is_some() {
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "'{}' is declustered: its permutation table is drawn for its member count, so growing it would move every stripe, which this sbod does not do: nothing was changed",
+                    self.name()
+                ))
+                .or(Step::say(
+                    "create a new declustered array on more members and copy the volume over (nbdcopy)",
+                )),
+            ));
+        }
         if let Some(p) = self.current_process() {
             if !p.is_finished() {
                 return Err(Error::Refused(

@@ -175,6 +175,7 @@ impl Array {
             chunk: self.dp().geometry.chunk,
             groups: self.dp().geometry.groups,
             width: self.dp().geometry.width,
+            declustered: self.dp().geometry.declustered.map(|d| d.spares),
             redundancy: self.dp().geometry.redundancy(),
             integrity: self.dp().integrity(),
             event,

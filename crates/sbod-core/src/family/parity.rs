@@ -763,7 +763,7 @@ impl Parity {
         let base = dp.map.stripe_offset(addr.stripe);
         let _region = dp.enter_region(base).await?;
         let _lock = dp.locks.lock(addr.group, addr.stripe).await;
-        let slots: Vec<usize> = dp.map.group_slots(addr.group).collect();
+        let slots = dp.map.stripe_slots(addr);
         dp.zero_slots(&slots, base, chunk, punch, Some(addr)).await
     }
 
@@ -932,8 +932,7 @@ impl Family for Parity {
         let n = k + m;
         let t = addr.stripe;
         let chunk = dp.geometry.chunk as usize;
-        let first = dp.map.group_slots(addr.group).start;
-        let pos = |shard: usize| dp.map.slot(addr, shard) - first;
+        let pos = |shard: usize| dp.map.pos_of(addr, shard);
         if mode == CheckMode::Resync && (0..k).any(|s| unreadable.contains(&pos(s))) {
             // Parity here may not match the data (the reason for the resync): a data chunk
             // that cannot be read cannot be rebuilt from it. The stripe stays held as
@@ -1035,8 +1034,7 @@ impl Family for Parity {
         lost: &[usize],
     ) -> Result<()> {
         let n = self.k + self.m;
-        let first = dp.map.group_slots(addr.group).start;
-        let pos = |shard: usize| dp.map.slot(addr, shard) - first;
+        let pos = |shard: usize| dp.map.pos_of(addr, shard);
         let mut work: Vec<Vec<u8>> = (0..n).map(|s| std::mem::take(&mut rows[pos(s)])).collect();
         let present: Vec<bool> = (0..n).map(|s| !lost.contains(&pos(s))).collect();
         let mut refs: Vec<&mut [u8]> = work.iter_mut().map(|v| v.as_mut_slice()).collect();

@@ -214,6 +214,8 @@ pub struct Layout {
     pub level: Level,
     pub members: usize,
     pub copies: u32,
+    /// Declustered, with this many members' worth of spare space (in `members`).
+    pub decl: Option<usize>,
 }
 
 pub const LAYOUTS: &[Layout] = &[
@@ -222,30 +224,44 @@ pub const LAYOUTS: &[Layout] = &[
         level: Level::Raid5,
         members: 4,
         copies: 2,
+        decl: None,
     },
     Layout {
         name: "raid6",
         level: Level::Raid6,
         members: 5,
         copies: 2,
+        decl: None,
     },
     Layout {
         name: "raid1",
         level: Level::Raid1,
         members: 3,
         copies: 2,
+        decl: None,
     },
     Layout {
         name: "raid10",
         level: Level::Raid10,
         members: 4,
         copies: 2,
+        decl: None,
     },
     Layout {
         name: "ec:3+2",
         level: Level::Ec { k: 3, m: 2 },
         members: 5,
         copies: 2,
+        decl: None,
+    },
+    // Declustered: a 3+2 group's stripes and two members' worth of spare space spread
+    // over 7 members.
+    Layout {
+        name: "draid6",
+        level: Level::Raid6,
+        members: 7,
+        copies: 2,
+        decl: Some(2),
     },
 ];
 
@@ -264,7 +280,8 @@ pub fn spec(l: &Layout) -> CreateSpec {
         level: l.level,
         chunk: CHUNK,
         groups: 1,
-        spares: 0,
+        spares: l.decl.unwrap_or(0),
+        declustered: l.decl.is_some(),
         copies: l.copies,
         // Small regions, so the resync after a crash shows how little it covers.
         bitmap_region: Some(4 * CHUNK as u64),

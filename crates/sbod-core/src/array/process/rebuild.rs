@@ -76,7 +76,7 @@ impl Array {
                         let mut groups: Vec<usize> = targets
                             .iter()
                             .filter(|x| self.target_needs(x, self.dp().map.stripe_offset(tt)))
-                            .map(|x| self.dp().map.group_of(x.slot))
+                            .filter_map(|x| self.dp().map.group_at(tt, x.slot))
                             .collect();
                         groups.sort_unstable();
                         groups.dedup();
@@ -273,7 +273,7 @@ impl Array {
         let _lock = dp.locks.lock(addr.group, addr.stripe).await;
         let st = self.dp().state.load_full();
         let base = self.dp().map.stripe_offset(addr.stripe);
-        let slots = self.dp().map.group_slots(addr.group);
+        let slots = self.dp().map.stripe_slots(addr);
         let targets: Vec<(usize, Arc<Member>)> = rebuild_targets(&st)
             .into_iter()
             .filter(|x| slots.contains(&x.slot) && self.target_needs(x, base))

@@ -508,6 +508,7 @@ mod tests {
             member_size: 256 << 20,
             data_offset: 1 << 20,
             dedicated: 0,
+            declustered: None,
         }
     }
 

@@ -229,7 +229,8 @@ impl Array {
         let members: Vec<Option<Arc<Member>>> = self
             .dp()
             .map
-            .group_slots(g)
+            .stripe_slots(addr)
+            .into_iter()
             .map(|slot| st.slots[slot].readable(base + chunk).cloned())
             .collect();
         if members.iter().any(|m| m.is_none()) {

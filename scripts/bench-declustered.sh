@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Time to full redundancy after one member fails (issue 27), in one run on members of the
+# same kind, size and speed:
+#   groups:      raid6 in G groups of W plus S hot spares (a spare takes over by itself);
+#   declustered: the same G groups and S members' worth of spare space spread over all
+#                G*W+S members (`create --declustered`).
+# Each array is served, one member failed, and the time until `status` says optimal again
+# (the classic array) or until the failed member is rebuilt (the declustered one: today it
+# is rebuilt onto a replacement, `sbod replace --wait`, as the distributed rebuild into its
+# spare space is not written yet: docs/ENGINE.md, "Declustered layouts"). The bound for a
+# distributed rebuild is (N-1)/(D+1) times the classic one. Members should be slower than
+# memory so they, not the CPU, set the time: modelled drives (docs/LAB.md).
+# Prints a table; docs/PERFORMANCE.md ("Declustered layouts") records runs with their
+# command. Not part of the test suite.
+#
+#   scripts/bench-declustered.sh                                # 12 x 256M hdd-nearline, 1 group of 8+2, 2 spares
+#   scripts/bench-declustered.sh --groups 2 --spares 4          # 24 members
+#   scripts/bench-declustered.sh --drives nvme-dc --size-each 1G
+#
+# Options (defaults): --groups 1 --width 10 --spares 2 --size-each 256M
+#   --drives PROFILE[,OPTS] (hdd-nearline; "none" for plain files) --dir DIR
+# Environment: SBOD=path/to/sbod skips the build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GROUPS_=1
+WIDTH=10
+SPARES=2
+SIZE_EACH=256M
+DRIVES=hdd-nearline
+DIR=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --groups) GROUPS_=$2; shift 2 ;;
+    --width) WIDTH=$2; shift 2 ;;
+    --spares) SPARES=$2; shift 2 ;;
+    --size-each) SIZE_EACH=$2; shift 2 ;;
+    --drives) DRIVES=$2; shift 2 ;;
+    --dir) DIR=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+export PATH="$HOME/.cargo/bin:$PATH"
+if [ -z "${SBOD:-}" ]; then
+  cargo build --release -q -p sbod
+  SBOD=$PWD/target/release/sbod
+fi
+command -v nbdinfo >/dev/null || { echo "nbdinfo is missing: run scripts/deps.sh" >&2; exit 2; }
+if [ -z "$DIR" ]; then
+  if [ -w /dev/shm ]; then DIR=/dev/shm; else DIR=$PWD; fi
+fi
+WORK=$(mktemp -d "$DIR/.sbod-bench-decl.XXXXXX")
+export SBOD_STATE_DIR=$WORK/state
+SERVER=
+NAME=
+cleanup() {
+  if [ -n "$SERVER" ]; then
+    "$SBOD" stop "$NAME" >/dev/null 2>&1 || kill "$SERVER" 2>/dev/null || true
+    wait "$SERVER" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+N=$((GROUPS_ * WIDTH + SPARES))
+member() { # name -> member path (modelled drive or file)
+  if [ "$DRIVES" != none ]; then echo "model:$DRIVES:$WORK/$1.img"; else echo "$WORK/$1.img"; fi
+}
+now() { date +%s.%N; }
+serve() { # name
+  NAME=$1
+  local sock=$WORK/$1.sock
+  "$SBOD" serve "$1" --nbd "unix:$sock" >/dev/null 2>"$WORK/$1.log" &
+  SERVER=$!
+  for _ in $(seq 1 600); do
+    nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1 && return
+    sleep 0.1
+  done
+  echo "sbod serve did not come up" >&2; cat "$WORK/$1.log" >&2; exit 1
+}
+unserve() {
+  "$SBOD" stop "$NAME" >/dev/null; wait "$SERVER" 2>/dev/null || true; SERVER=
+}
+state() { "$SBOD" status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+wait_optimal() { while [ "$(state "$1")" != optimal ]; do sleep 0.05; done; }
+
+# The classic array: G groups of W and S hot spares.
+m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member c$i)"); done
+"$SBOD" create classic --level raid6 --groups "$GROUPS_" --spares "$SPARES" \
+  --size-each "$SIZE_EACH" --assume-clean "${m[@]}" >/dev/null
+serve classic
+wait_optimal classic
+t0=$(now)
+"$SBOD" fail classic "$(member c0)" >/dev/null
+sleep 0.05
+wait_optimal classic
+t1=$(now)
+classic_s=$(python3 -c "print($t1 - $t0)")
+member_bytes=$("$SBOD" status classic --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["members"][1]["size"])')
+unserve
+
+# The declustered array on as many members of the same kind.
+m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member d$i)"); done
+"$SBOD" create decl --level raid6 --groups "$GROUPS_" --spares "$SPARES" --declustered \
+  --size-each "$SIZE_EACH" --assume-clean "${m[@]}" >/dev/null
+serve decl
+wait_optimal decl
+"$SBOD" fail decl "$(member d0)" >/dev/null
+t0=$(now)
+"$SBOD" replace decl "$(member d0)" "$(member r0)" --size "$SIZE_EACH" --wait >/dev/null
+wait_optimal decl
+t1=$(now)
+decl_s=$(python3 -c "print($t1 - $t0)")
+unserve
+
+python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
+  "$classic_s" "$decl_s" <<'EOF'
+import sys
+n, g, w, s, size, drives, mb, cs, ds = sys.argv[1:]
+n, g, w, s, mb, cs, ds = int(n), int(g), int(w), int(s), int(mb), float(cs), float(ds)
+d = w - 2
+print(f"time to full redundancy after one failure: {n} members of {size} ({drives})")
+print(f"  raid6 {g} x {w} + {s} hot spares       {cs:8.2f} s  {mb/cs/1e6:8.1f} MB/s of the member")
+print(f"  raid6 {g} x {w}, {s} spare, declustered {ds:8.2f} s  {mb/ds/1e6:8.1f} MB/s (onto a replacement)")
+print(f"  speed-up {cs/ds:.2f}; bound for a distributed rebuild (N-1)/(D+1) = {(n-1)/(d+1):.2f}")
+EOF
