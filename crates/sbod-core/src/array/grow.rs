@@ -278,28 +278,8 @@ impl Array {
                     .or(Step::say("grow it with --add (members appended)")),
             ));
         }
+        self.check_quiet(false, "growing the members")?;
         let st = self.dp().state.load_full();
-        if let Some(i) = st.slots.iter().position(|s| s.state != SlotState::Active) {
-            return Err(Error::Refused(
-                Msg::new(format!(
-                    "slot {i} of '{}' is not in sync: members grow only with every member in service",
-                    self.name()
-                ))
-                .or(Step::say("let the rebuild finish (or replace the missing member), then grow")),
-            ));
-        }
-        if self.dp().resync_offset.load(Ordering::Acquire) != u64::MAX {
-            return Err(Error::Refused(
-                Msg::new(format!("'{}' is still in its initial sync", self.name()))
-                    .or(Step::say("wait for it to finish, then grow")),
-            ));
-        }
-        if self.reshaping().is_some() {
-            return Err(Error::Refused(
-                Msg::new(format!("'{}' is reshaping", self.name()))
-                    .or(Step::say("wait for it to finish")),
-            ));
-        }
         let chunk = g.chunk as u64;
         let members: Vec<Arc<Member>> = st
             .slots
@@ -509,7 +489,7 @@ impl Array {
                 .into(),
             ));
         }
-        self.check_quiet_for(&format!("a level change to {level}"))?;
+        self.check_quiet(true, &format!("a level change to {level}"))?;
         let st = self.dp().state.load_full();
         for spec in &specs {
             self.check_joining(spec).await?;
@@ -585,9 +565,10 @@ impl Array {
         Ok(GrowOutcome::Parity { slots, level })
     }
 
-    /// Refuse a change that needs every member in service and no initial sync, log or
-    /// reshape (`what` names it).
-    fn check_quiet_for(&self, what: &str) -> Result<()> {
+    /// Refuse a change that needs every member in service and no initial sync or reshape
+    /// (`what` names it); `no_log`: a log device too (the change renumbers slots its
+    /// records name).
+    fn check_quiet(&self, no_log: bool, what: &str) -> Result<()> {
         let st = self.dp().state.load_full();
         if let Some(i) = st.slots.iter().position(|s| s.state != SlotState::Active) {
             return Err(Error::Refused(
@@ -604,7 +585,7 @@ impl Array {
                     .or(Step::say("wait for it to finish, then grow")),
             ));
         }
-        if self.log().is_some() {
+        if no_log && self.log().is_some() {
             return Err(Error::Refused(
                 Msg::new(format!(
                     "'{}' has a log device: its records name slots {what} renumbers",
@@ -677,7 +658,7 @@ impl Array {
     ) -> Result<GrowOutcome> {
         let g = self.geometry();
         let new_g = self.wider(&g, specs.len(), new_groups)?;
-        self.check_quiet_for("a reshape")?;
+        self.check_quiet(true, "a reshape")?;
         // Everything checked before anything is written.
         for spec in &specs {
             self.check_joining(spec).await?;
