@@ -130,6 +130,17 @@ pub struct PlanArgs {
     #[arg(long, requires = "grow")]
     pub new_groups: bool,
 
+    /// With --grow (one disk per group): a level change that adds parity, as `sbod grow
+    /// --level`: raid0 -> raid5, raid5 -> raid6, ec:K+M -> ec:K+(M+1). Nothing moves: the
+    /// new disks are written with the new parity.
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        requires = "grow",
+        conflicts_with = "new_groups"
+    )]
+    pub grow_level: Option<Level>,
+
     /// Plan a Ceph pool on the same disks instead (or, with --compare, beside the sbod
     /// layouts): rep:SIZE[:MIN_SIZE] (rep:3) or ec:K+M[:MIN_SIZE] (ec:4+2). --disks
     /// counts drives; the cluster's shape comes from the --hosts, --racks,
@@ -651,11 +662,16 @@ pub fn grow_plan(args: &PlanArgs) -> Result<Grow> {
     let mut plain = args.clone();
     plain.grow = None;
     plain.new_groups = false;
+    plain.grow_level = None;
     let before = plans(&plain)?.remove(0);
     let devices = added
         .checked_mul(args.actuators)
         .context("too many devices: --grow x --actuators")?;
-    let spec = grown_spec(&before.layout, devices, args.new_groups).with_context(|| {
+    let spec = match args.grow_level {
+        Some(to) => crate::grow::parity_spec(&before.layout, devices, to),
+        None => grown_spec(&before.layout, devices, args.new_groups),
+    }
+    .with_context(|| {
         format!(
             "growing {} by {added} disk{}",
             before.layout.spec,
@@ -1144,6 +1160,10 @@ fn grow_shape(g: &Grow) -> String {
         GrowKind::Append => {
             "appended: the volume grows by the new disks at once, no data moves".to_string()
         }
+        GrowKind::Parity => format!(
+            "a level change, {} -> {}: the new disk of each group is written with the new parity (a rebuild); nothing else moves, the capacity stays",
+            b.level, a.level
+        ),
         GrowKind::Copies => format!(
             "more copies: every mirror gets {}, each rebuilt from the copies in service",
             plural(a.group_width - b.group_width, "more copy", "more copies")
@@ -1278,6 +1298,27 @@ fn grow_table(g: &Grow) -> String {
                 "Data to move      none: the new disks' space is appended to the volume"
             );
             let _ = writeln!(o, "Time              0 s");
+        }
+        GrowKind::Parity => {
+            let _ = writeln!(
+                o,
+                "Data to move      none; {} of new parity written, one new disk per group",
+                tb(g.data_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "  old member      reads {} (its share of the data the new parity is computed from)",
+                tb(g.old_member_read_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "  new disk        writes {}",
+                tb(g.new_member_write_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "Time              {time} at {speed}: one disk written whole (the new disks at once); each group survives one failure more when it ends"
+            );
         }
         GrowKind::Copies => {
             let _ = writeln!(

@@ -41,6 +41,9 @@ pub enum GrowKind {
     Copies,
     /// Disks appended (concat): no data moves.
     Append,
+    /// A level change that adds one parity shard per stripe (`--grow-level`): one new disk
+    /// per group written whole with the new parity, nothing else moves.
+    Parity,
 }
 
 /// Where the disk speed of the estimate came from.
@@ -82,6 +85,44 @@ pub struct Grow {
     /// The busiest member's bytes at `disk_mb_s`, seconds: a lower bound (an idle array,
     /// no pacing).
     pub seconds: f64,
+}
+
+/// The layout a level change to `to` with `added` more disks makes of `layout` (as `sbod
+/// grow --level TO --add DEV...` would): one more parity shard per stripe, one new disk
+/// per group; refused, with what would work, where the engine refuses.
+pub fn parity_spec(layout: &Layout, added: u32, to: Level) -> Result<LayoutSpec> {
+    let (g, w) = (layout.groups, layout.group_width);
+    let ok = match (layout.level, to) {
+        (Level::Raid0, Level::Raid5) | (Level::Raid5, Level::Raid6) => true,
+        (Level::Ec { k, m }, Level::Ec { k: k2, m: m2 }) => k == k2 && m2 == m + 1,
+        _ => false,
+    };
+    if !ok {
+        let next = match layout.level {
+            Level::Raid0 => "raid5".to_string(),
+            Level::Raid5 => "raid6".to_string(),
+            Level::Ec { k, m } => format!("ec:{k}+{}", m + 1),
+            l => bail!("a {l} array does not change level online"),
+        };
+        bail!(
+            "a {} array changes level online only to {next} (one more parity shard, one more disk per group), not {to}",
+            layout.level
+        );
+    }
+    if added != g {
+        bail!("a level change adds one disk per group: --grow {g}, not {added}");
+    }
+    if w + 1 > MAX_GROUP_WIDTH {
+        bail!(
+            "{} disks per group would be more than the {MAX_GROUP_WIDTH} a group holds",
+            w + 1
+        );
+    }
+    let mut spec = LayoutSpec::new(to);
+    spec.spares = Some(layout.spares).filter(|&s| s > 0);
+    spec.groups = Some(g);
+    spec.width = Some(w + 1);
+    Ok(spec)
 }
 
 /// The layout `added` more disks make of `layout` (as `sbod grow --add` would), in the
@@ -226,6 +267,14 @@ impl Grow {
         let disk = before.disk.size_bytes;
         let old = &before.layout;
         let (kind, data, read, old_write, new_write, busiest) = match old.level {
+            _ if after.layout.level != old.level => {
+                // A level change: each new disk is written whole with the new parity,
+                // computed from the data the old members read (their share of it).
+                let volume = before.capacity.usable.bytes;
+                let read = (u128::from(volume) / u128::from(old.members)) as u64;
+                let data = u64::from(added) * disk;
+                (GrowKind::Parity, data, read, 0, disk, read.max(disk))
+            }
             Level::Concat => (GrowKind::Append, 0, 0, 0, 0, 0),
             Level::Raid1 => {
                 // Each new copy is written whole, read from a copy in service.

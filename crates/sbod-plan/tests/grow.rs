@@ -273,3 +273,40 @@ fn refused_as_sbod_grow_refuses() {
     assert!(args("plan --level raid6 --disks 8 --disk-size 1TB --new-groups").is_err());
     assert!(args("plan --disks 8 --disk-size 1TB --compare --grow 2").is_err());
 }
+
+/// `--grow-level`: raid5 of 6 x 1 TB -> raid6 of 7 at 200 MB/s, and raid50 -> raid60: the
+/// capacity stays, the new disks are written whole (5000 s at 200 MB/s), each group
+/// survives one failure more and loses data less often; changes sbod does not make are
+/// refused as `sbod grow --level` refuses them.
+#[test]
+fn a_level_change_writes_the_new_parity_disks_only() {
+    let g = grow(
+        "plan --level raid5 --disks 6 --disk-size 1TB --grow 1 --grow-level raid6 --disk-mbps 200",
+    );
+    assert_eq!(g.kind, GrowKind::Parity);
+    assert_eq!(g.after.layout.spec, "raid6:1x7");
+    assert_eq!(g.before.capacity.usable.bytes, 5 * TB);
+    assert_eq!(g.after.capacity.usable.bytes, 5 * TB);
+    assert_eq!(g.data_bytes, TB);
+    assert_eq!(g.new_member_write_bytes, TB);
+    assert_eq!(g.old_member_write_bytes, 0);
+    assert_eq!(g.old_member_read_bytes, 5 * TB / 6);
+    assert!((g.seconds - 5000.0).abs() < 1.0, "{}", g.seconds);
+    assert!(g.after.reliability.p_loss < g.before.reliability.p_loss);
+    let out = render(
+        "plan --level raid5 --groups 2 --disks 10 --disk-size 1TB --grow 2 --grow-level raid6",
+    );
+    assert!(out.contains("a level change, raid5 -> raid6"), "{out}");
+    assert!(out.contains("raid6:2x6"), "{out}");
+
+    let e = refused(
+        "plan --level raid5 --groups 2 --disks 10 --disk-size 1TB --grow 1 --grow-level raid6",
+    );
+    assert!(e.contains("one disk per group: --grow 2, not 1"), "{e}");
+    let e = refused("plan --level raid6 --disks 8 --disk-size 1TB --grow 1 --grow-level ec:6+3");
+    assert!(e.contains("raid6 array does not change level online"), "{e}");
+    let e = refused("plan --level raid5 --disks 6 --disk-size 1TB --grow 1 --grow-level raid10");
+    assert!(e.contains("only to raid6"), "{e}");
+    let g = grow("plan --level ec:4+2 --disks 6 --disk-size 1TB --grow 1 --grow-level ec:4+3");
+    assert_eq!(g.after.layout.spec, "ec:4+3:1x7");
+}
