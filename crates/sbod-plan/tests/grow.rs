@@ -304,7 +304,10 @@ fn a_level_change_writes_the_new_parity_disks_only() {
     );
     assert!(e.contains("one disk per group: --grow 2, not 1"), "{e}");
     let e = refused("plan --level raid6 --disks 8 --disk-size 1TB --grow 1 --grow-level ec:6+3");
-    assert!(e.contains("raid6 array does not change level online"), "{e}");
+    assert!(
+        e.contains("raid6 array does not change level online"),
+        "{e}"
+    );
     let e = refused("plan --level raid5 --disks 6 --disk-size 1TB --grow 1 --grow-level raid10");
     assert!(e.contains("only to raid6"), "{e}");
     let g = grow("plan --level ec:4+2 --disks 6 --disk-size 1TB --grow 1 --grow-level ec:4+3");
