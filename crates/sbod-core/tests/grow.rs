@@ -127,6 +127,15 @@ async fn settle(a: &Array) {
     panic!("the array did not settle: {:?}", a.status().members);
 }
 
+/// A scrub of the whole array ends without an error and finds parity right everywhere.
+async fn scrub_is_clean(a: &Arc<Array>, what: &str) {
+    let h = a.start_scrub(false).expect("scrub");
+    h.wait().await;
+    let s = h.status();
+    assert_eq!(s.mismatches, 0, "{what}: {s:?}");
+    assert!(s.error.is_none(), "{what}: {s:?}");
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -415,11 +424,7 @@ fn reshape_case(level: Level, groups: u32, width: usize, add: usize, new_groups:
         assert_eq!(a.size(), to);
         check(&a, &model).await;
         // Parity is right everywhere: a scrub finds nothing.
-        let h = a.start_scrub(false).expect("scrub");
-        h.wait().await;
-        let s = h.status();
-        assert_eq!(s.mismatches, 0, "{level}: {s:?}");
-        assert!(s.error.is_none(), "{level}: {s:?}");
+        scrub_is_clean(&a, &level.to_string()).await;
         a.close().await.unwrap();
     });
 }
@@ -495,9 +500,7 @@ fn level_case(from: Level, to: Level, groups: u32, width: usize, widen: bool) {
         stop.store(true, std::sync::atomic::Ordering::Release);
         w.await.unwrap();
         check(&a, &model).await;
-        let h = a.start_scrub(false).expect("scrub");
-        h.wait().await;
-        assert_eq!(h.status().mismatches, 0, "{to}: {:?}", h.status());
+        scrub_is_clean(&a, &to.to_string()).await;
         a.close().await.unwrap();
 
         // From the members alone: the new level, and the new redundancy in every group.
@@ -551,9 +554,7 @@ fn level_case(from: Level, to: Level, groups: u32, width: usize, widen: bool) {
             assert_eq!(a.geometry().dedicated, 0, "the restripe rotates all parity");
             model.lock().await.resize((big / BLOCK) as usize, 0);
             check(&a, &model).await;
-            let h = a.start_scrub(false).expect("scrub");
-            h.wait().await;
-            assert_eq!(h.status().mismatches, 0, "{:?}", h.status());
+            scrub_is_clean(&a, "after the widening").await;
             a.close().await.unwrap();
         }
     });
@@ -711,9 +712,7 @@ fn bigger_members_are_used_with_size_max() {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
         writer(a.clone(), model.clone(), stop, 32).await;
         check(&a, &model).await;
-        let h = a.start_scrub(false).expect("scrub");
-        h.wait().await;
-        assert_eq!(h.status().mismatches, 0, "{:?}", h.status());
+        scrub_is_clean(&a, "after the grow").await;
         let g = a.geometry();
         a.close().await.unwrap();
         let a = Array::assemble(b.iter().map(spec_of).collect(), AssembleOptions::default())
@@ -885,9 +884,7 @@ fn a_member_failing_or_missing_during_a_reshape_loses_nothing() {
         a.rebuild_now().await.expect("rebuild c2");
         settle(&a).await;
         check(&a, &model).await;
-        let h = a.start_scrub(false).expect("scrub");
-        h.wait().await;
-        assert_eq!(h.status().mismatches, 0, "{:?}", h.status());
+        scrub_is_clean(&a, "after the grow").await;
         a.close().await.unwrap();
     });
 }
