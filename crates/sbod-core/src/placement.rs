@@ -176,6 +176,10 @@ pub struct Placement {
     /// reshape that widens its groups, whose slots are numbered as the new layout's (group
     /// `g`'s old members keep their slots `g * stride ..`, the new ones follow them).
     stride: usize,
+    /// Slots of a redundancy set from its group's first: the width, except in the new
+    /// layout of a reshape that narrows its groups, whose sets keep the members leaving
+    /// (they hold old data until the reshape ends: their failure costs a stripe a chunk).
+    set_span: usize,
     /// Parity shards on dedicated slots (the geometry's `dedicated`): the last
     /// `dedicated` parity shards sit on the group's last `dedicated` slots, the rest of
     /// the stripe rotates over the slots before them.
@@ -207,6 +211,7 @@ impl Placement {
             chunk: geometry.chunk as u64,
             k: geometry.k(),
             stride: geometry.width as usize,
+            set_span: geometry.width as usize,
             dedicated: geometry.dedicated as usize,
             starts,
             decl: geometry
@@ -226,6 +231,18 @@ impl Placement {
         assert!(stride >= geometry.width as usize);
         Placement {
             stride,
+            ..Placement::new(geometry, slot_sizes)
+        }
+    }
+
+    /// The map of the new layout of a reshape that narrows groups of `stride` slots to
+    /// the geometry's width: group `g` keeps slots `g * stride ..` (the members leaving
+    /// are the last of each group), and its redundancy set keeps all `stride` of them.
+    pub fn narrowed(geometry: &Geometry, slot_sizes: &[u64], stride: usize) -> Placement {
+        assert!(stride >= geometry.width as usize);
+        Placement {
+            stride,
+            set_span: stride,
             ..Placement::new(geometry, slot_sizes)
         }
     }
@@ -279,7 +296,7 @@ impl Placement {
         } else if let Some(d) = &self.decl {
             0..d.n
         } else {
-            self.group_slots(set)
+            set * self.stride..set * self.stride + self.set_span
         }
     }
 

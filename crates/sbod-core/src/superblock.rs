@@ -862,10 +862,16 @@ impl Superblock {
                 )));
             }
         }
-        if nslots != geometry.members() {
+        // A reshape that narrows the groups keeps the members leaving until it ends.
+        let want = match &known.reshape {
+            Some(r) if r.old.groups == geometry.groups && r.old.width > geometry.width => {
+                r.old.members()
+            }
+            _ => geometry.members(),
+        };
+        if nslots != want {
             return Err(SbError::Malformed(format!(
-                "{nslots} slots for a geometry of {} members",
-                geometry.members()
+                "{nslots} slots for a geometry of {want} members",
             )));
         }
         if geometry.data_offset < BITMAP_OFFSET + bitmap_bytes as u64

@@ -68,7 +68,8 @@ fn model_of(blocks: u64) -> Model {
 
 /// Write random blocks until `stop`, recording each acknowledged write in the model.
 async fn writer(a: Arc<Array>, model: Model, stop: Arc<std::sync::atomic::AtomicBool>, seed: u64) {
-    let blocks = a.size() / BLOCK;
+    // The model's size bounds it (a narrowing's client keeps below the new size).
+    let blocks = (a.size() / BLOCK).min(model.lock().await.len() as u64);
     let mut x = seed | 1;
     let mut n = 0u64;
     while !stop.load(std::sync::atomic::Ordering::Acquire) || n < 50 {
@@ -887,4 +888,111 @@ fn a_member_failing_or_missing_during_a_reshape_loses_nothing() {
         scrub_is_clean(&a, "after the grow").await;
         a.close().await.unwrap();
     });
+}
+
+/// Narrow `level` (`groups` groups of `width`) by `remove` members (the last of each
+/// group) while a client writes below the new size: data past the new size is refused
+/// first (and zeros there are not data), then everything is checked as for a grow, and
+/// the members let go carry no superblock of the array any more.
+fn narrowing_case(level: Level, groups: u32, width: usize, remove: usize) {
+    rt().block_on(async {
+        let size = MIB + 48 * CHUNK as u64;
+        let old = devs("w", groups as usize * width, size);
+        let mut spec = create_spec(level);
+        spec.groups = groups;
+        let a = Array::create(spec, old.iter().map(spec_of).collect())
+            .await
+            .expect("create");
+        let big = a.size();
+        let k = a.geometry().k() as u64;
+        let per = remove / groups as usize;
+        let small = big / k * (k - per as u64);
+        let leaving: Vec<String> = (0..old.len())
+            .filter(|i| i % width >= width - per)
+            .map(|i| old[i].name().to_string())
+            .collect();
+        // Data past the new size: refused, nothing changed.
+        a.write(small + 8 * BLOCK, block(small, 3), false)
+            .await
+            .unwrap();
+        let e = a
+            .grow_remove(&leaving, false)
+            .await
+            .expect_err("data past the new size");
+        assert!(
+            matches!(e, Error::Refused(_)) && e.to_string().contains("holds data at byte"),
+            "{e}"
+        );
+        assert_eq!(a.size(), big);
+        // A member that is not one of the last of its group: refused, naming those.
+        {
+            let first: Vec<String> = (0..old.len())
+                .filter(|i| i % width < per)
+                .map(|i| old[i].name().to_string())
+                .collect();
+            let e = a
+                .grow_remove(&first, false)
+                .await
+                .expect_err("first member");
+            assert!(e.to_string().contains(&leaving[0]), "{e}");
+        }
+        // Zeros there are not data.
+        a.write(small + 8 * BLOCK, AlignedBuf::zeroed(BLOCK as usize), false)
+            .await
+            .unwrap();
+        let model: Model = model_of(small / BLOCK);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        writer(a.clone(), model.clone(), stop, 20).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let w = tokio::spawn(writer(a.clone(), model.clone(), stop.clone(), 21));
+        let out = a
+            .grow_remove(&leaving, false)
+            .await
+            .unwrap_or_else(|e| panic!("{level}: narrowing: {e}"));
+        let GrowOutcome::Reshaping { from, to, geometry } = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!((from, to), (big, small), "{level}");
+        assert_eq!(geometry.width as usize, width - per);
+        // At once the volume is the smaller size; reads while it runs see the last writes.
+        assert_eq!(a.size(), small);
+        check(&a, &model).await;
+        reshaped(&a).await;
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        w.await.unwrap();
+        assert_eq!(a.geometry(), geometry);
+        assert_eq!(a.size(), small);
+        assert_eq!(a.status().members.len(), old.len() - remove);
+        check(&a, &model).await;
+        a.close().await.unwrap();
+        for d in &old {
+            let sb = sbod_core::read_superblock(&(d.clone() as Arc<dyn BlockDev>)).await;
+            let name = d.name().to_string();
+            assert_eq!(sb.is_ok(), !leaving.contains(&name), "{name}: {sb:?}");
+        }
+        let stay: Vec<MemberSpec> = old
+            .iter()
+            .filter(|d| !leaving.contains(&d.name().to_string()))
+            .map(spec_of)
+            .collect();
+        let a = Array::assemble(stay, AssembleOptions::default())
+            .await
+            .expect("assemble");
+        assert_eq!(a.geometry(), geometry);
+        check(&a, &model).await;
+        scrub_is_clean(&a, &level.to_string()).await;
+        a.close().await.unwrap();
+    });
+}
+
+#[test]
+fn raid5_of_5_narrows_to_4_online() {
+    narrowing_case(Level::Raid5, 1, 5, 1);
+}
+
+#[test]
+fn raid6_in_two_groups_and_ec_and_raid0_narrow_online() {
+    narrowing_case(Level::Raid6, 2, 6, 2);
+    narrowing_case(Level::Ec { k: 4, m: 2 }, 1, 6, 1);
+    narrowing_case(Level::Raid0, 1, 3, 1);
 }

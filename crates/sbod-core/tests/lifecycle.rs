@@ -63,6 +63,9 @@ enum Op {
     /// where the level has one, raid5 -> raid6), run to its end while running; only with
     /// every member in service.
     Grow(bool),
+    /// `sbod grow --remove --force` of the last member of a one-group striped array: the
+    /// data restriped onto the others, the volume's tail past the new size dropped.
+    Narrow,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -81,6 +84,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..8).prop_map(Op::ReAdd),
         1 => Just(Op::Settle),
         1 => any::<bool>().prop_map(Op::Grow),
+        1 => Just(Op::Narrow),
     ]
 }
 
@@ -101,6 +105,7 @@ struct Figures {
     errors_returned: u64,
     wrong: u64,
     grows: u64,
+    narrowings: u64,
 }
 
 /// Per block: the write (tag) it holds now, and every tag it ever held.
@@ -749,6 +754,7 @@ impl Life {
                 }
             }
             Op::Grow(level) => self.grow(level, what).await?,
+            Op::Narrow => self.narrow(what).await?,
         }
         Ok(())
     }
@@ -757,13 +763,7 @@ impl Life {
     /// slot), run the reshape or rebuild to its end, and check everything reads back;
     /// the new space reads as zeros.
     async fn grow(&mut self, level: bool, what: &str) -> Result<(), TestCaseError> {
-        if self.a.is_none()
-            || self.dead
-            || self.grown >= 2
-            || !self.out.is_empty()
-            || !self.hidden.is_empty()
-            || !self.restored.is_empty()
-        {
+        if !self.may_grow() {
             return Ok(());
         }
         self.settle().await?;
@@ -799,24 +799,7 @@ impl Life {
         self.fig.grows += 1;
         self.devs.extend(extra);
         if matches!(out, sbod_core::GrowOutcome::Reshaping { .. }) {
-            if self.background {
-                for _ in 0..20_000 {
-                    if a.status().state != "reshaping" {
-                        break;
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-                }
-                prop_assert_ne!(
-                    a.status().state,
-                    "reshaping",
-                    "{}: the reshape did not end",
-                    what
-                );
-            } else {
-                a.reshape_now()
-                    .await
-                    .map_err(|e| TestCaseError::fail(format!("{what}: reshape: {e}")))?;
-            }
+            self.reshaped(&a, what).await?;
         } else {
             // New copies or parity: rebuilt.
             for i in n..self.devs.len() {
@@ -836,6 +819,94 @@ impl Life {
         self.touched
             .extend(0..now.member_size.div_ceil(self.region));
         self.check_all(&format!("{what}: after the grow")).await
+    }
+}
+
+impl Life {
+    /// A grow or narrowing may run now: a running array, every member in service, at
+    /// most two per life.
+    fn may_grow(&self) -> bool {
+        self.a.is_some()
+            && !self.dead
+            && self.grown < 2
+            && self.out.is_empty()
+            && self.hidden.is_empty()
+            && self.restored.is_empty()
+    }
+
+    /// Run the reshape a grow started to its end (in the background, or here).
+    async fn reshaped(&self, a: &Arc<Array>, what: &str) -> Result<(), TestCaseError> {
+        if self.background {
+            for _ in 0..20_000 {
+                if a.status().state != "reshaping" {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            prop_assert_ne!(
+                a.status().state,
+                "reshaping",
+                "{}: the reshape did not end",
+                what
+            );
+        } else {
+            a.reshape_now()
+                .await
+                .map_err(|e| TestCaseError::fail(format!("{what}: reshape: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Let the last member of a one-group raid0/5/6/ec go (`grow --remove --force`), run
+    /// the reshape to its end, and check everything below the new size reads back.
+    async fn narrow(&mut self, what: &str) -> Result<(), TestCaseError> {
+        if !self.may_grow() {
+            return Ok(());
+        }
+        self.settle().await?;
+        let a = self.a().clone();
+        let g = a.geometry();
+        let min = match g.level {
+            sbod_core::Level::Raid0 => 2,
+            sbod_core::Level::Raid5 => 4,
+            sbod_core::Level::Raid6 => 5,
+            sbod_core::Level::Ec { k, .. } if k > 1 => 0,
+            _ => usize::MAX,
+        };
+        if g.groups != 1 || self.devs.len() != g.width as usize || (g.width as usize) < min {
+            return Ok(());
+        }
+        let last = self.devs.len() - 1;
+        let name = self.devs[last].name().to_string();
+        let r = a.grow_remove(&[name], true).await;
+        if let Err(e) = r {
+            prop_assert_eq!(
+                a.geometry(),
+                g,
+                "{}: a refused narrowing changed it: {}",
+                what,
+                e
+            );
+            return Ok(());
+        }
+        self.grown += 1;
+        self.fig.narrowings += 1;
+        self.reshaped(&a, what).await?;
+        // The member let go is no member any more: no later op names it.
+        self.devs.pop();
+        self.snaps.remove(&last);
+        self.bitmap_sure.remove(&last);
+        let now = a.geometry();
+        prop_assert_eq!(now.width as usize, last, "{}: {:?}", what, now);
+        self.width = now.width as usize;
+        self.red = now.redundancy();
+        let blocks = (a.size() / BLOCK as u64) as usize;
+        self.blocks.now.truncate(blocks);
+        self.blocks.ever.truncate(blocks);
+        self.touched
+            .extend(0..now.member_size.div_ceil(self.region));
+        self.check_all(&format!("{what}: after the narrowing"))
+            .await
     }
 }
 
@@ -941,6 +1012,7 @@ fn run_life(
         f.errors_returned += x.errors_returned;
         f.wrong += x.wrong;
         f.grows += x.grows;
+        f.narrowings += x.narrowings;
         Ok(())
     })
 }
@@ -993,6 +1065,7 @@ fn lives_of_an_array_never_return_wrong_data() {
         "errors_returned": f.errors_returned,
         "wrong": f.wrong,
         "grows": f.grows,
+        "narrowings": f.narrowings,
     }));
 }
 

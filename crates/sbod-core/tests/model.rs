@@ -147,6 +147,9 @@ enum Op {
     /// `sbod grow --level`: one more parity shard per stripe (raid0 -> raid5 -> raid6,
     /// ec:K+M -> ec:K+(M+1)), one new member per group, rebuilt before the next operation.
     AddParity,
+    /// `sbod grow --remove --force`: the last member of every group leaves (raid0/5/6/ec),
+    /// the volume's tail past the new size is dropped; run to its end.
+    Narrow,
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -158,6 +161,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(|pick| Op::Fail { pick }),
         1 => (1usize..3, any::<bool>()).prop_map(|(per, new_groups)| Op::Grow { per, new_groups }),
         1 => Just(Op::AddParity),
+        1 => Just(Op::Narrow),
     ]
 }
 
@@ -347,6 +351,59 @@ proptest! {
                         }
                         width = w + 1;
                         level = to;
+                    }
+                    Op::Narrow => {
+                        if dead || !failed.is_empty() || grown >= 2 {
+                            continue;
+                        }
+                        let geo = a.geometry();
+                        let (groups, w) = (geo.groups as usize, geo.width as usize);
+                        let fits = match level {
+                            Level::Raid0 => w >= 2,
+                            Level::Raid5 => w >= 4,
+                            Level::Raid6 => w >= 5,
+                            Level::Ec { k, .. } => k >= 2,
+                            _ => false,
+                        };
+                        if !fits || geo.declustered.is_some() {
+                            continue;
+                        }
+                        let leaving: Vec<String> = (0..devs.len())
+                            .filter(|&d| slot_of[d] % w == w - 1)
+                            .map(|d| devs[d].name().to_string())
+                            .collect();
+                        prop_assert_eq!(leaving.len(), groups);
+                        let r = a.grow_remove(&leaving, true).await;
+                        let Ok(_) = r else {
+                            // Refused (windows that cannot fit members this small): nothing changed.
+                            prop_assert_eq!(a.geometry(), geo, "a refused narrowing changed the shape");
+                            continue;
+                        };
+                        grown += 1;
+                        // The volume is the new size at once: the tail is gone.
+                        model.truncate(a.size() as usize);
+                        for _ in 0..20_000 {
+                            if a.status().state != sbod_core::array::ArrayState::Reshaping {
+                                break;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                        }
+                        prop_assert_eq!(a.geometry().width as usize, w - 1);
+                        if let Level::Ec { k, m } = level {
+                            level = Level::Ec { k: k - 1, m };
+                        }
+                        // The members that stay keep their place in their group.
+                        let mut d = 0;
+                        while d < devs.len() {
+                            if slot_of[d] % w == w - 1 {
+                                devs.remove(d);
+                                slot_of.remove(d);
+                            } else {
+                                slot_of[d] = slot_of[d] / w * (w - 1) + slot_of[d] % w;
+                                d += 1;
+                            }
+                        }
+                        width = w - 1;
                     }
                     Op::Fail { pick } => {
                         let dev = pick % devs.len();

@@ -15,6 +15,11 @@
 //! Level changes (`grow --level`: raid5 -> raid6, ec:3+2 -> 3+3 in two groups) take the
 //! random cuts too: the new parity members rebuild after the cut, nothing else moved.
 //!
+//! Narrowing (`grow --remove`: raid5 of 5 -> 4, raid6 in two groups of 6 -> 5) walks down
+//! from the new capacity and writes its last windows aside on the members leaving: the
+//! same random cuts and cuts at each step, with the client writing only below the new
+//! size (the space past it is let go).
+//!
 //! `SBOD_RESHAPE_CUTS` sets the number of random cuts (default 16).
 
 use sbod_core::dev::BlockDev;
@@ -77,6 +82,8 @@ struct Case {
     new_groups: bool,
     /// A level change (`grow --level`) rather than a restripe.
     to: Option<Level>,
+    /// Members removed (the last of each group: `grow --remove`) rather than added.
+    remove: usize,
 }
 
 const CASES: &[Case] = &[
@@ -87,6 +94,7 @@ const CASES: &[Case] = &[
         add: 1,
         new_groups: false,
         to: Some(Level::Raid6),
+        remove: 0,
     },
     Case {
         level: Level::Ec { k: 3, m: 2 },
@@ -95,6 +103,7 @@ const CASES: &[Case] = &[
         add: 2,
         new_groups: false,
         to: Some(Level::Ec { k: 3, m: 3 }),
+        remove: 0,
     },
     Case {
         level: Level::Raid5,
@@ -103,6 +112,7 @@ const CASES: &[Case] = &[
         add: 1,
         new_groups: false,
         to: None,
+        remove: 0,
     },
     Case {
         level: Level::Raid6,
@@ -111,6 +121,7 @@ const CASES: &[Case] = &[
         add: 2,
         new_groups: false,
         to: None,
+        remove: 0,
     },
     Case {
         level: Level::Raid6,
@@ -119,6 +130,7 @@ const CASES: &[Case] = &[
         add: 2,
         new_groups: false,
         to: None,
+        remove: 0,
     },
     Case {
         level: Level::Raid5,
@@ -127,6 +139,7 @@ const CASES: &[Case] = &[
         add: 3,
         new_groups: true,
         to: None,
+        remove: 0,
     },
     Case {
         level: Level::Ec { k: 3, m: 2 },
@@ -135,6 +148,7 @@ const CASES: &[Case] = &[
         add: 1,
         new_groups: false,
         to: None,
+        remove: 0,
     },
     Case {
         level: Level::Raid0,
@@ -143,8 +157,37 @@ const CASES: &[Case] = &[
         add: 1,
         new_groups: false,
         to: None,
+        remove: 0,
+    },
+    Case {
+        level: Level::Raid5,
+        groups: 1,
+        width: 5,
+        add: 0,
+        new_groups: false,
+        to: None,
+        remove: 1,
+    },
+    Case {
+        level: Level::Raid6,
+        groups: 2,
+        width: 6,
+        add: 0,
+        new_groups: false,
+        to: None,
+        remove: 2,
     },
 ];
+
+/// Data shards per stripe of `level` in groups of `width`.
+fn data_of(level: Level, width: usize) -> usize {
+    match level {
+        Level::Raid5 => width - 1,
+        Level::Raid6 => width - 2,
+        Level::Ec { m, .. } => width - m as usize,
+        _ => width,
+    }
+}
 
 #[test]
 fn power_cuts_during_a_reshape_never_lose_an_acknowledged_write() {
@@ -203,6 +246,32 @@ fn a_power_cut_at_each_step_of_a_window_never_loses_an_acknowledged_write() {
     }
 }
 
+#[test]
+fn a_power_cut_at_each_step_of_a_narrowing_never_loses_an_acknowledged_write() {
+    use sbod_core::process::ReshapeStep as S;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut seed = 2000;
+    for c in CASES.iter().filter(|c| c.remove > 0) {
+        // The first window (in place, at the top), one further down, and the first one
+        // written aside (near the volume's start).
+        for (step, nth) in [
+            (S::Written, 0usize),
+            (S::Recorded, 0),
+            (S::Written, 2),
+            (S::BackupRecorded, 0),
+            (S::Written, 0),
+        ] {
+            seed += 1;
+            let (during, _) = rt.block_on(one_life(c, seed, Cut::Step(step, nth)));
+            assert!(during, "{c:?}: no cut at {step:?} of window {nth}");
+        }
+    }
+}
+
 /// When the power goes.
 #[derive(Clone, Copy, Debug)]
 enum Cut {
@@ -227,6 +296,7 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
     let rng = Rng::new(seed * 7919 + 1);
     let size = MIB + 40 * CHUNK as u64;
     let n_old = c.groups as usize * c.width;
+    let per = c.remove / c.groups as usize;
     let names: Vec<String> = (0..n_old + c.add).map(|i| format!("m{i}")).collect();
     let supply = PowerSupply::new();
     let jitter = Duration::from_micros(200);
@@ -270,7 +340,10 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
     if matches!(at, Cut::Random) {
         a.update_settings(|s| s.rebuild_max_rate = 24 * MIB);
     }
-    let blocks = a.size() / BLOCK;
+    // Narrowing: the client keeps to what the narrower layout holds.
+    let blocks = a.size() / data_of(c.level, c.width) as u64
+        * data_of(c.level, c.width - per) as u64
+        / BLOCK;
     let model = Arc::new(tokio::sync::Mutex::new(Model::default()));
     for b in (0..blocks).step_by(3) {
         a.write(b * BLOCK, block(b, 1), true).await.unwrap();
@@ -312,15 +385,25 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
         });
         a.on_reshape_step(f);
     }
+    let removed: Vec<String> = (0..n_old)
+        .filter(|i| c.remove > 0 && i % c.width >= c.width - per)
+        .map(|i| names[i].clone())
+        .collect();
     let grow = {
         let a = a.clone();
+        let removed = removed.clone();
         let specs: Vec<MemberSpec> = devs[n_old..]
             .iter()
             .zip(&names[n_old..])
             .map(|(d, n)| spec_of(d, n))
             .collect();
         let (new_groups, to) = (c.new_groups, c.to);
-        tokio::spawn(async move { a.grow_to(to, specs, new_groups, false).await })
+        tokio::spawn(async move {
+            match removed.is_empty() {
+                true => a.grow_to(to, specs, new_groups, false).await,
+                false => a.grow_remove(&removed, false).await,
+            }
+        })
     };
     let (during, backup) = match at {
         Cut::Random => {
@@ -371,6 +454,15 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
             .collect()
     };
     let mut whole = true;
+    // Narrowing: the members let go are wiped once the others record the narrower layout;
+    // if the cut came between the two, a stale one must not be taken back.
+    let all = || -> Vec<MemberSpec> {
+        let mut v = all();
+        if c.remove > 0 && grow_done(&removed, &again, &names) {
+            v.retain(|s| !removed.contains(&s.path));
+        }
+        v
+    };
     let a = match Array::assemble(all(), AssembleOptions::default()).await {
         Ok(a) => a,
         Err(e) => {
@@ -403,7 +495,7 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
     };
     if let (Ok(GrowOutcome::Reshaping { .. }), true) = (&grown, whole) {
         assert!(
-            a.geometry().width as usize * a.geometry().groups as usize == n_old + c.add,
+            a.geometry().width as usize * a.geometry().groups as usize + c.remove == n_old + c.add,
             "{what}: an acknowledged grow was lost: {:?}",
             a.geometry()
         );
@@ -459,4 +551,12 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
     }
     a.close().await.unwrap();
     (during, during && backup)
+}
+
+/// Whether a member let go by a narrowing was wiped (the narrowing ended before the cut).
+fn grow_done(removed: &[String], devs: &[Arc<PowerCutDev>], names: &[String]) -> bool {
+    removed.iter().any(|r| {
+        let i = names.iter().position(|n| n == r).unwrap();
+        devs[i].image()[..8192].iter().all(|&b| b == 0)
+    })
 }

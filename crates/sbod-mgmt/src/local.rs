@@ -64,6 +64,32 @@ impl Local {
         })
     }
 
+    /// A narrowing lets its members go when its reshape ends, long after the request:
+    /// the serving process records the membership then (an assembly from a registration
+    /// that still names a member let go, whose superblock is wiped, would refuse it).
+    /// Offline, the caller records it after running the reshape here.
+    fn save_when_reshaped(&self) {
+        if self.on_stop.is_none() {
+            return;
+        }
+        let (array, name) = (self.array.clone(), self.name.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                if Arc::strong_count(&array) == 1 {
+                    // The serving process let the array go: its stop records it.
+                    return;
+                }
+                if array.status().state != sbod_types::ArrayState::Reshaping {
+                    break;
+                }
+            }
+            if let Err(e) = registry::save_array(&array, Some(&name)) {
+                tracing::warn!(array = %name, error = %e, "the registration was not brought up to date after a narrowing; the next stop does it");
+            }
+        });
+    }
+
     /// After a change: recorded if it happened; if it was refused or failed, what it may
     /// have changed on the way is recorded as well as can be, and its error returned.
     fn record_after<T>(
@@ -158,6 +184,7 @@ impl Local {
             Request::Grow {
                 add,
                 drop,
+                remove,
                 domain,
                 new_groups,
                 level,
@@ -167,6 +194,24 @@ impl Local {
                 let room = room()?;
                 let before = a.size();
                 let r = match &drop {
+                    None if !remove.is_empty() => a.grow_remove(&remove, force).await.map(|o| {
+                        let g = a.geometry();
+                        let (from, to, g) = match o {
+                            sbod_core::GrowOutcome::Reshaping { from, to, geometry } => {
+                                (from, to, geometry)
+                            }
+                            _ => (before, a.size(), g),
+                        };
+                        self.save_when_reshaped();
+                        GrowReply {
+                            kind: "reshape".into(),
+                            from,
+                            to,
+                            level: g.level,
+                            groups: g.groups,
+                            width: g.width,
+                        }
+                    }),
                     None if add.is_empty() => {
                         let target = match member_size {
                             Some(sbod_types::control::MemberSize::Bytes(b)) => {
@@ -231,6 +276,12 @@ impl Local {
                 };
                 let done = match &drop {
                     Some(d) => format!("{d} dropped"),
+                    None if !remove.is_empty() => {
+                        format!(
+                            "narrowing: {} leave when the data has moved",
+                            remove.join(", ")
+                        )
+                    }
                     None if add.is_empty() => "members grown".to_string(),
                     None => format!("grown by {}", add.join(", ")),
                 };

@@ -524,11 +524,16 @@ impl Manager {
     /// offline it always runs to the end here.
     pub async fn grow(&self, name: &str, a: &GrowArgs, wait: bool) -> Result<(Via, GrowReply)> {
         registry::load(name)?;
-        let verbs = [!a.add.is_empty(), a.drop.is_some(), a.member_size.is_some()];
+        let verbs = [
+            !a.add.is_empty(),
+            a.drop.is_some(),
+            a.member_size.is_some(),
+            !a.remove.is_empty(),
+        ];
         if verbs.iter().filter(|&&x| x).count() != 1 {
             return Err(err(
                 ErrorKind::Invalid,
-                "grow takes one of --add DEV..., --drop MEMBER or --size max|SIZE (with nothing added: use more of every member)",
+                "grow takes one of --add DEV..., --remove MEMBER..., --drop MEMBER or --size max|SIZE (with nothing added: use more of every member)",
             ));
         }
         let served = control::running(name).await;
@@ -558,6 +563,11 @@ impl Manager {
         let req = Request::Grow {
             add: paths.clone(),
             drop: a.drop.as_ref().map(|d| registry::member_ref(name, d)),
+            remove: a
+                .remove
+                .iter()
+                .map(|d| registry::member_ref(name, d))
+                .collect(),
             domain: a.domain.clone(),
             new_groups: a.new_groups,
             level: a.level,

@@ -37,6 +37,10 @@ pub enum Request {
         add: Vec<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         drop: Option<String>,
+        /// Members to let go: a striped array restriped onto the others (narrower
+        /// groups; the volume shrinks to what they hold).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        remove: Vec<String>,
         #[serde(default)]
         domain: String,
         #[serde(default, skip_serializing_if = "is_false")]
@@ -300,6 +304,10 @@ pub struct GrowArgs {
     pub add: Vec<String>,
     #[serde(default)]
     pub drop: Option<String>,
+    /// Members to let go (raid0/5/6/ec: the last of each group): the data is restriped
+    /// onto the others, online, and the volume shrinks to what they hold.
+    #[serde(default)]
+    pub remove: Vec<String>,
     #[serde(default)]
     pub domain: String,
     /// Add the members as whole new groups (of the array's width) rather than widen every

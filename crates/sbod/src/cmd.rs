@@ -180,6 +180,12 @@ pub struct GrowArgs {
     /// A mirror copy to drop (raid1; refused without --force while it is in service).
     #[arg(long, value_name = "MEMBER", conflicts_with = "add")]
     pub drop: Option<String>,
+    /// Members to let go from raid0, raid5, raid6 or ec (the last of every group, the
+    /// same number from each): the data is restriped onto the others online and the
+    /// volume shrinks to what they hold. Refused while the volume holds data past the
+    /// new size (shrink and discard it first, or --force to drop it).
+    #[arg(long, num_args = 1.., value_name = "MEMBER", conflicts_with_all = ["add", "drop"])]
+    pub remove: Vec<String>,
     /// Add the members as whole new groups of the array's width, not wider groups.
     #[arg(long)]
     pub new_groups: bool,
@@ -651,6 +657,7 @@ pub async fn grow(args: GrowArgs) -> Result<()> {
     let a = req::GrowArgs {
         add: args.add,
         drop: args.drop,
+        remove: args.remove,
         domain: args.domain,
         new_groups: args.new_groups,
         level: args.level,
@@ -664,6 +671,11 @@ pub async fn grow(args: GrowArgs) -> Result<()> {
     let n = &args.name;
     let shape = format!("{} in {} group(s) of {}", r.level, r.groups, r.width);
     match r.kind.as_str() {
+        "reshape" if r.to < r.from && via == Via::Served && !args.wait => println!(
+            "{n}: narrowing to {shape}: {} now (was {}); the members removed are let go when the data has moved (`sbod status {n}` shows progress)",
+            human(r.to),
+            human(r.from)
+        ),
         "reshape" if via == Via::Served && !args.wait => println!(
             "{n}: reshaping to {shape}: {} now, {} when the data has moved (online; `sbod status {n}` shows progress)",
             human(r.from),

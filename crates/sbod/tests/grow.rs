@@ -351,3 +351,82 @@ fn a_served_raid5_becomes_raid6_and_grows_into_longer_files() {
     assert_eq!(s["mismatches"], 0, "{s}");
     e.stop("lv");
 }
+
+#[test]
+fn a_served_raid5_lets_a_member_go_and_restarts_without_it() {
+    let mut e = Env::new();
+    e.ok(&[
+        "create",
+        "nv",
+        "--level",
+        "raid5",
+        "--size-each",
+        "16M",
+        "v0.img",
+        "v1.img",
+        "v2.img",
+        "v3.img",
+        "v4.img",
+    ]);
+    e.serve("nv");
+    let big = e.nbd_size().unwrap();
+    let small = big / 4 * 3;
+    // Data past the new size: refused by name, nothing changes.
+    let mut data = pattern(big as usize, 5);
+    std::fs::write(e.p("src.img"), &data).unwrap();
+    e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
+    let err = e.fails(&["grow", "nv", "--remove", "v4.img"]);
+    assert!(err.contains("holds data at byte"), "{err}");
+    let err = e.fails(&["grow", "nv", "--remove", "v1.img"]);
+    assert!(
+        err.contains("v4.img"),
+        "the error names who can leave: {err}"
+    );
+    assert_eq!(e.status("nv")["width"], 5);
+    // The tail emptied (zeros are not data): it goes.
+    data[small as usize..].fill(0);
+    std::fs::write(e.p("src.img"), &data).unwrap();
+    e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
+    e.ok(&["set", "nv", "--rebuild-max-rate", "16M"]);
+    let out = e.ok(&["grow", "nv", "--remove", "v4.img"]);
+    assert!(
+        out.contains("narrowing to raid5 in 1 group(s) of 4"),
+        "{out}"
+    );
+    // The volume is the smaller size at once for new connections, and reads back.
+    assert_eq!(e.nbd_size(), Some(small));
+    assert!(e.volume()[..] == data[..small as usize]);
+    let t = Instant::now();
+    loop {
+        let st = e.status("nv");
+        if st["state"] == "optimal" && st["width"] == 4 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the narrowing did not end: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The registration follows while it serves (a crash now must not name v4.img).
+    let reg = e.p("state/arrays/nv.json");
+    let t = Instant::now();
+    while std::fs::read_to_string(&reg).unwrap().contains("v4.img") {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the registration still names the member let go"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(e.volume()[..] == data[..small as usize]);
+    e.stop("nv");
+    e.serve("nv");
+    assert_eq!(e.nbd_size(), Some(small));
+    assert!(e.volume()[..] == data[..small as usize]);
+    let out = e.ok(&["scrub", "nv", "--json"]);
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["mismatches"], 0, "{s}");
+    e.stop("nv");
+    // The member let go is free: a new array takes it without --force.
+    e.ok(&["create", "solo", "--level", "raid0", "v4.img"]);
+}

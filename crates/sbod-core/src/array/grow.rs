@@ -16,7 +16,8 @@
 //!   `left-symmetric-6` conversion; see `Geometry::dedicated`).
 //!
 //! Restriping (raid0/5/6/ec wider, more groups) is the reshape process
-//! (`process::reshape`); a new chunk, fewer members and other level changes are refused by
+//! (`process::reshape`), and so is narrowing (`grow_remove`: the last members of every
+//! group leave); a new chunk and other level changes are refused by
 //! name before anything changes. The design is in docs/ENGINE.md ("Views, grow and
 //! reshape").
 //!
@@ -721,26 +722,220 @@ impl Array {
                 }
             })
             .collect();
+        Ok(self
+            .begin_reshape((_passes, _mg), new, &g, new_g, old_cap, added)
+            .await)
+    }
+
+    /// Put a reshape from `old` to `new_g` in force with the membership `new`, record it
+    /// on the members (event + 1), and start it. `held`: the gate and `mgmt`, let go once
+    /// it is recorded.
+    async fn begin_reshape<H>(
+        &self,
+        held: H,
+        new: State,
+        old: &Geometry,
+        new_g: Geometry,
+        old_cap: u64,
+        aside: Vec<usize>,
+    ) -> GrowOutcome {
+        let new_cap = new_g.capacity();
         let sizes: Vec<u64> = new
             .slots
             .iter()
             .map(|s| s.entry.as_ref().map(|e| e.size).unwrap_or(0))
             .collect();
-        let r = self.reshape_for(&g, &new_g, old_cap, new_cap, added, &sizes);
+        let r = self.reshape_for(old, &new_g, old_cap, new_cap, aside, &sizes);
         self.install_reshape(r, &new_g, &sizes, old_cap);
         let lost = self.commit(new).await;
-        drop(_mg);
-        drop(_passes);
+        drop(held);
         for m in lost {
             self.fail_member(&m, OutReason::MetadataWrite).await;
         }
         tracing::info!(array = %self.name(), from = old_cap, to = new_cap, "reshape started");
         self.kick();
-        Ok(GrowOutcome::Reshaping {
+        GrowOutcome::Reshaping {
             from: old_cap,
             to: new_cap,
             geometry: new_g,
-        })
+        }
+    }
+
+    /// `sbod grow NAME --remove DEV...`: restripe a raid0/5/6/ec array onto fewer
+    /// members (md's `--raid-devices=N-1`), online; the volume shrinks to what the rest
+    /// hold. The members leaving are the last of each group (as md's highest roles), the
+    /// same number from every group. Refused, with nothing changed, where the volume holds
+    /// data past the new size (read back: holes and zeros are not data; `force` drops
+    /// it), where the level is not striped, or a member named is not one that can leave
+    /// (the error names those that can).
+    pub async fn grow_remove(&self, who: &[String], force: bool) -> Result<GrowOutcome> {
+        self.check_growable()?;
+        let g = self.geometry();
+        match g.level {
+            Level::Raid0 | Level::Raid5 | Level::Raid6 | Level::Ec { .. } => {}
+            Level::Raid1 => {
+                return Err(Error::Invalid(
+                    Msg::new(format!("'{}' is a mirror: it keeps one copy fewer with --drop", self.name()))
+                        .or(Step::say(format!("sbod grow {} --drop MEMBER", self.name())))
+                        ,
+                ))
+            }
+            l => {
+                return Err(Error::Refused(
+                    Msg::new(format!(
+                        "removing a member of a {l} array is not supported: nothing was changed"
+                    ))
+                    .or(Step::say(
+                        "create a new array on the members that stay and copy the volume over (nbdcopy)",
+                    )),
+                ))
+            }
+        }
+        if who.is_empty() {
+            return Err(Error::Invalid(
+                "grow --remove needs at least one member".into(),
+            ));
+        }
+        let st = self.dp().state.load_full();
+        let mut slots = Vec::new();
+        for (n, w) in who.iter().enumerate() {
+            if who[..n].contains(w) {
+                return Err(Error::Invalid(format!("{w} is given twice").into()));
+            }
+            let i = st
+                .slots
+                .iter()
+                .position(|s| {
+                    s.member.as_ref().is_some_and(|m| m.path == *w)
+                        || s.entry.as_ref().is_some_and(|e| e.uuid.to_string() == *w)
+                })
+                .ok_or_else(|| {
+                    Error::Invalid(format!("{w} is not a member of '{}'", self.name()).into())
+                })?;
+            slots.push(i);
+        }
+        let (groups, ow) = (g.groups as usize, g.width as usize);
+        if !slots.len().is_multiple_of(groups) {
+            return Err(Error::Invalid(
+                format!(
+                    "{} member(s) cannot narrow {groups} groups alike: remove the same number from every group",
+                    slots.len()
+                )
+                .into(),
+            ));
+        }
+        let per = slots.len() / groups;
+        if per >= ow {
+            return Err(Error::Invalid(
+                format!("a group of {ow} cannot lose {per} members").into(),
+            ));
+        }
+        let nw = ow - per;
+        // The members that can leave: the last `per` of every group.
+        let can: Vec<usize> = (0..groups * ow).filter(|i| i % ow >= nw).collect();
+        if let Some(&bad) = slots.iter().find(|i| !can.contains(i)) {
+            let names: Vec<String> = can
+                .iter()
+                .filter_map(|&i| st.slots[i].member.as_ref().map(|m| m.path.clone()))
+                .collect();
+            let path = st.slots[bad]
+                .member
+                .as_ref()
+                .map(|m| m.path.clone())
+                .unwrap_or_else(|| format!("slot {bad}"));
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "{path} holds slot {bad}: a narrower layout lets go of the last member{} of every group ({}), as md does",
+                    if per == 1 { "" } else { "s" },
+                    names.join(", ")
+                ))
+                .or(Step::say(format!(
+                    "remove {} instead; then, to take {path} out too, `sbod replace {} {path} --with` one of them once it is free",
+                    names.join(" "),
+                    self.name()
+                ))),
+            ));
+        }
+        let level = match g.level {
+            Level::Ec { k, .. } if per as u16 >= k => {
+                return Err(Error::Invalid(
+                    format!("{}: groups keep at least one data member", g.level).into(),
+                ))
+            }
+            Level::Ec { k, m } => Level::Ec {
+                k: k - per as u16,
+                m,
+            },
+            l => l,
+        };
+        let new_g = Geometry {
+            level,
+            width: nw as u32,
+            dedicated: 0,
+            ..g.clone()
+        };
+        new_g
+            .validate()
+            .map_err(|e| Error::Invalid(format!("{ow} - {per} members: {e}").into()))?;
+        self.check_quiet(true, "a reshape")?;
+        let old_cap = self.size();
+        let new_cap = new_g.capacity();
+        if !force {
+            self.check_unused(new_cap, old_cap).await?;
+        }
+        // Every window can be moved (those written aside fit their area): a dry run.
+        {
+            let probe = self.reshape_for(&g, &new_g, old_cap, new_cap, can.clone(), &[]);
+            let mut pos = new_cap;
+            while pos > 0 {
+                let (w, _) = probe.plan_window(pos)?;
+                pos -= w;
+            }
+        }
+        let _passes = self.gate.exclusive().await;
+        let _mg = self.mgmt.lock().await;
+        self.check_growable()?;
+        let cur = (*self.dp().state.load_full()).clone();
+        Ok(self
+            .begin_reshape((_passes, _mg), cur, &g, new_g, old_cap, can)
+            .await)
+    }
+
+    /// Refuse a shrink to `new_cap` where the volume holds data past it: every byte of
+    /// `[new_cap, old_cap)` is a hole of the members or reads as zeros.
+    async fn check_unused(&self, new_cap: u64, old_cap: u64) -> Result<()> {
+        let mut pos = new_cap;
+        while pos < old_cap {
+            let runs = self.allocation(pos, old_cap - pos).await?;
+            if runs.is_empty() {
+                break;
+            }
+            for (n, hole) in runs {
+                let mut at = pos;
+                while !hole && at < pos + n {
+                    let len = (pos + n - at).min(4 << 20);
+                    let buf = self.read(at, len as usize).await?;
+                    if let Some(z) = buf.iter().position(|&b| b != 0) {
+                        let found = at + z as u64;
+                        return Err(Error::Refused(
+                            Msg::new(format!(
+                                "'{}' would shrink to {} bytes, and it holds data at byte {found} beyond that: nothing was changed",
+                                self.name(),
+                                new_cap
+                            ))
+                            .or(Step::say(format!(
+                                "shrink what is on it (file system, partition) to at most {new_cap} bytes and discard the rest \
+                                 (`blkdiscard --offset {new_cap}` on the NBD device, or `fstrim`), then run this again; \
+                                 or add --force to drop the data past {new_cap}"
+                            ))),
+                        ));
+                    }
+                    at += len;
+                }
+                pos += n;
+            }
+        }
+        Ok(())
     }
 
     /// A reshape from `old` to `new` at its start (the old layout's view numbers its
@@ -751,27 +946,33 @@ impl Array {
         new: &Geometry,
         old_cap: u64,
         new_cap: u64,
-        added: Vec<usize>,
+        aside: Vec<usize>,
         sizes: &[u64],
     ) -> Reshape {
-        let dp = DataPath::view_strided(
+        let narrowing = old.width > new.width;
+        let mut dp = DataPath::view_strided(
             self.shared.clone(),
             old.clone(),
             sizes,
             u64::MAX,
-            new.width as usize,
+            old.width.max(new.width) as usize,
         );
+        // Narrowing: nothing past the new capacity is reached any more.
+        dp.size = dp.size.min(new_cap);
         let family = Personality::of(old).expect("a running geometry has a family");
+        // The walk starts at 0 going up, or narrowing at the new capacity going down.
+        let start = if narrowing { new_cap } else { 0 };
         Reshape {
             old: Arc::new(Core { dp, family }),
             new: new.clone(),
-            pos: AtomicU64::new(0),
-            wend: AtomicU64::new(0),
+            pos: AtomicU64::new(start),
+            wend: AtomicU64::new(start),
             moved: Default::default(),
             backup: Default::default(),
             old_cap,
             new_cap,
-            added,
+            aside,
+            narrowing,
         }
     }
 
@@ -779,8 +980,15 @@ impl Array {
     /// as the array's, the old one beside it. Call with the gate held (or before serving).
     pub(crate) fn install_reshape(&self, r: Reshape, new: &Geometry, sizes: &[u64], old_cap: u64) {
         let family = Personality::of(new).expect("a checked geometry has a family");
-        let mut dp = DataPath::view(self.shared.clone(), new.clone(), sizes, u64::MAX);
-        dp.size = old_cap;
+        let mut dp = match r.narrowing {
+            false => DataPath::view(self.shared.clone(), new.clone(), sizes, u64::MAX),
+            true => {
+                let stride = r.old.dp.geometry.width as usize;
+                DataPath::view_narrowed(self.shared.clone(), new.clone(), sizes, u64::MAX, stride)
+            }
+        };
+        // The smaller of the two sizes until the reshape ends.
+        dp.size = old_cap.min(r.new_cap);
         self.reshape.store(Arc::new(Some(Arc::new(r))));
         self.core.store(Arc::new(Core { dp, family }));
     }
@@ -796,11 +1004,16 @@ impl Array {
             .map(|s| s.entry.as_ref().map(|e| e.size).unwrap_or(0))
             .collect();
         let (ow, nw) = (old.width as usize, new.width as usize);
-        let added: Vec<usize> = (0..new.members())
-            .filter(|&i| i / nw >= old.groups as usize || i % nw >= ow)
-            .collect();
+        // The slots that hold the backup area: the new layout's added ones, or (narrowing)
+        // the old groups' last ones, which leave.
+        let aside: Vec<usize> = match ow > nw {
+            false => (0..new.members())
+                .filter(|&i| i / nw >= old.groups as usize || i % nw >= ow)
+                .collect(),
+            true => (0..old.members()).filter(|&i| i % ow >= nw).collect(),
+        };
         let old_cap = old.capacity();
-        let r = self.reshape_for(&old, &new, old_cap, new.capacity(), added, &sizes);
+        let r = self.reshape_for(&old, &new, old_cap, new.capacity(), aside, &sizes);
         r.pos.store(rec.pos, Ordering::Release);
         r.wend.store(rec.pos, Ordering::Release);
         *r.backup.lock() = rec.backup;

@@ -2,6 +2,7 @@
 //! handed to the array's RAID family. Byte-granular writes are merged here into whole
 //! blocks under the stripe lock the family takes.
 
+use super::process::reshape::Route;
 use super::{Array, Core};
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::error::{Error, Result};
@@ -60,27 +61,23 @@ impl Array {
                 Some(r) => r.clone(),
             };
             let moved = r.moved.notified();
-            let (pos, wend) = (
-                r.pos.load(Ordering::Acquire),
-                r.wend.load(Ordering::Acquire),
-            );
             // Closing or failed: the request is refused as ever (`check_io`).
             let refused = self.dp().closing.load(Ordering::Acquire)
                 || self.dp().state.load().failed.is_some();
-            if end <= pos || refused {
+            if refused {
                 return (pass, vec![(offset, end, View::Cur(self.core.load()))]);
             }
-            if offset >= wend.max(pos) {
-                return (pass, vec![(offset, end, View::Old(r.old.clone()))]);
-            }
-            if split && wend <= pos && offset < pos {
-                return (
-                    pass,
-                    vec![
-                        (offset, pos, View::Cur(self.core.load())),
-                        (pos, end, View::Old(r.old.clone())),
-                    ],
-                );
+            match r.route(offset, end, split) {
+                Route::New => return (pass, vec![(offset, end, View::Cur(self.core.load()))]),
+                Route::Old => return (pass, vec![(offset, end, View::Old(r.old.clone()))]),
+                Route::Split { at, low_new } => {
+                    let (low, high) = match low_new {
+                        true => (View::Cur(self.core.load()), View::Old(r.old.clone())),
+                        false => (View::Old(r.old.clone()), View::Cur(self.core.load())),
+                    };
+                    return (pass, vec![(offset, at, low), (at, end, high)]);
+                }
+                Route::Wait => {}
             }
             drop(pass);
             // Woken when the window moves on; a second now and then in case a reshape

@@ -146,6 +146,28 @@ impl DataPath {
         } else {
             Placement::with_stride(&geometry, slot_sizes, stride)
         };
+        Self::with_map(shared, geometry, map, resync_offset)
+    }
+
+    /// The new layout's view during a reshape that narrows groups of `stride` slots
+    /// (see `Placement::narrowed`).
+    pub(crate) fn view_narrowed(
+        shared: Arc<Shared>,
+        geometry: Geometry,
+        slot_sizes: &[u64],
+        resync_offset: u64,
+        stride: usize,
+    ) -> DataPath {
+        let map = Placement::narrowed(&geometry, slot_sizes, stride);
+        Self::with_map(shared, geometry, map, resync_offset)
+    }
+
+    fn with_map(
+        shared: Arc<Shared>,
+        geometry: Geometry,
+        map: Placement,
+        resync_offset: u64,
+    ) -> DataPath {
         let size = map.volume_size(&geometry);
         DataPath {
             shared,

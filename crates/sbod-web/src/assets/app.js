@@ -225,6 +225,13 @@ function arrayActions(s) {
           ...(f.level ? { level: f.level } : {}), new_groups: f.new_groups === "groups" })),
     }, "grow"),
     el("button", {
+      onclick: () => run(s.name, "grow", `Remove members from ${s.name}?`,
+        `The data is restriped onto the other members while ${s.name} serves, and the volume shrinks at once ` +
+        `to what they hold (refused while it holds data past that size). Members that can leave: the last of every group.`,
+        [{ name: "members", label: "Members to let go (paths, separated by spaces)", placeholder: "/dev/sdX or /path/d7.img" }],
+        (f) => ({ remove: f.members.split(/\s+/).filter((x) => x) })),
+    }, "remove members"),
+    el("button", {
       onclick: () => run(s.name, "set", `Rebuild rates of ${s.name}`,
         `Background work (rebuild, scrub, resync) runs at least at the floor while clients are busy, ` +
         `and at most at the ceiling. 0 means no floor / no ceiling.`,

@@ -25,6 +25,16 @@
 //! backup into the window's new stripes. When `pos` reaches the old capacity the space the
 //! new layout adds is zeroed the same way (it reads as zeros, its parity and checksums are
 //! right), and the new view takes the whole volume.
+//!
+//! A reshape that narrows the groups (`sbod grow --remove`: the members leaving are the
+//! last of each group) goes the other way, as md's does: the new layout puts a volume
+//! offset at a higher member offset than the old one, so the walk starts at the new
+//! (smaller) capacity and goes down: the volume from `pos` on is in the new layout, below
+//! it in the old one, a window is `[pos - w, pos)`, and its new stripes overwrite old data
+//! that is already moved (or beyond the new capacity, which no client reaches any more).
+//! Only the last windows, near the volume's start, catch up with the data being read and
+//! are written aside, on the members leaving (their last rows hold old data that moved
+//! long before). When `pos` reaches 0 the members leaving are let go.
 
 use super::{ProcessHandle, Throttle};
 use crate::array::{Array, Core};
@@ -58,9 +68,11 @@ pub(crate) struct Reshape {
     pub old: Arc<Core>,
     /// The new layout's geometry.
     pub new: Geometry,
-    /// Below this the volume is in the new layout, durably (the superblocks say so).
+    /// Below this the volume is in the new layout, durably (the superblocks say so);
+    /// narrowing: from this on.
     pub pos: AtomicU64,
-    /// The end of the window being moved (`pos` when none is).
+    /// The far edge of the window being moved (`pos` when none is): its end going
+    /// forward, its start narrowing.
     pub wend: AtomicU64,
     /// Woken when a window ends (requests that waited for it go on).
     pub moved: tokio::sync::Notify,
@@ -69,8 +81,24 @@ pub(crate) struct Reshape {
     /// The volume's size in the old layout and in the new one.
     pub old_cap: u64,
     pub new_cap: u64,
-    /// The slots the new layout adds (they hold the backup area).
-    pub added: Vec<usize>,
+    /// The slots that hold the backup area: those the new layout adds, or (narrowing)
+    /// those it lets go.
+    pub aside: Vec<usize>,
+    /// The new layout has narrower groups: the walk goes down from the new capacity.
+    pub narrowing: bool,
+}
+
+/// Where a client request goes during a reshape (`Reshape::route`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// All of it in the new layout's view.
+    New,
+    /// All of it in the old layout's view.
+    Old,
+    /// Below `at` in the `low` view, from `at` on in the other.
+    Split { at: u64, low_new: bool },
+    /// It touches the window being moved: wait for it.
+    Wait,
 }
 
 /// A point in a window's move, for fault-injection tests (`Array::on_reshape_step`).
@@ -128,6 +156,68 @@ impl Reshape {
         (row * o.groups as u64 + g + 1) * o.stripe_data()
     }
 
+    /// Narrowing: where the old data at member row `row` of group `g` starts in the
+    /// volume (`u64::MAX`: the old layout has no such row).
+    fn old_start(&self, g: u64, row: u64) -> u64 {
+        let o = &self.old.dp.geometry;
+        if g >= o.groups as u64 || row >= o.stripes() {
+            return u64::MAX;
+        }
+        (row * o.groups as u64 + g) * o.stripe_data()
+    }
+
+    /// Narrowing: the start of the lowest old data that writing the new stripes of
+    /// `[lo, lo + w)` overwrites.
+    fn underwrites(&self, lo: u64, w: u64) -> u64 {
+        let u = self.unit();
+        let groups = self.new.groups as u64;
+        (lo / u..(lo + w) / u)
+            .map(|s| self.old_start(s % groups, s / groups))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Where a request on `[offset, end)` goes now; `split`: one across the boundary
+    /// between the layouts while no window is being moved is cut there (else it waits).
+    pub fn route(&self, offset: u64, end: u64, split: bool) -> Route {
+        let pos = self.pos.load(Ordering::Acquire);
+        let wend = self.wend.load(Ordering::Acquire);
+        if self.narrowing {
+            if offset >= pos {
+                Route::New
+            } else if end <= wend.min(pos) {
+                Route::Old
+            } else if split && wend >= pos && end > pos {
+                Route::Split {
+                    at: pos,
+                    low_new: false,
+                }
+            } else {
+                Route::Wait
+            }
+        } else if end <= pos {
+            Route::New
+        } else if offset >= wend.max(pos) {
+            Route::Old
+        } else if split && wend <= pos && offset < pos {
+            Route::Split {
+                at: pos,
+                low_new: true,
+            }
+        } else {
+            Route::Wait
+        }
+    }
+
+    /// The volume bytes still to move from `pos`.
+    pub fn left(&self, pos: u64) -> u64 {
+        if self.narrowing {
+            pos
+        } else {
+            self.new_cap - pos
+        }
+    }
+
     /// The end of the old data that writing the new stripes of `[pos, pos + w)` overwrites.
     fn overwrites(&self, pos: u64, w: u64) -> u64 {
         let u = self.unit();
@@ -143,6 +233,15 @@ impl Reshape {
     pub fn layout_of(&self, g: u64, row: u64) -> RowIn {
         let pos = self.pos.load(Ordering::Acquire);
         let s = row * self.new.groups as u64 + g;
+        if self.narrowing {
+            return if s * self.unit() >= pos && s * self.unit() < self.new_cap {
+                RowIn::New
+            } else if self.old_start(g, row) < pos {
+                RowIn::Old
+            } else {
+                RowIn::Neither
+            };
+        }
         if (s + 1) * self.unit() <= pos {
             RowIn::New
         } else if self.old_end(g, row) > pos {
@@ -153,7 +252,11 @@ impl Reshape {
     }
 
     /// The next window from `pos`: its length, and whether it must be written aside first.
+    /// Narrowing, the window is `[pos - w, pos)`.
     pub fn plan_window(&self, pos: u64) -> Result<(u64, bool)> {
+        if self.narrowing {
+            return self.plan_window_down(pos);
+        }
         let u = self.unit();
         let left = self.new_cap - pos;
         let most = (MAX_WINDOW / u).max(1) * u;
@@ -190,6 +293,47 @@ impl Reshape {
     }
 }
 
+impl Reshape {
+    /// `plan_window` narrowing: the window below `pos`.
+    fn plan_window_down(&self, pos: u64) -> Result<(u64, bool)> {
+        let u = self.unit();
+        let most = (MAX_WINDOW / u).max(1) * u;
+        let mut w = most.min(pos);
+        // In place: the new stripes overwrite only old data already moved (from `pos`
+        // on), or beyond the new capacity.
+        loop {
+            if self.underwrites(pos - w, w) >= pos {
+                return Ok((w, false));
+            }
+            if w <= u {
+                break;
+            }
+            w = (w / 2 / u).max(1) * u;
+        }
+        // Written aside: all it overwrites is in the window itself, and the backup area
+        // (the last rows of the members leaving) holds only old data already moved.
+        let area = self.backup_at() / self.new.chunk as u64;
+        let area_start = (0..self.new.groups as u64)
+            .map(|g| self.old_start(g, area))
+            .min()
+            .unwrap_or(u64::MAX);
+        let mut w = (self.backup_room() / u * u).min(pos);
+        while w >= u && area_start >= pos {
+            if self.underwrites(pos - w, w) >= pos - w {
+                return Ok((w, true));
+            }
+            w -= u;
+        }
+        Err(Error::Invalid(
+            format!(
+                "internal: the reshape from {} to {} cannot move the window below {pos}",
+                self.old.dp.geometry.level, self.new.level
+            )
+            .into(),
+        ))
+    }
+}
+
 impl Array {
     /// The reshape running, if any.
     pub(crate) fn reshaping(&self) -> Option<Arc<Reshape>> {
@@ -209,8 +353,10 @@ impl Array {
             return Ok(());
         };
         let h = self.claim(ProcessKind::Reshape, r.new_cap)?;
-        h.done
-            .store(r.pos.load(Ordering::Acquire), Ordering::Relaxed);
+        h.done.store(
+            r.new_cap - r.left(r.pos.load(Ordering::Acquire)),
+            Ordering::Relaxed,
+        );
         let result = self.reshape_windows(&r, &h).await;
         h.finish(result.as_ref().err().map(|e| e.to_string()));
         result
@@ -232,11 +378,12 @@ impl Array {
                 continue;
             }
             let pos = r.pos.load(Ordering::Acquire);
-            if pos >= r.new_cap {
+            if r.left(pos) == 0 {
                 return self.finish_reshape(r).await;
             }
             let (w, backup) = r.plan_window(pos)?;
-            match self.move_window(r, pos, w, backup).await {
+            let lo = if r.narrowing { pos - w } else { pos };
+            match self.move_window(r, lo, w, backup).await {
                 Ok(()) => {}
                 Err(e @ Error::NoSpace(_)) => {
                     // Its file system is full: try again when there is room.
@@ -246,17 +393,26 @@ impl Array {
                 }
                 Err(e) => return Err(e),
             }
-            h.done.store(pos + w, Ordering::Relaxed);
+            h.done.store(
+                r.new_cap - r.left(r.pos.load(Ordering::Acquire)),
+                Ordering::Relaxed,
+            );
             throttle.pace_by(self, w, self.gate.clients()).await;
         }
     }
 
-    /// Move `[pos, pos + w)` into the new layout (see the module's steps).
+    /// Move `[pos, pos + w)` into the new layout (see the module's steps); narrowing,
+    /// `pos` is the window's start and the durable position its end.
     async fn move_window(&self, r: &Reshape, pos: u64, w: u64, backup: bool) -> Result<()> {
+        // Where the durable position is now, and where it goes when the window is moved.
+        let (from, to, far) = match r.narrowing {
+            false => (pos, pos + w, pos + w),
+            true => (pos + w, pos, pos),
+        };
         // Open the window: requests in flight drain, new ones touching it wait.
         {
             let _x = self.gate.exclusive().await;
-            r.wend.store(pos + w, Ordering::Release);
+            r.wend.store(far, Ordering::Release);
         }
         let done = async {
             self.copy_window(r, pos, w, backup).await?;
@@ -268,7 +424,7 @@ impl Array {
             if r.backup.lock().is_none() {
                 // Nothing of the window's old stripes was overwritten: it stays in the old
                 // layout, as the superblocks say, and is served from there meanwhile.
-                r.wend.store(pos, Ordering::Release);
+                r.wend.store(from, Ordering::Release);
                 r.moved.notify_waiters();
             }
             // Else its old stripes may be half overwritten: requests keep waiting until
@@ -276,11 +432,11 @@ impl Array {
             return Err(e);
         }
         self.record_reshape(|| {
-            r.pos.store(pos + w, Ordering::Release);
+            r.pos.store(to, Ordering::Release);
             *r.backup.lock() = None;
         })
         .await;
-        r.wend.store(pos + w, Ordering::Release);
+        r.wend.store(to, Ordering::Release);
         r.moved.notify_waiters();
         self.reshape_step(Step::Recorded, pos);
         Ok(())
@@ -328,19 +484,20 @@ impl Array {
         Ok(out)
     }
 
-    /// Write a window aside on every added member, durably, and record where.
+    /// Write a window aside on every member holding the backup area, durably, and record
+    /// where.
     async fn write_backup(&self, r: &Reshape, pos: u64, data: &SharedBuf) -> Result<()> {
         let at = r.backup_at();
         let st = self.dp().state.load_full();
         let targets: Vec<Arc<Member>> = r
-            .added
+            .aside
             .iter()
             .filter(|&&i| st.slots[i].state == SlotState::Active)
             .filter_map(|&i| st.slots[i].member.clone())
             .collect();
         if targets.is_empty() {
             return Err(Error::Refused(
-                "every member the reshape added has failed: the first windows cannot be written aside"
+                "every member holding the reshape's backup area has failed: the windows that catch up with the data being read cannot be written aside"
                     .into(),
             ));
         }
@@ -357,7 +514,7 @@ impl Array {
         }
         if written == 0 {
             return Err(Error::Refused(
-                "the reshape's backup could not be written to any added member".into(),
+                "the reshape's backup could not be written to any member holding its area".into(),
             ));
         }
         let rec = BackupRec {
@@ -389,7 +546,25 @@ impl Array {
         self.dp().flush().await?;
         let _x = self.gate.exclusive().await;
         let _g = self.mgmt.lock().await;
-        let st = self.dp().state.load_full();
+        let mut st = (*self.dp().state.load_full()).clone();
+        // Narrowing: the last slots of each old group leave (their superblocks are
+        // wiped once the members that stay record the new layout without them).
+        let mut leaving = Vec::new();
+        if r.narrowing {
+            let (ow, nw) = (
+                r.old.dp.geometry.width as usize,
+                self.dp().geometry.width as usize,
+            );
+            let mut i = 0;
+            st.slots.retain(|s| {
+                let stays = i % ow < nw;
+                if !stays {
+                    leaving.extend(s.member.clone());
+                }
+                i += 1;
+                stays
+            });
+        }
         let sizes: Vec<u64> = st
             .slots
             .iter()
@@ -399,12 +574,17 @@ impl Array {
         let dp = DataPath::view(self.shared.clone(), r.new.clone(), &sizes, u64::MAX);
         self.core.store(Arc::new(Core { dp, family }));
         self.reshape.store(Arc::new(None));
-        let lost = self.persist(&st, false).await;
+        let lost = self.commit(st).await;
         drop(_g);
         drop(_x);
         r.moved.notify_waiters();
         for m in lost {
             self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
+        for m in leaving {
+            // Its superblock says it left this array (a later assembly does not take it).
+            Self::wipe(&m).await;
+            m.dev.close();
         }
         tracing::info!(array = %self.name(), size = self.size(), "reshape finished");
         self.kick();
@@ -421,7 +601,7 @@ impl Array {
         };
         let st = self.dp().state.load_full();
         let mut found = None;
-        for &i in &r.added {
+        for &i in &r.aside {
             let Some(m) = st.slots[i].member.clone() else {
                 continue;
             };
@@ -445,7 +625,7 @@ impl Array {
         let Some(data) = found else {
             return Err(Error::Refused(
                 format!(
-                    "the reshape was writing the volume's bytes {}..{} in place and no added member holds their backup whole",
+                    "the reshape was writing the volume's bytes {}..{} in place and no member holding its backup area has it whole",
                     b.start,
                     b.start + b.len
                 )
@@ -457,9 +637,13 @@ impl Array {
             .write(&core.dp, b.start, &data, false, &[])
             .await?;
         self.dp().flush().await?;
+        let to = match r.narrowing {
+            false => b.start + b.len,
+            true => b.start,
+        };
         self.record_reshape(|| {
-            r.pos.store(b.start + b.len, Ordering::Release);
-            r.wend.store(b.start + b.len, Ordering::Release);
+            r.pos.store(to, Ordering::Release);
+            r.wend.store(to, Ordering::Release);
             *r.backup.lock() = None;
         })
         .await;
@@ -483,9 +667,10 @@ mod tests {
             old.clone(),
             &sizes,
             u64::MAX,
-            new.width as usize,
+            old.width.max(new.width) as usize,
         );
         let family = crate::family::Personality::of(&old).unwrap();
+        let narrowing = old.width > new.width;
         Reshape {
             old: Arc::new(Core { dp, family }),
             new,
@@ -495,7 +680,8 @@ mod tests {
             backup: Default::default(),
             old_cap,
             new_cap,
-            added: vec![],
+            aside: vec![],
+            narrowing,
         }
     }
 
@@ -556,6 +742,88 @@ mod tests {
             );
             assert!(windows < 200, "{windows} windows");
         }
+    }
+
+    /// Walk a whole narrowing down from the new capacity: every window overwrites only
+    /// old data already moved (from the durable position on), or (written aside) only
+    /// data inside itself, and the backup area holds only old data already moved.
+    fn walk_down(old: Geometry, new: Geometry) -> (u64, u64) {
+        let r = reshape(old, new);
+        let (mut pos, mut windows, mut backups) = (r.new_cap, 0, 0);
+        while pos > 0 {
+            let (w, b) = r.plan_window(pos).expect("a window");
+            assert!(w > 0 && w % r.unit() == 0 && w <= pos);
+            let under = r.underwrites(pos - w, w);
+            if b {
+                assert!(under >= pos - w && w <= r.backup_room());
+                let area = r.backup_at() / r.new.chunk as u64;
+                assert!((0..r.new.groups as u64).all(|g| r.old_start(g, area) >= pos));
+                backups += 1;
+            } else {
+                assert!(
+                    under >= pos,
+                    "window below {pos} of {w} overwrites from {under}"
+                );
+            }
+            pos -= w;
+            windows += 1;
+        }
+        (windows, backups)
+    }
+
+    #[test]
+    fn narrowing_needs_a_backup_only_for_the_last_windows() {
+        for (old, new) in [
+            (geo(Level::Raid5, 1, 5), geo(Level::Raid5, 1, 4)),
+            (geo(Level::Raid5, 1, 4), geo(Level::Raid5, 1, 3)),
+            (geo(Level::Raid6, 1, 10), geo(Level::Raid6, 1, 8)),
+            (geo(Level::Raid0, 1, 3), geo(Level::Raid0, 1, 2)),
+            (
+                geo(Level::Ec { k: 5, m: 2 }, 1, 7),
+                geo(Level::Ec { k: 4, m: 2 }, 1, 6),
+            ),
+            (geo(Level::Raid6, 2, 7), geo(Level::Raid6, 2, 6)),
+        ] {
+            let (windows, backups) = walk_down(old.clone(), new.clone());
+            assert!(
+                (1..=3).contains(&backups),
+                "{old:?} -> {new:?}: {backups} backups"
+            );
+            assert!(windows < 200, "{windows} windows");
+        }
+    }
+
+    #[test]
+    fn routes_follow_the_direction_of_the_walk() {
+        let r = reshape(geo(Level::Raid5, 1, 5), geo(Level::Raid5, 1, 4));
+        r.pos.store(1 << 20, Ordering::Release);
+        r.wend.store(1 << 20, Ordering::Release);
+        assert_eq!(r.route(1 << 20, 2 << 20, false), Route::New);
+        assert_eq!(r.route(0, 4096, false), Route::Old);
+        assert_eq!(r.route(0, 2 << 20, false), Route::Wait);
+        assert_eq!(
+            r.route(0, 2 << 20, true),
+            Route::Split {
+                at: 1 << 20,
+                low_new: false
+            }
+        );
+        // A window below the position is being moved: what touches it waits.
+        r.wend.store(512 << 10, Ordering::Release);
+        assert_eq!(r.route(600 << 10, 700 << 10, true), Route::Wait);
+        assert_eq!(r.route(0, 4096, true), Route::Old);
+        let f = reshape(geo(Level::Raid5, 1, 4), geo(Level::Raid5, 1, 5));
+        f.pos.store(1 << 20, Ordering::Release);
+        f.wend.store(1 << 20, Ordering::Release);
+        assert_eq!(f.route(0, 4096, false), Route::New);
+        assert_eq!(f.route(1 << 20, 2 << 20, false), Route::Old);
+        assert_eq!(
+            f.route(0, 2 << 20, true),
+            Route::Split {
+                at: 1 << 20,
+                low_new: true
+            }
+        );
     }
 
     #[test]

@@ -205,6 +205,100 @@ impl Array {
         }
     }
 
+    /// The resync of a parity stripe some of whose members are out: where only parity
+    /// chunks are missing (a dedicated parity member that failed, say), every data chunk
+    /// is here, so the parity that is here is made to follow the data again (the missing
+    /// chunks are rebuilt in full, or from the bitmap, when their members come back).
+    /// `None` where a data chunk is missing or a read fails: the stripe stays held as
+    /// inconsistent (nothing is rebuilt from parity that may not match). Call with the
+    /// stripe lock held.
+    async fn resync_with_parity_out(
+        &self,
+        addr: StripeAddr,
+        members: &[Option<Arc<Member>>],
+    ) -> Result<Option<StripeCheck>> {
+        if !matches!(self.dp().geometry.scheme(), crate::layout::Scheme::Parity { m, .. } if m > 0)
+        {
+            return Ok(None);
+        }
+        let chunk = self.dp().geometry.chunk as u64;
+        let base = self.dp().map.stripe_offset(addr.stripe);
+        let raw = self.dp().crash_resync.load(Ordering::Acquire);
+        let bufs: Vec<SharedBuf> = members
+            .iter()
+            .map(|_| AlignedBuf::zeroed(chunk as usize).into_shared())
+            .collect();
+        let absent: Vec<usize> = (0..members.len())
+            .filter(|&i| members[i].is_none())
+            .collect();
+        let futs = members.iter().zip(&bufs).map(|(m, b)| async move {
+            match (m, raw) {
+                (None, _) => Ok(()),
+                (Some(m), true) => {
+                    self.dp()
+                        .mread_raw(m, base, b.clone(), IoClass::Background)
+                        .await
+                }
+                (Some(m), false) => {
+                    self.dp()
+                        .mread(m, base, b.clone(), IoClass::Background)
+                        .await
+                }
+            }
+        });
+        if futures::future::join_all(futs)
+            .await
+            .iter()
+            .any(|r| r.is_err())
+        {
+            return Ok(None);
+        }
+        let judged = self
+            .fam()
+            .judge(&self.dp(), addr, &bufs, &absent, CheckMode::Resync, &[])?;
+        if judged.skipped {
+            return Ok(None);
+        }
+        // What is here, renumbered: the rewrites of the parity that is here.
+        let here: Vec<usize> = (0..members.len()).filter(|i| !absent.contains(i)).collect();
+        let at = |i: usize| here.iter().position(|&j| j == i);
+        let present: Vec<Arc<Member>> = here.iter().map(|&i| members[i].clone().unwrap()).collect();
+        let present_bufs: Vec<SharedBuf> = here.iter().map(|&i| bufs[i].clone()).collect();
+        let rewrite: Vec<(usize, u64, SharedBuf)> = judged
+            .rewrite
+            .into_iter()
+            .filter_map(|(i, row, b)| at(i).map(|j| (j, row, b)))
+            .collect();
+        if raw {
+            self.dp()
+                .retag_resynced(&present, base, &present_bufs, &rewrite)
+                .await;
+        }
+        let mut out = StripeCheck {
+            mismatched_blocks: judged.mismatched_blocks,
+            ..Default::default()
+        };
+        for (j, row, buf) in rewrite {
+            let m = &present[j];
+            let n = buf.len() as u64 / 4096;
+            if let Err(e) = self
+                .dp()
+                .mwrite_in_place(m, base + row, buf, IoClass::Background)
+                .await
+            {
+                self.dp()
+                    .write_failed(m, &e, reason::SCRUB_REPAIR_WRITE)
+                    .await;
+                return Ok(None);
+            }
+            out.repaired_blocks += n;
+        }
+        if let Some(bm) = &self.dp().bitmap {
+            bm.synced(addr.group, addr.stripe);
+        }
+        Ok(Some(out))
+    }
+
     /// Read a whole stripe of a group, compare redundancy with data, and fix per `mode`.
     async fn check_stripe(&self, addr: StripeAddr, mode: CheckMode) -> Result<StripeCheck> {
         let (g, t) = (addr.group, addr.stripe);
@@ -235,6 +329,9 @@ impl Array {
             .collect();
         if members.iter().any(|m| m.is_none()) {
             if mode == CheckMode::Resync {
+                if let Some(c) = self.resync_with_parity_out(addr, &members).await? {
+                    return Ok(c);
+                }
                 // Nothing to make consistent without it; the checksums of what the others
                 // hold are made all the same (a crash leaves them behind the data).
                 if self.dp().crash_resync.load(Ordering::Acquire) {
