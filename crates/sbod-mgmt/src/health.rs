@@ -167,10 +167,16 @@ fn member_key(m: &sbod_types::MemberStatus) -> Option<String> {
 pub async fn watch(local: Arc<Local>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let name = local.name.clone();
     let (ev_tx, mut ev_rx) = tokio::sync::mpsc::unbounded_channel();
-    // Hot-plug: the kernel's uevents on a thread of their own (a blocking socket).
+    // Hot-plug: the kernel's uevents on a thread of their own (a blocking socket), or
+    // the lines of the file SBOD_HOTPLUG_EVENTS names (tests drive this duty with it).
     if std::env::var_os("SBOD_HOTPLUG").is_none_or(|v| v != "0") {
         let stop_flag = stop.clone();
-        match hotplug::Uevents::open() {
+        let source: std::io::Result<Box<dyn EventSource>> =
+            match std::env::var_os("SBOD_HOTPLUG_EVENTS") {
+                Some(p) => Ok(Box::new(hotplug::FileSource::new(p))),
+                None => hotplug::Uevents::open().map(|u| Box::new(u) as Box<dyn EventSource>),
+            };
+        match source {
             Ok(mut src) => {
                 std::thread::spawn(move || {
                     while !*stop_flag.borrow() {
@@ -377,6 +383,65 @@ pub async fn replace_with_spare(local: &Local, old: &str, spare: &str) -> Result
         });
     }
     Ok(())
+}
+
+/// The failure domain of each device joining `status`'s array (add, replace, grow --add)
+/// with the domain `asked` (empty: none given), and why where it was chosen for it: a
+/// device that is the other LUN of a dual-actuator drive a member is on joins that
+/// member's recorded failure domain (the array's domain rules then apply to it as to
+/// any), as `create` puts two such LUNs in one. Where that member has no domain recorded,
+/// an array that survives only one failure refuses it unless `force` (nothing would keep
+/// one drive from taking two members); one that survives more takes it with a warning.
+/// `leaving`: the member a replacement takes the place of (not a partner).
+pub fn joining_domains(
+    status: &Status,
+    joining: &[String],
+    asked: &str,
+    leaving: Option<&str>,
+    force: bool,
+) -> Result<Vec<(String, Option<String>)>> {
+    if !asked.is_empty() {
+        return Ok(joining.iter().map(|_| (asked.to_string(), None)).collect());
+    }
+    let members: Vec<(String, String)> = status
+        .members
+        .iter()
+        .filter(|m| !matches!(m.state, MemberState::Empty))
+        .filter(|m| {
+            leaving.is_none_or(|l| {
+                m.uuid.as_deref() != Some(l)
+                    && m.path
+                        .as_deref()
+                        .is_none_or(|p| p != l && Some(l) != crate::members::local_path(p))
+            })
+        })
+        .filter_map(|m| Some((m.path.clone()?, m.domain.clone())))
+        .collect();
+    let mut out = Vec::new();
+    for j in sbod_health::joining_domains(reader(), &members, joining) {
+        match j {
+            sbod_health::Joining::Alone => out.push((String::new(), None)),
+            sbod_health::Joining::Domain { domain, why } => {
+                tracing::info!(array = %status.name, "{why}");
+                out.push((domain, Some(why)));
+            }
+            sbod_health::Joining::Undomained { why, .. } => {
+                if status.redundancy == 1 && !force {
+                    return Err(crate::error::err_advised(
+                        crate::error::ErrorKind::Refused,
+                        format!("{why}, and '{}' survives only one failure", status.name),
+                        vec![
+                            sbod_types::Step::say("use a disk on another drive"),
+                            sbod_types::Step::force("use it all the same"),
+                        ],
+                    ));
+                }
+                tracing::warn!(array = %status.name, "{why}");
+                out.push((String::new(), None));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A disk plugged in: a former member is given back; a disk in a failed member's slot
