@@ -247,6 +247,13 @@ pub enum Decision {
     ReAdd { member: String, device: String },
     /// A new disk in a failed member's slot, and the array's policy is autoreplace.
     Replace { old: String, new: String },
+    /// A new disk in a failed member's slot, but autoreplace is off: the operator
+    /// replaces it by hand (why, in words, with the commands).
+    Withheld {
+        old: String,
+        new: String,
+        why: String,
+    },
     /// Nothing to do, and why.
     Leave(String),
 }
@@ -282,10 +289,14 @@ pub fn decide(
         ));
     };
     if !autoreplace {
-        return Decision::Leave(format!(
-            "{device} arrived in {loc}, the slot of {}: autoreplace is off (sbod set NAME --health-policy autoreplace=on), replace it by hand",
-            m.member
-        ));
+        return Decision::Withheld {
+            old: m.member.clone(),
+            new: device.to_string(),
+            why: format!(
+                "{device} arrived in {loc}, the slot of {}: autoreplace is off (sbod set NAME --health-policy autoreplace=on), replace it by hand (sbod replace NAME {} {device})",
+                m.member, m.member
+            ),
+        };
     }
     Decision::Replace {
         old: m.member.clone(),

@@ -326,7 +326,13 @@ fn hotplug_readds_a_former_member_and_autoreplaces_only_when_told() {
     )
     .unwrap();
     match hotplug::on_event(&s, &add("sdg"), &out, false) {
-        Some(Decision::Leave(why)) => assert!(why.contains("autoreplace is off"), "{why}"),
+        Some(Decision::Withheld { old, new, why }) => {
+            assert_eq!(
+                (old, new),
+                (out[0].member.clone(), t.p("dev/sdg").display().to_string())
+            );
+            assert!(why.contains("autoreplace is off"), "{why}");
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(

@@ -391,13 +391,15 @@ pub async fn replace_with_spare(local: &Local, old: &str, spare: &str) -> Result
 /// member's recorded failure domain (the array's domain rules then apply to it as to
 /// any), as `create` puts two such LUNs in one. Where that member has no domain recorded,
 /// an array that survives only one failure refuses it unless `force` (nothing would keep
-/// one drive from taking two members); one that survives more takes it with a warning.
+/// one drive from taking two members); one that survives more takes it with a warning,
+/// as does a mirror grown by copies (`grow`: each copy added is one more it survives).
 /// `leaving`: the member a replacement takes the place of (not a partner).
 pub fn joining_domains(
     status: &Status,
     joining: &[String],
     asked: &str,
     leaving: Option<&str>,
+    grow: bool,
     force: bool,
 ) -> Result<Vec<(String, Option<String>)>> {
     if !asked.is_empty() {
@@ -426,10 +428,11 @@ pub fn joining_domains(
                 out.push((domain, Some(why)));
             }
             sbod_health::Joining::Undomained { why, .. } => {
-                if status.redundancy == 1 && !force {
+                let more_copies = grow && status.level == sbod_types::Level::Raid1;
+                if status.redundancy == 1 && !more_copies && !force {
                     return Err(crate::error::err_advised(
                         crate::error::ErrorKind::Refused,
-                        format!("{why}, and '{}' survives only one failure", status.name),
+                        format!("{why}; '{}' survives only one failure", status.name),
                         vec![
                             sbod_types::Step::say("use a disk on another drive"),
                             sbod_types::Step::force("use it all the same"),
@@ -489,6 +492,9 @@ async fn on_disk_event(
     match decision {
         None => {}
         Some(Decision::Leave(why)) => tracing::info!(array = %name, "hot-plug: {why}"),
+        Some(Decision::Withheld { old, why, .. }) => {
+            tracing::warn!(array = %name, member = %old, "hot-plug: {why}")
+        }
         Some(Decision::ReAdd { member, device }) => {
             // Its registered name when that leads to it again, else the new node.
             let path = if std::path::Path::new(&member).exists() {

@@ -147,6 +147,7 @@ impl Local {
                             std::slice::from_ref(&member),
                             &domain,
                             None,
+                            false,
                             force,
                         )?
                         .remove(0);
@@ -214,6 +215,7 @@ impl Local {
                             &add,
                             &domain,
                             None,
+                            false,
                             force,
                         )?;
                         for (p, (d, w)) in add.iter().zip(domains) {
@@ -267,6 +269,7 @@ impl Local {
                     std::slice::from_ref(&new),
                     "",
                     Some(&old),
+                    false,
                     force,
                 )?
                 .remove(0);
