@@ -202,6 +202,7 @@ pub async fn watch(local: Arc<Local>, mut stop: tokio::sync::watch::Receiver<boo
     let mut lit: HashSet<String> = HashSet::new();
     let mut tried: HashMap<String, Instant> = HashMap::new();
     let mut warned: HashSet<String> = HashSet::new();
+    let mut rejoins = Rejoins::default();
     loop {
         let ev = tokio::select! {
             _ = stop.changed() => break,
@@ -226,6 +227,7 @@ pub async fn watch(local: Arc<Local>, mut stop: tokio::sync::watch::Receiver<boo
             on_disk_event(&local, &st, &seen, &policy, &ev).await;
             continue;
         }
+        rejoins.tick(&local, &policy).await;
         proactive(&local, &st, &policy, &mut tried, &mut warned).await;
     }
     // Lights this process lit are put out: the next one lights them again.
@@ -282,6 +284,86 @@ fn fault_leds(
                 tracing::info!(array = %st.name, member = %path, "fault LED off at {loc}");
             }
             lit.remove(&k);
+        }
+    }
+}
+
+/// Members failed by I/O errors, tried again after the policy's `rejoin_after` (Ceph's
+/// down-out interval): one that answers is taken back, resynced from the write-intent
+/// bitmap (`sbod add` of a held member); one that does not is tried again after twice the
+/// wait, and so on (at most 64 times the grace). Members failed by the administrator, for
+/// wrong data or a changed size, stale or missing ones are never taken back by this; remote
+/// members whose host went away come back by themselves (crate::rejoin).
+#[derive(Default)]
+struct Rejoins {
+    /// Per member uuid: when it was first seen failed, and tries so far (with the last).
+    failed: HashMap<uuid::Uuid, (Instant, u32, Option<Instant>)>,
+}
+
+/// Whether a member out for `reason` may be tried again: I/O errors only.
+fn rejoinable(reason: sbod_core::superblock::OutReason) -> bool {
+    use sbod_core::superblock::OutReason::*;
+    matches!(
+        reason,
+        WriteError | ReadErrors | FlushError | MetadataWrite | RepairWrite
+    )
+}
+
+impl Rejoins {
+    async fn tick(&mut self, local: &Local, policy: &HealthPolicy) {
+        let state = local.array.state();
+        let out: Vec<(uuid::Uuid, String, sbod_core::superblock::OutReason)> = state
+            .slots
+            .iter()
+            .filter(|s| s.state == sbod_core::superblock::SlotState::Failed)
+            .filter_map(|s| {
+                let r = s.out?.reason;
+                let m = s.member.as_ref()?;
+                rejoinable(r).then(|| (m.uuid, m.path.clone(), r))
+            })
+            .collect();
+        self.failed
+            .retain(|k, _| out.iter().any(|(u, _, _)| u == k));
+        let Some(grace) = policy.rejoin_after_secs.map(Duration::from_secs) else {
+            for (u, _, _) in &out {
+                self.failed.entry(*u).or_insert((Instant::now(), 0, None));
+            }
+            return;
+        };
+        for (uuid, path, reason) in out {
+            let (since, tries, last) =
+                *self.failed.entry(uuid).or_insert((Instant::now(), 0, None));
+            let wait = grace * 2u32.pow(tries.min(6));
+            let due = match last {
+                None => since.elapsed() >= grace,
+                Some(t) => t.elapsed() >= wait,
+            };
+            if !due {
+                continue;
+            }
+            self.failed
+                .insert(uuid, (since, tries + 1, Some(Instant::now())));
+            let name = &local.name;
+            match local
+                .call(Request::Add {
+                    member: path.clone(),
+                    domain: String::new(),
+                    force: false,
+                })
+                .await
+            {
+                Ok(_) => tracing::warn!(
+                    array = %name, member = %path,
+                    "{reason} {} s ago; it answers again: taken back from the write-intent bitmap (rejoin_after={})",
+                    since.elapsed().as_secs(), grace.as_secs()
+                ),
+                Err(e) => tracing::warn!(
+                    array = %name, member = %path,
+                    "{reason}; tried again after {} s and still not taken back: {e:#}; next try in {} s",
+                    since.elapsed().as_secs(),
+                    (grace * 2u32.pow((tries + 1).min(6))).as_secs()
+                ),
+            }
         }
     }
 }
