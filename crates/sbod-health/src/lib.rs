@@ -262,6 +262,10 @@ pub fn joining_domains(
         .zip(&joining_disks)
         .map(|(j, d)| {
             let Some(d) = d else { return Joining::Alone };
+            // A member's own disk (a former member given back): its recorded domain stands.
+            if member_disks.iter().flatten().any(|md| md == d) {
+                return Joining::Alone;
+            }
             let Some(key) = shared.get(d) else {
                 return Joining::Alone;
             };

@@ -211,8 +211,15 @@ fn a_lun_joining_later_gets_its_partners_failure_domain() {
             "{got:?}"
         );
     }
-    // The same disk again (a former member given back) is not its own partner.
+    // A former member given back (its disk is in the array's list, out) keeps its own
+    // recorded domain, even beside its drive's other LUN without one.
     let got = sbod_health::joining_domains(&r, &m(&[("/dev/sdd", "")]), &j(&["/dev/sdd"]));
+    assert_eq!(got[0], Joining::Alone);
+    let got = sbod_health::joining_domains(
+        &r,
+        &m(&[("/dev/sdd", ""), (&sde, "")]),
+        &j(&["/dev/disk/by-id/wwn-0x5000c500d0e0f011"]),
+    );
     assert_eq!(got[0], Joining::Alone);
 }
 
