@@ -1,6 +1,7 @@
 //! Disks arriving and leaving: the kernel's uevents for block devices (a
 //! NETLINK_KOBJECT_UEVENT socket through `netlink-sys`, each message parsed by
-//! `kobject-uevent`), behind an [`EventSource`] trait so that tests drive a [`FakeSource`].
+//! `kobject-uevent`), behind an [`EventSource`] trait so that tests drive a [`FakeSource`]
+//! (in process) or a [`FileSource`] (the serving process, `SBOD_HOTPLUG_EVENTS`).
 //! [`decide`] says what an arriving disk calls for: a former member is given back (the
 //! array resyncs it from its write-intent bitmap); a disk in a failed member's slot
 //! replaces it only where the array's autoreplace policy says so (ZFS's `autoreplace`),
