@@ -290,14 +290,17 @@ fn fault_leds(
 
 /// Members failed by I/O errors, tried again after the policy's `rejoin_after` (Ceph's
 /// down-out interval): one that answers is taken back, resynced from the write-intent
-/// bitmap (`sbod add` of a held member); one that does not is tried again after twice the
-/// wait, and so on (at most 64 times the grace). Members failed by the administrator, for
-/// wrong data or a changed size, stale or missing ones are never taken back by this; remote
-/// members whose host went away come back by themselves (crate::rejoin).
+/// bitmap (`sbod add` of a held member). Each try of a member, taken back or not, doubles
+/// the wait before its next (at most 64 times the grace): a member that does not answer is
+/// not asked every tick, and one that keeps failing again is not taken back every grace.
+/// Members failed by the administrator, for wrong data or a changed size, stale or missing
+/// ones are never taken back by this; remote members whose host went away come back by
+/// themselves (crate::rejoin).
 #[derive(Default)]
 struct Rejoins {
-    /// Per member uuid: when it was first seen failed, and tries so far (with the last).
-    failed: HashMap<uuid::Uuid, (Instant, u32, Option<Instant>)>,
+    /// Per member uuid: since when it is out this time (None: in service), tries so far,
+    /// and the last.
+    seen: HashMap<uuid::Uuid, (Option<Instant>, u32, Option<Instant>)>,
 }
 
 /// Whether a member out for `reason` may be tried again: I/O errors only.
@@ -322,27 +325,28 @@ impl Rejoins {
                 rejoinable(r).then(|| (m.uuid, m.path.clone(), r))
             })
             .collect();
-        self.failed
-            .retain(|k, _| out.iter().any(|(u, _, _)| u == k));
-        let Some(grace) = policy.rejoin_after_secs.map(Duration::from_secs) else {
-            for (u, _, _) in &out {
-                self.failed.entry(*u).or_insert((Instant::now(), 0, None));
+        for (u, e) in self.seen.iter_mut() {
+            if !out.iter().any(|(o, _, _)| o == u) {
+                e.0 = None;
             }
+        }
+        for (u, _, _) in &out {
+            let e = self.seen.entry(*u).or_insert((None, 0, None));
+            e.0.get_or_insert_with(Instant::now);
+        }
+        let Some(grace) = policy.rejoin_after_secs.map(Duration::from_secs) else {
             return;
         };
+        let wait = |tries: u32| grace * 2u32.pow(tries.min(6));
         for (uuid, path, reason) in out {
-            let (since, tries, last) =
-                *self.failed.entry(uuid).or_insert((Instant::now(), 0, None));
-            let wait = grace * 2u32.pow(tries.min(6));
-            let due = match last {
-                None => since.elapsed() >= grace,
-                Some(t) => t.elapsed() >= wait,
-            };
-            if !due {
+            let (since, tries, last) = self.seen[&uuid];
+            let since = since.unwrap_or_else(Instant::now);
+            let w = wait(tries);
+            if since.elapsed() < w || last.is_some_and(|t| t.elapsed() < w) {
                 continue;
             }
-            self.failed
-                .insert(uuid, (since, tries + 1, Some(Instant::now())));
+            self.seen
+                .insert(uuid, (Some(since), tries + 1, Some(Instant::now())));
             let name = &local.name;
             match local
                 .call(Request::Add {
@@ -354,14 +358,14 @@ impl Rejoins {
             {
                 Ok(_) => tracing::warn!(
                     array = %name, member = %path,
-                    "{reason} {} s ago; it answers again: taken back from the write-intent bitmap (rejoin_after={})",
-                    since.elapsed().as_secs(), grace.as_secs()
+                    "{reason} {} s ago; it answers again: taken back from the write-intent bitmap (rejoin_after={}; if it fails again, tried after {} s)",
+                    since.elapsed().as_secs(), grace.as_secs(), wait(tries + 1).as_secs()
                 ),
                 Err(e) => tracing::warn!(
                     array = %name, member = %path,
                     "{reason}; tried again after {} s and still not taken back: {e:#}; next try in {} s",
                     since.elapsed().as_secs(),
-                    (grace * 2u32.pow((tries + 1).min(6))).as_secs()
+                    wait(tries + 1).as_secs()
                 ),
             }
         }

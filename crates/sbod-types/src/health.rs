@@ -193,8 +193,8 @@ pub struct HealthPolicy {
     /// A member failed by I/O errors (writes, reads, flushes, its metadata) is tried again
     /// this many seconds after it failed, and taken back from the write-intent bitmap if it
     /// answers (Ceph's down-out interval: a cable pulled and pushed back, a controller
-    /// reset); each try that fails doubles the wait. None (the default): it stays failed
-    /// until the operator adds it back.
+    /// reset); each try doubles the wait before the member's next. None (the default):
+    /// it stays failed until the operator adds it back.
     pub rejoin_after_secs: Option<u64>,
 }
 
