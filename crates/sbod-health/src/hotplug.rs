@@ -1,6 +1,7 @@
 //! Disks arriving and leaving: the kernel's uevents for block devices (a
 //! NETLINK_KOBJECT_UEVENT socket through `netlink-sys`, each message parsed by
-//! `kobject-uevent`), behind an [`EventSource`] trait so that tests drive a [`FakeSource`].
+//! `kobject-uevent`), behind an [`EventSource`] trait so that tests drive a [`FakeSource`]
+//! (in process) or a [`FileSource`] (the serving process, `SBOD_HOTPLUG_EVENTS`).
 //! [`decide`] says what an arriving disk calls for: a former member is given back (the
 //! array resyncs it from its write-intent bitmap); a disk in a failed member's slot
 //! replaces it only where the array's autoreplace policy says so (ZFS's `autoreplace`),
@@ -134,6 +135,103 @@ impl EventSource for FakeSource {
     }
 }
 
+/// Events written as lines to a file, one per line: `add sdc`, `remove sdc`, `change sdc`,
+/// `add sdc1 partition` (the serving process reads it instead of the kernel's uevents
+/// where `SBOD_HOTPLUG_EVENTS` names it: tests drive the real serving process's
+/// hot-plug duty with it). Lines are read as they are appended; one that does not parse
+/// is skipped (and said); the file need not exist yet.
+pub struct FileSource {
+    path: std::path::PathBuf,
+    offset: u64,
+    pending: String,
+}
+
+impl FileSource {
+    pub fn new(path: impl Into<std::path::PathBuf>) -> FileSource {
+        FileSource {
+            path: path.into(),
+            offset: 0,
+            pending: String::new(),
+        }
+    }
+
+    /// Read what was appended since the last look.
+    fn read_more(&mut self) -> io::Result<()> {
+        use std::io::{Read, Seek};
+        let mut f = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        f.seek(io::SeekFrom::Start(self.offset))?;
+        let mut b = Vec::new();
+        f.read_to_end(&mut b)?;
+        self.offset += b.len() as u64;
+        self.pending.push_str(&String::from_utf8_lossy(&b));
+        Ok(())
+    }
+
+    /// The next whole line's event, skipping lines that are not one.
+    fn take(&mut self) -> Option<DiskEvent> {
+        while let Some(n) = self.pending.find('\n') {
+            let line: String = self.pending.drain(..=n).collect();
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            match parse_line(line) {
+                Some(ev) => return Some(ev),
+                None => eprintln!(
+                    "{}: '{line}' is not a disk event (ACTION NAME [partition]); skipped",
+                    self.path.display()
+                ),
+            }
+        }
+        None
+    }
+}
+
+/// One line of a [`FileSource`]: `ACTION NAME [partition]`.
+pub fn parse_line(line: &str) -> Option<DiskEvent> {
+    let mut w = line.split_whitespace();
+    let action = match w.next()? {
+        "add" => Action::Add,
+        "remove" => Action::Remove,
+        "change" => Action::Change,
+        _ => return None,
+    };
+    let name = w.next()?.trim_start_matches("/dev/").to_string();
+    let disk = match w.next() {
+        None | Some("disk") => true,
+        Some("partition") => false,
+        Some(_) => return None,
+    };
+    if w.next().is_some() || name.is_empty() || name.contains('/') {
+        return None;
+    }
+    Some(DiskEvent { action, name, disk })
+}
+
+impl EventSource for FileSource {
+    fn next(&mut self, timeout: Duration) -> io::Result<Option<DiskEvent>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(ev) = self.take() {
+                return Ok(Some(ev));
+            }
+            self.read_more()?;
+            if let Some(ev) = self.take() {
+                return Ok(Some(ev));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+}
+
 /// A member out of service, as last seen while it was there.
 #[derive(Clone, Debug, Default)]
 pub struct OutMember {
@@ -150,6 +248,13 @@ pub enum Decision {
     ReAdd { member: String, device: String },
     /// A new disk in a failed member's slot, and the array's policy is autoreplace.
     Replace { old: String, new: String },
+    /// A new disk in a failed member's slot, but autoreplace is off: the operator
+    /// replaces it by hand (why, in words, with the commands).
+    Withheld {
+        old: String,
+        new: String,
+        why: String,
+    },
     /// Nothing to do, and why.
     Leave(String),
 }
@@ -185,10 +290,14 @@ pub fn decide(
         ));
     };
     if !autoreplace {
-        return Decision::Leave(format!(
-            "{device} arrived in {loc}, the slot of {}: autoreplace is off (sbod set NAME --health-policy autoreplace=on), replace it by hand",
-            m.member
-        ));
+        return Decision::Withheld {
+            old: m.member.clone(),
+            new: device.to_string(),
+            why: format!(
+                "{device} arrived in {loc}, the slot of {}: autoreplace is off (sbod set NAME --health-policy autoreplace=on), replace it by hand (sbod replace NAME {} {device})",
+                m.member, m.member
+            ),
+        };
     }
     Decision::Replace {
         old: m.member.clone(),
@@ -210,7 +319,7 @@ pub fn on_event(
     let identity = sysfs.identity(&ev.name);
     let location = sysfs.location(&ev.name).map(|(l, _)| l);
     Some(decide(
-        &format!("/dev/{}", ev.name),
+        &sysfs.dev_path(&ev.name),
         &identity,
         location.as_ref(),
         out,
@@ -241,5 +350,38 @@ mod tests {
         let usb =
             b"add@/devices/usb1\0ACTION=add\0DEVPATH=/devices/usb1\0SUBSYSTEM=usb\0SEQNUM=9\0";
         assert_eq!(parse_uevent(usb), None);
+    }
+
+    /// A file of events, read as lines are appended; bad lines skipped, partial lines
+    /// kept until whole.
+    #[test]
+    fn a_file_of_events_is_read_as_it_grows() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("events");
+        let mut src = FileSource::new(&p);
+        assert_eq!(
+            src.next(Duration::from_millis(10)).unwrap(),
+            None,
+            "no file yet"
+        );
+        let mut f = std::fs::File::create(&p).unwrap();
+        f.write_all(b"add sdc\nbogus line\nremove /dev/sdd\nadd sdc1 part")
+            .unwrap();
+        let ev = |a, n: &str, d| {
+            Some(DiskEvent {
+                action: a,
+                name: n.into(),
+                disk: d,
+            })
+        };
+        let t = Duration::from_millis(10);
+        assert_eq!(src.next(t).unwrap(), ev(Action::Add, "sdc", true));
+        assert_eq!(src.next(t).unwrap(), ev(Action::Remove, "sdd", true));
+        assert_eq!(src.next(t).unwrap(), None, "a partial line waits");
+        f.write_all(b"ition\n").unwrap();
+        assert_eq!(src.next(t).unwrap(), ev(Action::Add, "sdc1", false));
+        assert_eq!(parse_line("add ../sda"), None);
+        assert_eq!(parse_line("add sda disk extra"), None);
     }
 }

@@ -211,12 +211,100 @@ pub fn drive_domains(reader: &Reader, members: &[String]) -> Vec<Option<String>>
     let shared = reader.sysfs.shared_drives(&known);
     disks
         .iter()
-        .map(|d| {
-            let key = shared.get(d.as_ref()?)?;
-            Some(format!(
-                "drive:{}",
-                key.strip_prefix("serial:").unwrap_or(key)
-            ))
+        .map(|d| Some(drive_label(shared.get(d.as_ref()?)?)))
+        .collect()
+}
+
+/// A dual-actuator drive's failure domain label from its key in
+/// [`sysfs::Sysfs::shared_drives`]: `drive:SERIAL` (or the WWN base).
+fn drive_label(key: &str) -> String {
+    format!("drive:{}", key.strip_prefix("serial:").unwrap_or(key))
+}
+
+/// What a device joining an array (`sbod add`, `replace`, `grow --add`) without a failure
+/// domain of its own gets for being one LUN of a dual-actuator drive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Joining {
+    /// It shares no drive with a member or with another device joining: as asked.
+    Alone,
+    /// It shares a drive: this failure domain (the member's on that drive, as recorded;
+    /// or `drive:SERIAL` with another device joining beside it), and why, in words.
+    Domain { domain: String, why: String },
+    /// It shares a drive with a member that has no failure domain recorded: nothing
+    /// keeps the two apart (why, in words).
+    Undomained { partner: String, why: String },
+}
+
+/// For each device joining, whether it is the other LUN of a dual-actuator drive that a
+/// member (`members`: path and recorded failure domain) or another joining device is on,
+/// and the failure domain it must then have: the partner's, since one drive failing takes
+/// both (what `create` does with [`drive_domains`], for the members that come later).
+pub fn joining_domains(
+    reader: &Reader,
+    members: &[(String, String)],
+    joining: &[String],
+) -> Vec<Joining> {
+    let disk_of = |p: &str| match reader.kind(p) {
+        MemberKind::Disk { disk } => Some(disk),
+        _ => None,
+    };
+    let member_disks: Vec<Option<String>> = members.iter().map(|(p, _)| disk_of(p)).collect();
+    let joining_disks: Vec<Option<String>> = joining.iter().map(|p| disk_of(p)).collect();
+    let all: Vec<String> = member_disks
+        .iter()
+        .chain(&joining_disks)
+        .flatten()
+        .cloned()
+        .collect();
+    let shared = reader.sysfs.shared_drives(&all);
+    joining
+        .iter()
+        .zip(&joining_disks)
+        .map(|(j, d)| {
+            let Some(d) = d else { return Joining::Alone };
+            // A member's own disk (a former member given back): its recorded domain stands.
+            if member_disks.iter().flatten().any(|md| md == d) {
+                return Joining::Alone;
+            }
+            let Some(key) = shared.get(d) else {
+                return Joining::Alone;
+            };
+            let label = drive_label(key);
+            let partners: Vec<(&String, &String)> = members
+                .iter()
+                .zip(&member_disks)
+                .filter(|(_, md)| md.as_ref().is_some_and(|md| md != d && shared.get(md) == Some(key)))
+                .map(|((p, dom), _)| (p, dom))
+                .collect();
+            if let Some((p, dom)) = partners.iter().find(|(_, dom)| !dom.is_empty()) {
+                return Joining::Domain {
+                    domain: dom.to_string(),
+                    why: format!(
+                        "{j} and member {p} are two LUNs of one dual-actuator drive ({label}): one drive failing takes both, so {j} joins {p}'s failure domain '{dom}'"
+                    ),
+                };
+            }
+            if let Some((p, _)) = partners.first() {
+                return Joining::Undomained {
+                    partner: p.to_string(),
+                    why: format!(
+                        "{j} and member {p} are two LUNs of one dual-actuator drive ({label}): one drive failing takes both, and {p} has no failure domain recorded to keep them apart"
+                    ),
+                };
+            }
+            let beside = joining
+                .iter()
+                .zip(&joining_disks)
+                .any(|(o, od)| o != j && od.as_ref().is_some_and(|od| od != d && shared.get(od) == Some(key)));
+            if beside {
+                return Joining::Domain {
+                    domain: label.clone(),
+                    why: format!(
+                        "{j} is one LUN of a dual-actuator drive ({label}) another device joining with it is on: failure domain '{label}'"
+                    ),
+                };
+            }
+            Joining::Alone
         })
         .collect()
 }

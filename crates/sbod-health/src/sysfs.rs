@@ -75,13 +75,35 @@ impl Sysfs {
     /// The kernel name of the block device a member path names ("/dev/sdc",
     /// "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4" -> "sdc"), if it is one the kernel lists.
     pub fn kernel_name(&self, member: &str) -> Option<String> {
-        if !member.starts_with("/dev/") {
+        let p = if member.starts_with("/dev/") {
+            self.path(member)
+        } else if self.in_root_dev(member) {
+            // Under a test's root, a member opened through the tree's own dev/.
+            PathBuf::from(member)
+        } else {
             return None;
-        }
-        let p = self.path(member);
+        };
         let real = std::fs::canonicalize(&p).unwrap_or(p);
         let name = real.file_name()?.to_string_lossy().into_owned();
         self.block(&name).exists().then_some(name)
+    }
+
+    /// Whether a path lies in the root's dev/ (never under the host's `/`: there,
+    /// members are named /dev/...): a fake tree's device files, which tests use as members
+    /// (the engine opens them as files; health sees the disk the tree describes).
+    fn in_root_dev(&self, member: &str) -> bool {
+        if self.root == Path::new("/") {
+            return false;
+        }
+        let m = Path::new(member);
+        m.starts_with(self.root.join("dev"))
+            || std::fs::canonicalize(&self.root).is_ok_and(|r| m.starts_with(r.join("dev")))
+    }
+
+    /// The path by which a disk's kernel name is opened: `/dev/NAME` on a host, the
+    /// tree's own under a test's root.
+    pub fn dev_path(&self, name: &str) -> String {
+        self.path(format!("/dev/{name}")).display().to_string()
     }
 
     /// The whole disk a block device is part of ("sdc1" -> "sdc"; "nvme0n1p2" ->

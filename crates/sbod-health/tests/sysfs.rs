@@ -6,7 +6,7 @@ mod faketree;
 use sbod_health::hotplug::{self, Action, Decision, DiskEvent, EventSource, FakeSource, OutMember};
 use sbod_health::led::{self, Led};
 use sbod_health::sysfs::Sysfs;
-use sbod_health::{MemberKind, Reader};
+use sbod_health::{Joining, MemberKind, Reader};
 use std::time::Duration;
 
 #[test]
@@ -146,6 +146,83 @@ fn dual_actuator_luns_get_one_failure_domain() {
     );
 }
 
+/// A device joining later (`sbod add`, `replace`, `grow --add`) that is the other LUN of
+/// a member's dual-actuator drive joins that member's recorded failure domain; with a
+/// member that has none it is said to be unprotected; two joining together get the
+/// drive's domain; others are left as asked. Members are found by any name (by-id links,
+/// partitions, the tree's own device files).
+#[test]
+fn a_lun_joining_later_gets_its_partners_failure_domain() {
+    let t = faketree::rack();
+    let r = Reader {
+        sysfs: Sysfs::new(t.root()),
+        ..Reader::default()
+    };
+    let m = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(p, d)| (p.to_string(), d.to_string()))
+            .collect()
+    };
+    let j = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+    // sdd is a member in domain "rack2": sde, the other LUN of its drive, joins it.
+    let sde = t.p("dev/sde").display().to_string();
+    let got = sbod_health::joining_domains(
+        &r,
+        &m(&[("/dev/sdc1", "rack1"), ("/dev/sdd", "rack2")]),
+        &j(&[&sde, "/dev/sdf", "/srv/d9.img"]),
+    );
+    match &got[0] {
+        Joining::Domain { domain, why } => {
+            assert_eq!(domain, "rack2");
+            assert!(
+                why.contains("member /dev/sdd") && why.contains("drive:ZJV0A2X1"),
+                "{why}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(got[1], Joining::Alone, "a dual-actuator drive alone: sdf");
+    assert_eq!(got[2], Joining::Alone, "a file");
+    // By its by-id name, and the member by its by-id name too.
+    let got = sbod_health::joining_domains(
+        &r,
+        &m(&[("/dev/disk/by-id/wwn-0x5000c500d0e0f010", "drive:ZJV0A2X1")]),
+        &j(&["/dev/disk/by-id/wwn-0x5000c500d0e0f011"]),
+    );
+    assert!(
+        matches!(&got[0], Joining::Domain { domain, .. } if domain == "drive:ZJV0A2X1"),
+        "{got:?}"
+    );
+    // A partner without a domain: nothing keeps them apart.
+    let got = sbod_health::joining_domains(&r, &m(&[("/dev/sdd", "")]), &j(&["/dev/sde"]));
+    match &got[0] {
+        Joining::Undomained { partner, why } => {
+            assert_eq!(partner, "/dev/sdd");
+            assert!(why.contains("no failure domain recorded"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Both LUNs joining at once (grow --add): the drive's domain, as create gives.
+    let got =
+        sbod_health::joining_domains(&r, &m(&[("/dev/sdc", "")]), &j(&["/dev/sdd", "/dev/sde"]));
+    for g in &got {
+        assert!(
+            matches!(g, Joining::Domain { domain, .. } if domain == "drive:ZJV0A2X1"),
+            "{got:?}"
+        );
+    }
+    // A former member given back (its disk is in the array's list, out) keeps its own
+    // recorded domain, even beside its drive's other LUN without one.
+    let got = sbod_health::joining_domains(&r, &m(&[("/dev/sdd", "")]), &j(&["/dev/sdd"]));
+    assert_eq!(got[0], Joining::Alone);
+    let got = sbod_health::joining_domains(
+        &r,
+        &m(&[("/dev/sdd", ""), (&sde, "")]),
+        &j(&["/dev/disk/by-id/wwn-0x5000c500d0e0f011"]),
+    );
+    assert_eq!(got[0], Joining::Alone);
+}
+
 #[test]
 fn locate_and_fault_leds_are_written_in_sysfs() {
     let t = faketree::rack();
@@ -240,7 +317,8 @@ fn hotplug_readds_a_former_member_and_autoreplaces_only_when_told() {
         vec![
             Some(Decision::ReAdd {
                 member: out[0].member.clone(),
-                device: "/dev/sdc".into()
+                // The tree's own node: a test's tree never names the host's /dev.
+                device: t.p("dev/sdc").display().to_string()
             }),
             None,
             None
@@ -255,14 +333,20 @@ fn hotplug_readds_a_former_member_and_autoreplaces_only_when_told() {
     )
     .unwrap();
     match hotplug::on_event(&s, &add("sdg"), &out, false) {
-        Some(Decision::Leave(why)) => assert!(why.contains("autoreplace is off"), "{why}"),
+        Some(Decision::Withheld { old, new, why }) => {
+            assert_eq!(
+                (old, new),
+                (out[0].member.clone(), t.p("dev/sdg").display().to_string())
+            );
+            assert!(why.contains("autoreplace is off"), "{why}");
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(
         hotplug::on_event(&s, &add("sdg"), &out, true),
         Some(Decision::Replace {
             old: out[0].member.clone(),
-            new: "/dev/sdg".into()
+            new: t.p("dev/sdg").display().to_string()
         })
     );
     // A disk in another slot is never taken.

@@ -167,10 +167,16 @@ fn member_key(m: &sbod_types::MemberStatus) -> Option<String> {
 pub async fn watch(local: Arc<Local>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let name = local.name.clone();
     let (ev_tx, mut ev_rx) = tokio::sync::mpsc::unbounded_channel();
-    // Hot-plug: the kernel's uevents on a thread of their own (a blocking socket).
+    // Hot-plug: the kernel's uevents on a thread of their own (a blocking socket), or
+    // the lines of the file SBOD_HOTPLUG_EVENTS names (tests drive this duty with it).
     if std::env::var_os("SBOD_HOTPLUG").is_none_or(|v| v != "0") {
         let stop_flag = stop.clone();
-        match hotplug::Uevents::open() {
+        let source: std::io::Result<Box<dyn EventSource>> =
+            match std::env::var_os("SBOD_HOTPLUG_EVENTS") {
+                Some(p) => Ok(Box::new(hotplug::FileSource::new(p))),
+                None => hotplug::Uevents::open().map(|u| Box::new(u) as Box<dyn EventSource>),
+            };
+        match source {
             Ok(mut src) => {
                 std::thread::spawn(move || {
                     while !*stop_flag.borrow() {
@@ -196,6 +202,7 @@ pub async fn watch(local: Arc<Local>, mut stop: tokio::sync::watch::Receiver<boo
     let mut lit: HashSet<String> = HashSet::new();
     let mut tried: HashMap<String, Instant> = HashMap::new();
     let mut warned: HashSet<String> = HashSet::new();
+    let mut rejoins = Rejoins::default();
     loop {
         let ev = tokio::select! {
             _ = stop.changed() => break,
@@ -220,6 +227,7 @@ pub async fn watch(local: Arc<Local>, mut stop: tokio::sync::watch::Receiver<boo
             on_disk_event(&local, &st, &seen, &policy, &ev).await;
             continue;
         }
+        rejoins.tick(&local, &policy).await;
         proactive(&local, &st, &policy, &mut tried, &mut warned).await;
     }
     // Lights this process lit are put out: the next one lights them again.
@@ -276,6 +284,90 @@ fn fault_leds(
                 tracing::info!(array = %st.name, member = %path, "fault LED off at {loc}");
             }
             lit.remove(&k);
+        }
+    }
+}
+
+/// Members failed by I/O errors, tried again after the policy's `rejoin_after` (Ceph's
+/// down-out interval): one that answers is taken back, resynced from the write-intent
+/// bitmap (`sbod add` of a held member). Each try of a member, taken back or not, doubles
+/// the wait before its next (at most 64 times the grace): a member that does not answer is
+/// not asked every tick, and one that keeps failing again is not taken back every grace.
+/// Members failed by the administrator, for wrong data or a changed size, stale or missing
+/// ones are never taken back by this; remote members whose host went away come back by
+/// themselves (crate::rejoin).
+#[derive(Default)]
+struct Rejoins {
+    /// Per member uuid: since when it is out this time (None: in service), tries so far,
+    /// and the last.
+    seen: HashMap<uuid::Uuid, (Option<Instant>, u32, Option<Instant>)>,
+}
+
+/// Whether a member out for `reason` may be tried again: I/O errors only.
+fn rejoinable(reason: sbod_core::superblock::OutReason) -> bool {
+    use sbod_core::superblock::OutReason::*;
+    matches!(
+        reason,
+        WriteError | ReadErrors | FlushError | MetadataWrite | RepairWrite
+    )
+}
+
+impl Rejoins {
+    async fn tick(&mut self, local: &Local, policy: &HealthPolicy) {
+        let state = local.array.state();
+        let out: Vec<(uuid::Uuid, String, sbod_core::superblock::OutReason)> = state
+            .slots
+            .iter()
+            .filter(|s| s.state == sbod_core::superblock::SlotState::Failed)
+            .filter_map(|s| {
+                let r = s.out?.reason;
+                let m = s.member.as_ref()?;
+                rejoinable(r).then(|| (m.uuid, m.path.clone(), r))
+            })
+            .collect();
+        for (u, e) in self.seen.iter_mut() {
+            if !out.iter().any(|(o, _, _)| o == u) {
+                e.0 = None;
+            }
+        }
+        for (u, _, _) in &out {
+            let e = self.seen.entry(*u).or_insert((None, 0, None));
+            e.0.get_or_insert_with(Instant::now);
+        }
+        let Some(grace) = policy.rejoin_after_secs.map(Duration::from_secs) else {
+            return;
+        };
+        let wait = |tries: u32| grace * 2u32.pow(tries.min(6));
+        for (uuid, path, reason) in out {
+            let (since, tries, last) = self.seen[&uuid];
+            let since = since.unwrap_or_else(Instant::now);
+            let w = wait(tries);
+            if since.elapsed() < w || last.is_some_and(|t| t.elapsed() < w) {
+                continue;
+            }
+            self.seen
+                .insert(uuid, (Some(since), tries + 1, Some(Instant::now())));
+            let name = &local.name;
+            match local
+                .call(Request::Add {
+                    member: path.clone(),
+                    domain: String::new(),
+                    force: false,
+                })
+                .await
+            {
+                Ok(_) => tracing::warn!(
+                    array = %name, member = %path,
+                    "{reason} {} s ago; it answers again: taken back from the write-intent bitmap (rejoin_after={}; if it fails again, tried after {} s)",
+                    since.elapsed().as_secs(), grace.as_secs(), wait(tries + 1).as_secs()
+                ),
+                Err(e) => tracing::warn!(
+                    array = %name, member = %path,
+                    "{reason}; tried again after {} s and still not taken back: {e:#}; next try in {} s",
+                    since.elapsed().as_secs(),
+                    wait(tries + 1).as_secs()
+                ),
+            }
         }
     }
 }
@@ -379,6 +471,68 @@ pub async fn replace_with_spare(local: &Local, old: &str, spare: &str) -> Result
     Ok(())
 }
 
+/// The failure domain of each device joining `status`'s array (add, replace, grow --add)
+/// with the domain `asked` (empty: none given), and why where it was chosen for it: a
+/// device that is the other LUN of a dual-actuator drive a member is on joins that
+/// member's recorded failure domain (the array's domain rules then apply to it as to
+/// any), as `create` puts two such LUNs in one. Where that member has no domain recorded,
+/// an array that survives only one failure refuses it unless `force` (nothing would keep
+/// one drive from taking two members); one that survives more takes it with a warning,
+/// as does a mirror grown by copies (`grow`: each copy added is one more it survives).
+/// `leaving`: the member a replacement takes the place of (not a partner).
+pub fn joining_domains(
+    status: &Status,
+    joining: &[String],
+    asked: &str,
+    leaving: Option<&str>,
+    grow: bool,
+    force: bool,
+) -> Result<Vec<(String, Option<String>)>> {
+    if !asked.is_empty() {
+        return Ok(joining.iter().map(|_| (asked.to_string(), None)).collect());
+    }
+    let members: Vec<(String, String)> = status
+        .members
+        .iter()
+        .filter(|m| !matches!(m.state, MemberState::Empty))
+        .filter(|m| {
+            leaving.is_none_or(|l| {
+                m.uuid.as_deref() != Some(l)
+                    && m.path
+                        .as_deref()
+                        .is_none_or(|p| p != l && Some(l) != crate::members::local_path(p))
+            })
+        })
+        .filter_map(|m| Some((m.path.clone()?, m.domain.clone())))
+        .collect();
+    let mut out = Vec::new();
+    for j in sbod_health::joining_domains(reader(), &members, joining) {
+        match j {
+            sbod_health::Joining::Alone => out.push((String::new(), None)),
+            sbod_health::Joining::Domain { domain, why } => {
+                tracing::info!(array = %status.name, "{why}");
+                out.push((domain, Some(why)));
+            }
+            sbod_health::Joining::Undomained { why, .. } => {
+                let more_copies = grow && status.level == sbod_types::Level::Raid1;
+                if status.redundancy == 1 && !more_copies && !force {
+                    return Err(crate::error::err_advised(
+                        crate::error::ErrorKind::Refused,
+                        format!("{why}; '{}' survives only one failure", status.name),
+                        vec![
+                            sbod_types::Step::say("use a disk on another drive"),
+                            sbod_types::Step::force("use it all the same"),
+                        ],
+                    ));
+                }
+                tracing::warn!(array = %status.name, "{why}");
+                out.push((String::new(), None));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A disk plugged in: a former member is given back; a disk in a failed member's slot
 /// replaces it where autoreplace is on.
 async fn on_disk_event(
@@ -424,6 +578,9 @@ async fn on_disk_event(
     match decision {
         None => {}
         Some(Decision::Leave(why)) => tracing::info!(array = %name, "hot-plug: {why}"),
+        Some(Decision::Withheld { old, why, .. }) => {
+            tracing::warn!(array = %name, member = %old, "hot-plug: {why}")
+        }
         Some(Decision::ReAdd { member, device }) => {
             // Its registered name when that leads to it again, else the new node.
             let path = if std::path::Path::new(&member).exists() {

@@ -164,13 +164,26 @@ impl Local {
                 // remote link given up as unreachable: the operator says the host is
                 // back, so it is asked again on a new connection rather than answered
                 // from the old link's failure.
-                let spec = match a.held_device(&member) {
-                    Some(s) if s.dev.link_up() != Some(false) => s,
-                    _ => members::open(&member, &domain)?,
+                let (spec, why) = match a.held_device(&member) {
+                    Some(s) if s.dev.link_up() != Some(false) => (s, None),
+                    _ => {
+                        // The other LUN of a member's dual-actuator drive joins its domain.
+                        let (domain, why) = crate::health::joining_domains(
+                            &a.status(),
+                            std::slice::from_ref(&member),
+                            &domain,
+                            None,
+                            false,
+                            force,
+                        )?
+                        .remove(0);
+                        (members::open(&member, &domain)?, why)
+                    }
                 };
                 let r = a.add(spec, force).await;
-                let outcome =
-                    self.record_after(room, r, &format!("{member} added"), Some(&member))?;
+                let outcome = self
+                    .record_after(room, r, &format!("{member} added"), Some(&member))
+                    .map_err(|e| explained(e, why))?;
                 serde_json::to_value(outcome)?
             }
             Request::AddLog { device, force } => {
@@ -193,6 +206,7 @@ impl Local {
             } => {
                 let room = room()?;
                 let before = a.size();
+                let mut why = None;
                 let r = match &drop {
                     None if !remove.is_empty() => a.grow_remove(&remove, force).await.map(|o| {
                         let g = a.geometry();
@@ -241,8 +255,17 @@ impl Local {
                     }),
                     None => {
                         let mut specs = Vec::new();
-                        for p in &add {
-                            specs.push(members::open(p, &domain)?);
+                        let domains = crate::health::joining_domains(
+                            &a.status(),
+                            &add,
+                            &domain,
+                            None,
+                            false,
+                            force,
+                        )?;
+                        for (p, (d, w)) in add.iter().zip(domains) {
+                            specs.push(members::open(p, &d)?);
+                            why = why.or(w);
                         }
                         a.grow_to(level, specs, new_groups, force).await.map(|o| {
                             let g = a.geometry();
@@ -285,15 +308,27 @@ impl Local {
                     None if add.is_empty() => "members grown".to_string(),
                     None => format!("grown by {}", add.join(", ")),
                 };
-                let out = self.record_after(room, r, &done, add.first().map(|s| s.as_str()))?;
+                let out = self
+                    .record_after(room, r, &done, add.first().map(|s| s.as_str()))
+                    .map_err(|e| explained(e, why))?;
                 serde_json::to_value(out)?
             }
             Request::Replace { old, new, force } => {
                 let room = room()?;
-                let spec = members::open(&new, "")?;
+                let (domain, why) = crate::health::joining_domains(
+                    &a.status(),
+                    std::slice::from_ref(&new),
+                    "",
+                    Some(&old),
+                    false,
+                    force,
+                )?
+                .remove(0);
+                let spec = members::open(&new, &domain)?;
                 let r = a.replace(&old, spec, force).await;
                 let done = format!("{new} is being rebuilt to replace {old}");
-                self.record_after(room, r, &done, Some(&new))?;
+                self.record_after(room, r, &done, Some(&new))
+                    .map_err(|e| explained(e, why))?;
                 Value::Null
             }
             Request::Scrub { repair } => serde_json::to_value(a.start_scrub(repair)?.status())?,
@@ -341,6 +376,15 @@ impl Local {
                 }
             },
         })
+    }
+}
+
+/// A refusal of a device that was given its dual-actuator partner's failure domain says
+/// why it has that domain.
+fn explained(e: anyhow::Error, why: Option<String>) -> anyhow::Error {
+    match why {
+        Some(w) => e.context(w),
+        None => e,
     }
 }
 

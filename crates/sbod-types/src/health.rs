@@ -190,6 +190,12 @@ pub struct HealthPolicy {
     pub autoreplace: bool,
     /// Seconds between two readings in the serving process (smartd's default is 1800).
     pub interval_secs: u64,
+    /// A member failed by I/O errors (writes, reads, flushes, its metadata) is tried again
+    /// this many seconds after it failed, and taken back from the write-intent bitmap if it
+    /// answers (Ceph's down-out interval: a cable pulled and pushed back, a controller
+    /// reset); each try doubles the wait before the member's next. None (the default):
+    /// it stays failed until the operator adds it back.
+    pub rejoin_after_secs: Option<u64>,
 }
 
 /// Warn at or past `warn`, failing at or past `fail` (`None`: never).
@@ -220,6 +226,7 @@ impl Default for HealthPolicy {
             replace: true,
             autoreplace: false,
             interval_secs: 1800,
+            rejoin_after_secs: None,
         }
     }
 }
@@ -237,6 +244,7 @@ impl HealthPolicy {
         "replace",
         "autoreplace",
         "interval",
+        "rejoin_after",
     ];
 
     fn threshold_mut(&mut self, k: &str) -> Option<&mut Threshold> {
@@ -254,7 +262,7 @@ impl HealthPolicy {
 
     /// Apply `KEY=VALUE[,KEY=VALUE...]`: a threshold as `WARN:FAIL` (`-` for never, e.g.
     /// `reallocated=10:200`, `crc_errors=50:-`), `replace=on|off`, `interval=SECONDS`,
-    /// or the word `default` for the defaults.
+    /// `rejoin_after=SECONDS|off`, or the word `default` for the defaults.
     /// A refused spec changes nothing.
     pub fn apply(&mut self, spec: &str) -> Result<(), crate::ParseError> {
         let mut new = self.clone();
@@ -285,6 +293,20 @@ impl HealthPolicy {
             match k {
                 "replace" => self.replace = onoff(v)?,
                 "autoreplace" => self.autoreplace = onoff(v)?,
+                "rejoin_after" => {
+                    self.rejoin_after_secs = match v {
+                        "off" | "no" | "never" => None,
+                        n => Some(
+                            n.trim_end_matches('s')
+                                .parse()
+                                .ok()
+                                .filter(|n| *n > 0)
+                                .ok_or_else(|| {
+                                    bad(format!("rejoin_after={v}: seconds above 0, or off"))
+                                })?,
+                        ),
+                    }
+                }
                 "interval" => {
                     self.interval_secs = v
                         .trim_end_matches('s')
@@ -331,7 +353,7 @@ impl HealthPolicy {
             format!("{}:{}", n(x.warn), n(x.fail))
         };
         format!(
-            "reallocated={},pending={},uncorrectable={},media_errors={},crc_errors={},percentage_used={},temperature={},replace={},autoreplace={},interval={}",
+            "reallocated={},pending={},uncorrectable={},media_errors={},crc_errors={},percentage_used={},temperature={},replace={},autoreplace={},interval={},rejoin_after={}",
             t(&self.reallocated),
             t(&self.pending),
             t(&self.uncorrectable),
@@ -341,7 +363,9 @@ impl HealthPolicy {
             t(&self.temperature),
             if self.replace { "on" } else { "off" },
             if self.autoreplace { "on" } else { "off" },
-            self.interval_secs
+            self.interval_secs,
+            self.rejoin_after_secs
+                .map_or("off".to_string(), |s| s.to_string())
         )
     }
 }
@@ -355,6 +379,11 @@ mod tests {
         let mut p = HealthPolicy::default();
         p.apply("reallocated=10:200, crc_errors=-:-,replace=off,autoreplace=on,interval=60")
             .unwrap();
+        assert_eq!(p.rejoin_after_secs, None, "off by default");
+        p.apply("rejoin_after=30").unwrap();
+        assert_eq!(p.rejoin_after_secs, Some(30));
+        assert!(p.apply("rejoin_after=0").is_err());
+        assert!(p.apply("rejoin_after=soon").is_err());
         assert!(p.autoreplace);
         assert_eq!(p.reallocated, Threshold::new(Some(10), Some(200)));
         assert_eq!(p.crc_errors, Threshold::new(None, None));

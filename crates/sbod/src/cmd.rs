@@ -264,7 +264,9 @@ pub struct SetArgs {
     /// for reallocated, pending, uncorrectable, media_errors, crc_errors, percentage_used,
     /// temperature; replace=on|off (copy a failing member onto a hot spare);
     /// autoreplace=on|off (a new disk in a failed member's slot replaces it);
-    /// interval=SECONDS; or `default`. Kept in the state directory, served or not.
+    /// interval=SECONDS; rejoin_after=SECONDS|off (a member failed by I/O errors is tried
+    /// again that long after, and taken back from the bitmap if it answers); or `default`.
+    /// Kept in the state directory, served or not.
     #[arg(long, value_name = "SPEC")]
     pub health_policy: Option<String>,
 }

@@ -636,3 +636,155 @@ fn a_remote_member_whose_host_comes_back_is_resynced_from_the_bitmap() {
     );
     sb.ok(&["stop", "vol0"]);
 }
+
+/// Issue 28: a remote member whose host goes away and comes back while another member is
+/// being rebuilt is taken back from the bitmap too, and both end whole. raid5 over four
+/// nbdkit exports; k1 is being replaced by a fifth (its copy held slow by the rebuild
+/// rate ceiling, so that it is still under way) when k0's nbdkit is killed just after a
+/// write; more is written; k0's nbdkit starts again. k0's recovery is from the bitmap and
+/// bounded, the replacement finishes, and the data reads back right through both (with
+/// another member failed, so that they must serve).
+#[test]
+fn a_remote_member_returning_during_another_members_rebuild_comes_back_from_the_bitmap() {
+    for t in ["nbdcopy", "nbdkit", "nbdsh", "nbdinfo"] {
+        need(t);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut sb = Sbod::new(d);
+    sb.env = vec![
+        ("SBOD_REMOTE_IO_TIMEOUT".into(), "1s".into()),
+        ("SBOD_REMOTE_CONNECT_TIMEOUT".into(), "1s".into()),
+        ("SBOD_REMOTE_GIVE_UP".into(), "2s".into()),
+    ];
+    let mut procs = Procs::default();
+    let size = 24u64 << 20;
+    let names = ["k0", "k1", "k2", "k3", "k4"];
+    let imgs: Vec<String> = names.iter().map(|n| format!("{n}.img")).collect();
+    files(
+        d,
+        &imgs.iter().map(String::as_str).collect::<Vec<_>>(),
+        size,
+    );
+    let kit = |n: &str| {
+        let mut c = Command::new("nbdkit");
+        c.args(["--foreground", "--exit-with-parent", "-U"])
+            .arg(d.join(format!("{n}.sock")))
+            .args(["file", "cache=none"])
+            .arg(d.join(format!("{n}.img")));
+        c
+    };
+    let members: Vec<String> = names
+        .iter()
+        .map(|n| {
+            format!(
+                "nbd+unix:///?socket={}",
+                d.join(format!("{n}.sock")).display()
+            )
+        })
+        .collect();
+    for n in names {
+        procs.spawn(n, &mut kit(n));
+    }
+    for m in &members {
+        wait_nbd(m, Duration::from_secs(20));
+    }
+    let mut args = vec!["create", "vol0", "--level", "raid5", "--chunk", "64K"];
+    args.extend(members[..4].iter().map(String::as_str));
+    sb.ok(&args);
+    let uri = sb.serve(&mut procs, "vol0");
+    let vsize: usize = run(Command::new("nbdinfo").arg("--size").arg(&uri))
+        .trim()
+        .parse()
+        .unwrap();
+    let mut want = data(vsize, 29);
+    let src = d.join("src.img");
+    std::fs::write(&src, &want).unwrap();
+    run(Command::new("nbdcopy").arg(&src).arg(&uri));
+    let optimal = |s: &serde_json::Value| s["state"] == "optimal";
+    sb.wait_status("vol0", "optimal", Duration::from_secs(60), optimal);
+    sb.wait_status("vol0", "a clear bitmap", Duration::from_secs(60), |s| {
+        s["dirty_regions"] == 0
+    });
+    let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let pwrite = |off: usize, byte: u8, want: &mut Vec<u8>| {
+        run(Command::new("nbdsh").env("PATH", &path).args([
+            "-u",
+            &uri,
+            "-c",
+            &format!("h.pwrite(b'\\x{byte:02x}' * 65536, {off}); h.flush()"),
+        ]));
+        want[off..off + 65536].fill(byte);
+    };
+    // k1's replacement by k4, held slow: 24 MiB at 256 KiB/s is a minute and a half.
+    sb.ok(&["set", "vol0", "--rebuild-max-rate", "256K"]);
+    sb.ok(&["replace", "vol0", &members[1], &members[4]]);
+    let copying = |s: &serde_json::Value| {
+        s["members"].as_array().unwrap().iter().any(|m| {
+            m["path"] == members[4].as_str() && m["state"] != "active" && m["state"] != "spare"
+        })
+    };
+    sb.wait_status("vol0", "k4 being copied", Duration::from_secs(60), copying);
+    // A write, and k0's host goes away before the sweeper clears its region.
+    pwrite(0, 0x11, &mut want);
+    procs.kill("k0");
+    let s = sb.wait_status("vol0", "k0 out", Duration::from_secs(60), |s| {
+        s["members"][0]["state"] == "failed"
+    });
+    assert!(copying(&s), "k4's copy ended before k0 went away: {s:#}");
+    for (off, byte) in [(vsize / 3, 0x22), (vsize / 2, 0x33)] {
+        pwrite(off / 65536 * 65536, byte, &mut want);
+    }
+    let _ = std::fs::remove_file(d.join("k0.sock"));
+    procs.spawn("k0", &mut kit("k0"));
+    let back = |s: &serde_json::Value| {
+        s["recoveries"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["path"] == members[0].as_str()))
+    };
+    let s = sb.wait_status("vol0", "k0 taken back", Duration::from_secs(60), back);
+    assert!(
+        copying(&s),
+        "k4's copy ended before k0 was taken back: {s:#}"
+    );
+    // Let the copy run at full speed now.
+    sb.ok(&["set", "vol0", "--rebuild-max-rate", "0"]);
+    let s = sb.wait_status(
+        "vol0",
+        "optimal, k4 in k1's place",
+        Duration::from_secs(120),
+        |s| {
+            optimal(s)
+                && s["members"][1]["path"] == members[4].as_str()
+                && s["recoveries"].as_array().is_some_and(|r| {
+                    r.iter()
+                        .filter(|r| r["path"] == members[0].as_str())
+                        .all(|r| r["state"] == "done")
+                })
+        },
+    );
+    let rec = s["recoveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|r| r["path"] == members[0].as_str())
+        .unwrap();
+    let region = s["bitmap_region"].as_u64().unwrap();
+    let member_size = s["members"][0]["size"].as_u64().unwrap();
+    let got = rec["recovered_bytes"].as_u64().unwrap();
+    assert!(
+        rec["bitmap"] == true && got > 0 && got <= 3 * region && got < member_size / 4,
+        "k0 came back in full or unbounded: {got} bytes of a {member_size}-byte member: {rec}"
+    );
+    let out = d.join("out.img");
+    run(Command::new("nbdcopy").arg(&uri).arg(&out));
+    assert!(std::fs::read(&out).unwrap() == want, "read-back differs");
+    // Through both k0 and k4: k2 out.
+    sb.ok(&["fail", "vol0", &members[2]]);
+    run(Command::new("nbdcopy").arg(&uri).arg(&out));
+    assert!(
+        std::fs::read(&out).unwrap() == want,
+        "read through the returned k0 and the new k4 differs"
+    );
+    sb.ok(&["stop", "vol0"]);
+}
