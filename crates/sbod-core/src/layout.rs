@@ -131,6 +131,43 @@ impl Geometry {
         self.groups as u64 * self.stripes() * self.stripe_data()
     }
 
+    /// The layout with `per` fewer members in every group (`sbod grow --remove`): the
+    /// level keeps its parity (ec:K+M keeps M), and every member keeps its last rows free
+    /// (4 MiB, or half of a small member, in whole chunks) for the reshape's backup area
+    /// (see `process::reshape`).
+    pub fn narrowed(&self, per: usize) -> Result<Geometry, String> {
+        let level = match self.level {
+            Level::Ec { k, .. } if per >= k as usize => {
+                return Err(format!(
+                    "{}: groups keep at least one data member",
+                    self.level
+                ))
+            }
+            Level::Ec { k, m } => Level::Ec {
+                k: k - per as u16,
+                m,
+            },
+            l => l,
+        };
+        if per >= self.width as usize {
+            return Err(format!(
+                "a group of {} cannot lose {per} members",
+                self.width
+            ));
+        }
+        let c = self.chunk as u64;
+        let room = ((4u64 << 20).min(self.member_size / 2) / c * c).max(c);
+        let g = Geometry {
+            level,
+            width: self.width - per as u32,
+            dedicated: 0,
+            member_size: self.member_size.saturating_sub(room),
+            ..self.clone()
+        };
+        g.validate()?;
+        Ok(g)
+    }
+
     /// Check the geometry is one sbod can run; the message says what would work.
     pub fn validate(&self) -> Result<(), String> {
         let n = self.width as usize;

@@ -885,11 +885,17 @@ impl Superblock {
             t.check(&geometry, BITMAP_OFFSET + bitmap_bytes as u64)
                 .map_err(SbError::Malformed)?;
         }
+        // A narrowing keeps its members' old size until it ends (its new layout leaves
+        // their last rows for its backup area).
+        let holds = match &known.reshape {
+            Some(r) => geometry.member_size.max(r.old.member_size),
+            None => geometry.member_size,
+        };
         let too_big = slots
             .iter()
             .flat_map(|s| s.member.iter().chain(s.replacement.iter().map(|r| &r.0)))
             .chain(spares.iter())
-            .any(|m| m.size > geometry.member_size);
+            .any(|m| m.size > holds);
         if too_big {
             return Err(SbError::Malformed(
                 "a member records more data than the geometry holds".into(),

@@ -904,9 +904,10 @@ fn narrowing_case(level: Level, groups: u32, width: usize, remove: usize) {
             .await
             .expect("create");
         let big = a.size();
-        let k = a.geometry().k() as u64;
         let per = remove / groups as usize;
-        let small = big / k * (k - per as u64);
+        // Narrower groups, and the last rows of every member kept for the backup area.
+        let small = a.geometry().narrowed(per).unwrap().capacity();
+        assert!(small < big / width as u64 * (width - per) as u64);
         let leaving: Vec<String> = (0..old.len())
             .filter(|i| i % width >= width - per)
             .map(|i| old[i].name().to_string())
@@ -981,6 +982,14 @@ fn narrowing_case(level: Level, groups: u32, width: usize, remove: usize) {
         assert_eq!(a.geometry(), geometry);
         check(&a, &model).await;
         scrub_is_clean(&a, &level.to_string()).await;
+        // The rows kept for the backup area come back with `--size max`.
+        let out = a.grow_size(SizeTarget::Max).await.expect("size max");
+        let GrowOutcome::Resized { from, to } = out else {
+            panic!("{out:?}")
+        };
+        assert!(from == small && to > small, "{from} -> {to}");
+        model.lock().await.resize((to / BLOCK) as usize, 0);
+        check(&a, &model).await;
         a.close().await.unwrap();
     });
 }
@@ -995,4 +1004,83 @@ fn raid6_in_two_groups_and_ec_and_raid0_narrow_online() {
     narrowing_case(Level::Raid6, 2, 6, 2);
     narrowing_case(Level::Ec { k: 4, m: 2 }, 1, 6, 1);
     narrowing_case(Level::Raid0, 1, 3, 1);
+}
+
+#[test]
+fn members_failing_during_a_narrowing_lose_nothing() {
+    rt().block_on(async {
+        use sbod_core::process::ReshapeStep;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let size = MIB + 48 * CHUNK as u64;
+        let d = devs("nf", 6, size);
+        let a = Array::create(create_spec(Level::Raid6), d.iter().map(spec_of).collect())
+            .await
+            .expect("create");
+        let small = a.geometry().narrowed(1).unwrap().capacity();
+        let model: Model = model_of(small / BLOCK);
+        writer(
+            a.clone(),
+            model.clone(),
+            Arc::new(AtomicBool::new(true)),
+            60,
+        )
+        .await;
+        // A member that stays fails after the first window, the one leaving after the third:
+        // raid6 survives both, and the walk goes on degraded.
+        let windows = Arc::new(AtomicUsize::new(0));
+        {
+            let (windows, stays, leaves) = (windows.clone(), d[1].clone(), d[5].clone());
+            a.on_reshape_step(Arc::new(move |step, _| {
+                if step == ReshapeStep::Recorded {
+                    match windows.fetch_add(1, Ordering::AcqRel) {
+                        0 => stays.dead.store(true, Ordering::Release),
+                        2 => leaves.dead.store(true, Ordering::Release),
+                        _ => {}
+                    }
+                }
+            }));
+        }
+        a.update_settings(|s| s.rebuild_max_rate = 16 * MIB);
+        let stop = Arc::new(AtomicBool::new(false));
+        let w = tokio::spawn(writer(a.clone(), model.clone(), stop.clone(), 61));
+        let out = a
+            .grow_remove(&[d[5].name().to_string()], false)
+            .await
+            .expect("narrowing");
+        let GrowOutcome::Reshaping { to, geometry, .. } = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(to, small);
+        reshaped(&a).await;
+        stop.store(true, Ordering::Release);
+        w.await.unwrap();
+        assert!(windows.load(Ordering::Acquire) > 3, "both failed mid-way");
+        let p = a.current_process().expect("the reshape's record").status();
+        assert!(p.error.is_none(), "{p:?}");
+        assert_eq!((a.geometry(), a.size()), (geometry.clone(), small));
+        let st = a.status();
+        assert_eq!(st.members.len(), 5, "{:?}", st.members);
+        check(&a, &model).await;
+        a.close().await.unwrap();
+        // The member that stays answers again: taken back, rebuilt in full (it missed
+        // moved data), and then every block reads back from the new layout.
+        d[1].dead.store(false, Ordering::Release);
+        let a = Array::assemble(
+            d[..5].iter().map(spec_of).collect(),
+            AssembleOptions::default(),
+        )
+        .await
+        .expect("assemble");
+        for s in a.report().stale.iter().filter(|s| s.slot == 1) {
+            assert!(
+                !s.bitmap,
+                "nf1 recovered from the bitmap across a reshape: {s:?}"
+            );
+        }
+        settle(&a).await;
+        assert_eq!(a.geometry(), geometry);
+        check(&a, &model).await;
+        scrub_is_clean(&a, "after the narrowing and the rebuild").await;
+        a.close().await.unwrap();
+    });
 }

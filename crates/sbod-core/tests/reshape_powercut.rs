@@ -179,16 +179,6 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// Data shards per stripe of `level` in groups of `width`.
-fn data_of(level: Level, width: usize) -> usize {
-    match level {
-        Level::Raid5 => width - 1,
-        Level::Raid6 => width - 2,
-        Level::Ec { m, .. } => width - m as usize,
-        _ => width,
-    }
-}
-
 #[test]
 fn power_cuts_during_a_reshape_never_lose_an_acknowledged_write() {
     let cuts: u64 = std::env::var("SBOD_RESHAPE_CUTS")
@@ -341,9 +331,10 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
         a.update_settings(|s| s.rebuild_max_rate = 24 * MIB);
     }
     // Narrowing: the client keeps to what the narrower layout holds.
-    let blocks = a.size() / data_of(c.level, c.width) as u64
-        * data_of(c.level, c.width - per) as u64
-        / BLOCK;
+    let blocks = match per {
+        0 => a.size(),
+        per => a.geometry().narrowed(per).unwrap().capacity(),
+    } / BLOCK;
     let model = Arc::new(tokio::sync::Mutex::new(Model::default()));
     for b in (0..blocks).step_by(3) {
         a.write(b * BLOCK, block(b, 1), true).await.unwrap();

@@ -370,13 +370,23 @@ fn a_served_raid5_lets_a_member_go_and_restarts_without_it() {
     ]);
     e.serve("nv");
     let big = e.nbd_size().unwrap();
-    let small = big / 4 * 3;
-    // Data past the new size: refused by name, nothing changes.
+    // Data past the new size: refused by name (saying the new size), nothing changes.
     let mut data = pattern(big as usize, 5);
     std::fs::write(e.p("src.img"), &data).unwrap();
     e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
     let err = e.fails(&["grow", "nv", "--remove", "v4.img"]);
     assert!(err.contains("holds data at byte"), "{err}");
+    let small: u64 = err
+        .split("would shrink to ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the new size in {err}"));
+    // Four members' data of five, less the rows kept for the reshape's backup area.
+    assert!(
+        small < big / 4 * 3 && small > big / 4 * 3 - (16 << 20),
+        "{small}"
+    );
     let err = e.fails(&["grow", "nv", "--remove", "v1.img"]);
     assert!(
         err.contains("v4.img"),

@@ -856,27 +856,14 @@ impl Array {
                 ))),
             ));
         }
-        let level = match g.level {
-            Level::Ec { k, .. } if per as u16 >= k => {
-                return Err(Error::Invalid(
-                    format!("{}: groups keep at least one data member", g.level).into(),
-                ))
-            }
-            Level::Ec { k, m } => Level::Ec {
-                k: k - per as u16,
-                m,
-            },
-            l => l,
-        };
-        let new_g = Geometry {
-            level,
-            width: nw as u32,
-            dedicated: 0,
-            ..g.clone()
-        };
-        new_g
-            .validate()
+        // The narrower layout leaves the last rows of every member free: the backup area
+        // of the windows that catch up with the data being read (`Reshape::backup_at`),
+        // on every member, so that it survives as many failures as the array does. A
+        // later `grow --size max` takes that space back.
+        let new_g = g
+            .narrowed(per)
             .map_err(|e| Error::Invalid(format!("{ow} - {per} members: {e}").into()))?;
+        let every: Vec<usize> = (0..groups * ow).collect();
         self.check_quiet(true, "a reshape")?;
         let old_cap = self.size();
         let new_cap = new_g.capacity();
@@ -885,7 +872,7 @@ impl Array {
         }
         // Every window can be moved (those written aside fit their area): a dry run.
         {
-            let probe = self.reshape_for(&g, &new_g, old_cap, new_cap, can.clone(), &[]);
+            let probe = self.reshape_for(&g, &new_g, old_cap, new_cap, every.clone(), &[]);
             let mut pos = new_cap;
             while pos > 0 {
                 let (w, _) = probe.plan_window(pos)?;
@@ -897,7 +884,7 @@ impl Array {
         self.check_growable()?;
         let cur = (*self.dp().state.load_full()).clone();
         Ok(self
-            .begin_reshape((_passes, _mg), cur, &g, new_g, old_cap, can)
+            .begin_reshape((_passes, _mg), cur, &g, new_g, old_cap, every)
             .await)
     }
 
@@ -1005,12 +992,12 @@ impl Array {
             .collect();
         let (ow, nw) = (old.width as usize, new.width as usize);
         // The slots that hold the backup area: the new layout's added ones, or (narrowing)
-        // the old groups' last ones, which leave.
+        // every one.
         let aside: Vec<usize> = match ow > nw {
             false => (0..new.members())
                 .filter(|&i| i / nw >= old.groups as usize || i % nw >= ow)
                 .collect(),
-            true => (0..old.members()).filter(|&i| i % ow >= nw).collect(),
+            true => (0..old.members()).collect(),
         };
         let old_cap = old.capacity();
         let r = self.reshape_for(&old, &new, old_cap, new.capacity(), aside, &sizes);

@@ -33,8 +33,9 @@
 //! it in the old one, a window is `[pos - w, pos)`, and its new stripes overwrite old data
 //! that is already moved (or beyond the new capacity, which no client reaches any more).
 //! Only the last windows, near the volume's start, catch up with the data being read and
-//! are written aside, on the members leaving (their last rows hold old data that moved
-//! long before). When `pos` reaches 0 the members leaving are let go.
+//! are written aside, in the last rows of every member, which the narrower layout leaves
+//! free (`Geometry::narrowed`; they held old data that moved, or was let go, long before).
+//! When `pos` reaches 0 the members leaving are let go.
 
 use super::{ProcessHandle, Throttle};
 use crate::array::{Array, Core};
@@ -130,12 +131,20 @@ impl Reshape {
     /// Where the backup area starts on every added member (from its data area's start):
     /// the last `MAX_BACKUP` bytes, which the new layout reaches only in the last windows
     /// of the zeroing, long after the last backup (checked by `plan_window`).
+    /// Narrowing: the rows past the new layout's end, on every member.
     pub fn backup_at(&self) -> u64 {
-        self.new.member_size - self.backup_room()
+        match self.narrowing {
+            false => self.new.member_size - self.backup_room(),
+            true => self.new.member_size,
+        }
     }
 
-    /// Bytes of the backup area: `MAX_BACKUP`, or half of a small member.
+    /// Bytes of the backup area: `MAX_BACKUP`, or half of a small member; narrowing, the
+    /// rows the new layout leaves free.
     fn backup_room(&self) -> u64 {
+        if self.narrowing {
+            return self.old.dp.geometry.member_size - self.new.member_size;
+        }
         let c = self.new.chunk as u64;
         (MAX_BACKUP.min(self.new.member_size / 2) / c * c).max(c)
     }
@@ -564,6 +573,21 @@ impl Array {
                 i += 1;
                 stays
             });
+            // The members that stay hold the new layout's data size (the rows past it
+            // held the backup area; `grow --size max` takes them back).
+            let size = r.new.member_size;
+            for s in st.slots.iter_mut() {
+                if let Some(m) = &s.member {
+                    let m = m.resized(size.min(m.size));
+                    s.entry = Some(m.entry());
+                    s.member = Some(m);
+                } else if let Some(e) = &mut s.entry {
+                    e.size = e.size.min(size);
+                }
+            }
+            for sp in st.spares.iter_mut() {
+                *sp = sp.resized(size.min(sp.size));
+            }
         }
         let sizes: Vec<u64> = st
             .slots
@@ -748,6 +772,10 @@ mod tests {
     /// old data already moved (from the durable position on), or (written aside) only
     /// data inside itself, and the backup area holds only old data already moved.
     fn walk_down(old: Geometry, new: Geometry) -> (u64, u64) {
+        assert_eq!(
+            old.narrowed((old.width - new.width) as usize),
+            Ok(new.clone())
+        );
         let r = reshape(old, new);
         let (mut pos, mut windows, mut backups) = (r.new_cap, 0, 0);
         while pos > 0 {
@@ -774,16 +802,14 @@ mod tests {
     #[test]
     fn narrowing_needs_a_backup_only_for_the_last_windows() {
         for (old, new) in [
-            (geo(Level::Raid5, 1, 5), geo(Level::Raid5, 1, 4)),
-            (geo(Level::Raid5, 1, 4), geo(Level::Raid5, 1, 3)),
-            (geo(Level::Raid6, 1, 10), geo(Level::Raid6, 1, 8)),
-            (geo(Level::Raid0, 1, 3), geo(Level::Raid0, 1, 2)),
-            (
-                geo(Level::Ec { k: 5, m: 2 }, 1, 7),
-                geo(Level::Ec { k: 4, m: 2 }, 1, 6),
-            ),
-            (geo(Level::Raid6, 2, 7), geo(Level::Raid6, 2, 6)),
+            (geo(Level::Raid5, 1, 5), 1),
+            (geo(Level::Raid5, 1, 4), 1),
+            (geo(Level::Raid6, 1, 10), 2),
+            (geo(Level::Raid0, 1, 3), 1),
+            (geo(Level::Ec { k: 5, m: 2 }, 1, 7), 1),
+            (geo(Level::Raid6, 2, 7), 1),
         ] {
+            let new = old.narrowed(new).unwrap();
             let (windows, backups) = walk_down(old.clone(), new.clone());
             assert!(
                 (1..=3).contains(&backups),
