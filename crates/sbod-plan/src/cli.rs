@@ -141,6 +141,12 @@ pub struct PlanArgs {
     )]
     pub grow_level: Option<Level>,
 
+    /// Plan the other way (`sbod grow NAME --remove MEMBER...`): this many disks fewer,
+    /// the last of every group (raid0, raid5, raid6, ec: K shrinks): the capacity before
+    /// and after, the data that must move, and the time at --disk-mbps.
+    #[arg(long, value_name = "N", conflicts_with_all = ["compare", "grow"])]
+    pub shrink: Option<u32>,
+
     /// Plan a Ceph pool on the same disks instead (or, with --compare, beside the sbod
     /// layouts): rep:SIZE[:MIN_SIZE] (rep:3) or ec:K+M[:MIN_SIZE] (ec:4+2). --disks
     /// counts drives; the cluster's shape comes from the --hosts, --racks,
@@ -656,6 +662,9 @@ fn spec_text(spec: &LayoutSpec) -> String {
 
 /// Plans `--grow`: the layout before and after `args.grow` more disks, and the work between.
 pub fn grow_plan(args: &PlanArgs) -> Result<Grow> {
+    if let Some(n) = args.shrink {
+        return shrink_plan(args, n);
+    }
     let Some(added) = args.grow else {
         bail!("give --grow N, the number of disks to add");
     };
@@ -699,6 +708,36 @@ pub fn grow_plan(args: &PlanArgs) -> Result<Grow> {
     ))
 }
 
+/// Plans `--shrink`: the layout before and after `n` fewer disks, and the work between.
+fn shrink_plan(args: &PlanArgs, n: u32) -> Result<Grow> {
+    let mut plain = args.clone();
+    plain.shrink = None;
+    let before = plans(&plain)?.remove(0);
+    let devices = n
+        .checked_mul(args.actuators)
+        .context("too many devices: --shrink x --actuators")?;
+    let spec = crate::grow::narrowed_spec(&before.layout, devices).with_context(|| {
+        format!(
+            "shrinking {} by {n} disk{}",
+            before.layout.spec,
+            if n == 1 { "" } else { "s" }
+        )
+    })?;
+    let shrunk = PlanArgs {
+        disks: args
+            .disks
+            .checked_sub(n)
+            .context("--shrink removes more disks than --disks has")?,
+        level: Some(spec),
+        groups: None,
+        copies: None,
+        spares: None,
+        ..plain
+    };
+    let after = plans(&shrunk)?.remove(0);
+    Ok(Grow::new(before, after, devices, false, args.disk_mbps))
+}
+
 /// JSON for `--compare`.
 #[derive(Serialize)]
 struct Comparison<'a> {
@@ -707,7 +746,7 @@ struct Comparison<'a> {
 
 /// What `sbod plan` prints for `args`.
 pub fn render(args: &PlanArgs) -> Result<String> {
-    if args.grow.is_some() {
+    if args.grow.is_some() || args.shrink.is_some() {
         let g = grow_plan(args)?;
         let mut out = if args.json {
             serde_json::to_string_pretty(&g)?
@@ -1160,6 +1199,17 @@ fn grow_shape(g: &Grow) -> String {
         GrowKind::Append => {
             "appended: the volume grows by the new disks at once, no data moves".to_string()
         }
+        GrowKind::Narrow => format!(
+            "a reshape onto fewer disks: {} {} fewer; the volume shrinks at once to what the rest hold \
+             (refused while data lies past it), which is read and rewritten in the narrower layout, \
+             then the disks removed are free",
+            if b.groups == 1 {
+                "the group has".to_string()
+            } else {
+                format!("each of the {} groups has", b.groups)
+            },
+            plural(b.group_width - a.group_width, "disk", "disks")
+        ),
         GrowKind::Parity => format!(
             "a level change, {} -> {}: the new disk of each group is written with the new parity (a rebuild); nothing else moves, the capacity stays",
             b.level, a.level
@@ -1213,10 +1263,20 @@ fn grow_table(g: &Grow) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "sbod plan --grow: {} as {}, {} more disk{}: {}",
+        "sbod plan --{}: {} as {}, {} {} disk{}: {}",
+        if g.kind == GrowKind::Narrow {
+            "shrink"
+        } else {
+            "grow"
+        },
         disk_line(b),
         b.layout.spec,
         g.added_disks,
+        if g.kind == GrowKind::Narrow {
+            "fewer"
+        } else {
+            "more"
+        },
         if g.added_disks == 1 { "" } else { "s" },
         a.layout.spec
     );
@@ -1292,6 +1352,27 @@ fn grow_table(g: &Grow) -> String {
         duration(g.seconds)
     );
     match g.kind {
+        GrowKind::Narrow => {
+            let _ = writeln!(
+                o,
+                "Data to move      {}: what the narrower layout holds, counted as full (every byte below the new size moves, used or not)",
+                tb(g.data_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "  each old member reads {} (its share of it), each member that stays writes {} (its share of the new layout)",
+                tb(g.old_member_read_bytes),
+                tb(g.old_member_write_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "Time              {time} at {speed}: the busiest member's reads and writes (every member at once)"
+            );
+            let _ = writeln!(
+                o,
+                "  a lower bound: the disk's full sustained speed on an idle array; the rebuild rate limits and client I/O lengthen it"
+            );
+        }
         GrowKind::Append => {
             let _ = writeln!(
                 o,

@@ -44,6 +44,9 @@ pub enum GrowKind {
     /// A level change that adds one parity shard per stripe (`--grow-level`): one new disk
     /// per group written whole with the new parity, nothing else moves.
     Parity,
+    /// Fewer disks (`--shrink`, `sbod grow --remove`): what the others hold is read and
+    /// rewritten in the narrower layout; the disks removed are then free.
+    Narrow,
 }
 
 /// Where the disk speed of the estimate came from.
@@ -122,6 +125,47 @@ pub fn parity_spec(layout: &Layout, added: u32, to: Level) -> Result<LayoutSpec>
     spec.spares = Some(layout.spares).filter(|&s| s > 0);
     spec.groups = Some(g);
     spec.width = Some(w + 1);
+    Ok(spec)
+}
+
+/// The layout `removed` fewer disks make of `layout` (as `sbod grow --remove` would: the
+/// last disks of every group leave, the same number from each), in the compact spelling's
+/// fields; refused, with what would work, where the engine refuses.
+pub fn narrowed_spec(layout: &Layout, removed: u32) -> Result<LayoutSpec> {
+    let (g, w) = (layout.groups, layout.group_width);
+    if removed == 0 {
+        bail!("--shrink 0 removes nothing: give the number of disks to remove, e.g. --shrink 1");
+    }
+    let min = match layout.level {
+        Level::Raid0 => 1,
+        Level::Raid5 => 3,
+        Level::Raid6 => 4,
+        Level::Ec { m, .. } => u32::from(m) + 1,
+        l => bail!(
+            "a {l} array does not restripe onto fewer disks (raid0, raid5, raid6 and ec do; a raid1 copy leaves with `sbod grow --drop`)"
+        ),
+    };
+    if removed % g != 0 {
+        bail!("{removed} disk(s) cannot narrow {g} groups alike: give a multiple of {g}");
+    }
+    let per = removed / g;
+    if w < per + min {
+        bail!(
+            "{} keeps at least {min} disks per group: at most {} fewer per group",
+            layout.level,
+            w.saturating_sub(min)
+        );
+    }
+    let mut spec = LayoutSpec::new(match layout.level {
+        Level::Ec { k, m } => Level::Ec {
+            k: k - u16::try_from(per).expect("below 256"),
+            m,
+        },
+        l => l,
+    });
+    spec.spares = Some(layout.spares).filter(|&s| s > 0);
+    spec.groups = Some(g);
+    spec.width = Some(w - per);
     Ok(spec)
 }
 
@@ -274,6 +318,13 @@ impl Grow {
                 let read = (u128::from(volume) / u128::from(old.members)) as u64;
                 let data = u64::from(added) * disk;
                 (GrowKind::Parity, data, read, 0, disk, read.max(disk))
+            }
+            _ if after.layout.members < old.members => {
+                // What the narrower layout holds is read from every old member (its share
+                // of it) and written whole onto the members that stay.
+                let volume = after.capacity.usable.bytes;
+                let read = (u128::from(volume) / u128::from(old.members)) as u64;
+                (GrowKind::Narrow, volume, read, disk, 0, read + disk)
             }
             Level::Concat => (GrowKind::Append, 0, 0, 0, 0, 0),
             Level::Raid1 => {

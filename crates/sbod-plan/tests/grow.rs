@@ -313,3 +313,44 @@ fn a_level_change_writes_the_new_parity_disks_only() {
     let g = grow("plan --level ec:4+2 --disks 6 --disk-size 1TB --grow 1 --grow-level ec:4+3");
     assert_eq!(g.after.layout.spec, "ec:4+3:1x7");
 }
+
+#[test]
+fn raid6_10_to_9_of_1tb_at_200mbs_and_bad_shrinks() {
+    let line = "plan --level raid6 --disks 10 --disk-size 1TB --shrink 1 --disk-mbps 200";
+    let g = grow(line);
+    assert_eq!(g.kind, GrowKind::Narrow);
+    assert_eq!(g.before.layout.spec, "raid6:1x10");
+    assert_eq!(g.after.layout.spec, "raid6:1x9");
+    assert_eq!(g.after.capacity.usable.bytes, 7 * TB);
+    // What the 9 hold (7 TB) is read over the 10 old members, 0.7 TB each, and every member
+    // that stays writes its whole 1 TB: 1.7 TB at 200 MB/s = 8,500 s.
+    assert_eq!(g.data_bytes, 7 * TB);
+    assert_eq!(g.old_member_read_bytes, 700_000_000_000);
+    assert_eq!(g.busiest_member_bytes, 1_700_000_000_000);
+    assert!((g.seconds - 8500.0).abs() < 1e-9, "{}", g.seconds);
+    let out = render(line);
+    for want in [
+        "sbod plan --shrink: 10 x 1 TB disks (0.91 TiB each) as raid6:1x10, 1 fewer disk: raid6:1x9",
+        "a reshape onto fewer disks: the group has 1 disk fewer",
+        "Data to move      7.00 TB",
+        "Time              8,500 s",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
+    let v: Value = serde_json::from_str(&render(&format!("{line} --json"))).unwrap();
+    assert_eq!(v["kind"], "narrow");
+    // ec keeps M, K shrinks; groups shrink alike; the engine's refusals.
+    assert_eq!(
+        grow("plan --level ec:8+3 --disks 22 --groups 2 --disk-size 1TB --shrink 2")
+            .after
+            .layout
+            .spec,
+        "ec:7+3:2x10"
+    );
+    let e = refused("plan --level raid6 --disks 12 --groups 2 --disk-size 1TB --shrink 1");
+    assert!(e.contains("multiple of 2"), "{e}");
+    let e = refused("plan --level raid5 --disks 3 --disk-size 1TB --shrink 1");
+    assert!(e.contains("at least 3 disks per group"), "{e}");
+    let e = refused("plan --level raid1 --disks 3 --disk-size 1TB --shrink 1");
+    assert!(e.contains("grow --drop"), "{e}");
+}
