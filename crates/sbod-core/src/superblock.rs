@@ -304,8 +304,28 @@ pub struct Superblock {
     /// A reshape in progress: the layout the volume had before it, and how far it got
     /// (record [`TAG_RESHAPE`]). `geometry` is the layout it goes to.
     pub reshape: Option<ReshapeRec>,
+    /// A declustered layout's distributed spare space in use (in record
+    /// [`TAG_DECLUSTER`]): which slots' chunks live in it, and a transition under way.
+    pub spared: SpareRec,
     /// Extension records this sbod does not know (compatible ones), kept as read.
     pub extensions: Vec<Extension>,
+}
+
+/// The slots of a declustered array whose chunks live in its distributed spare space, as
+/// the members record it (docs/ENGINE.md, "Declustered layouts"): `list` in the order
+/// they were spared; `next`, a transition under way to another list (a distributed
+/// rebuild adds a slot, a copy-back removes one), with the member row below which it
+/// holds. Empty for every array with nothing spared (the record's version 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SpareRec {
+    pub list: Vec<u16>,
+    pub next: Option<(Vec<u16>, u64)>,
+}
+
+impl SpareRec {
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty() && self.next.is_none()
+    }
 }
 
 /// A reshape in progress, as the members record it: the volume below `pos` is in the new
@@ -674,10 +694,28 @@ impl Superblock {
         }
         if let Some(d) = &self.geometry.declustered {
             let mut x = W(Vec::with_capacity(17));
-            x.u8(1); // version of the record
+            // Version 1: the layout; version 2 adds the spared slots and a transition.
+            x.u8(if self.spared.is_empty() { 1 } else { 2 });
             x.u32(d.spares);
             x.u64(d.seed);
             x.u32(crate::placement::Decl::new(self.geometry.members(), d.seed).checksum());
+            if !self.spared.is_empty() {
+                let list = |x: &mut W, l: &[u16]| {
+                    x.u8(l.len() as u8);
+                    for &s in l {
+                        x.u16(s);
+                    }
+                };
+                list(&mut x, &self.spared.list);
+                match &self.spared.next {
+                    Some((l, row)) => {
+                        x.u8(1);
+                        list(&mut x, l);
+                        x.u64(*row);
+                    }
+                    None => x.u8(0),
+                }
+            }
             record(TAG_DECLUSTER, EXT_INCOMPAT, &x.0);
         }
         for e in &self.extensions {
@@ -862,6 +900,16 @@ impl Superblock {
                 )));
             }
         }
+        let spared_slots = known
+            .spared
+            .list
+            .iter()
+            .chain(known.spared.next.iter().flat_map(|(l, _)| l.iter()));
+        if let Some(s) = spared_slots.clone().find(|&&s| s as usize >= nslots) {
+            return Err(SbError::Malformed(format!(
+                "the declustered record spares slot {s} of {nslots}"
+            )));
+        }
         if nslots != geometry.members() {
             return Err(SbError::Malformed(format!(
                 "{nslots} slots for a geometry of {} members",
@@ -919,6 +967,7 @@ impl Superblock {
             log: known.log.unwrap_or_default(),
             tags: known.tags,
             reshape: known.reshape,
+            spared: known.spared,
             extensions,
         })
     }
@@ -972,6 +1021,8 @@ struct Known {
     dedicated: Option<u8>,
     /// The declustered layout and its table's checksum.
     decluster: Option<(Declustered, u32)>,
+    /// Its spared slots (version 2 of the record).
+    spared: SpareRec,
 }
 
 impl Known {
@@ -1055,7 +1106,8 @@ impl Known {
             }
             TAG_DECLUSTER => {
                 let mut r = R { b: data, pos: 0 };
-                if r.u8()? != 1 {
+                let version = r.u8()?;
+                if !(1..=2).contains(&version) {
                     return Err(SbError::Malformed(
                         "unknown declustered record version".into(),
                     ));
@@ -1063,6 +1115,40 @@ impl Known {
                 let spares = r.u32()?;
                 let seed = r.u64()?;
                 let crc = r.u32()?;
+                if version == 2 {
+                    let list = |r: &mut R| -> Result<Vec<u16>, SbError> {
+                        let n = r.u8()? as usize;
+                        let mut l = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            let s = r.u16()?;
+                            if l.contains(&s) {
+                                return Err(SbError::Malformed(
+                                    "a slot spared twice in the declustered record".into(),
+                                ));
+                            }
+                            l.push(s);
+                        }
+                        if n > spares as usize {
+                            return Err(SbError::Malformed(format!(
+                                "{n} slots spared in a declustered layout with {spares} spares"
+                            )));
+                        }
+                        Ok(l)
+                    };
+                    self.spared.list = list(&mut r)?;
+                    self.spared.next = match r.u8()? {
+                        0 => None,
+                        1 => {
+                            let l = list(&mut r)?;
+                            Some((l, r.u64()?))
+                        }
+                        _ => {
+                            return Err(SbError::Malformed(
+                                "bad transition flag in the declustered record".into(),
+                            ))
+                        }
+                    };
+                }
                 if r.pos != data.len() || spares > 256 {
                     return Err(SbError::Malformed("bad declustered record".into()));
                 }
@@ -1248,6 +1334,7 @@ mod tests {
             log: LogConfig::default(),
             tags: None,
             reshape: None,
+            spared: Default::default(),
             extensions: Vec::new(),
         }
     }

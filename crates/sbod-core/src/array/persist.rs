@@ -62,6 +62,7 @@ impl Array {
                 pos: r.pos.load(Ordering::Acquire),
                 backup: *r.backup.lock(),
             }),
+            spared: self.dp().map.spare_rec(),
             extensions: self.lineage.extensions.clone(),
         }
     }
@@ -197,7 +198,7 @@ impl Array {
         // With every slot in service, everything is durable everywhere: clear the whole
         // bitmap. Degraded, keep it: its bits are the record of what the members that are
         // out missed (they come back by it).
-        let whole = st.slots.iter().all(|s| s.state == SlotState::Active);
+        let whole = self.whole(&st);
         if clean && whole && self.dp().bitmap.is_some() {
             // Nothing older than this stop can be recovered from the bitmap now.
             self.lineage
