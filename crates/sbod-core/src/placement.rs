@@ -268,19 +268,6 @@ impl Placement {
         }));
     }
 
-    /// The spare state as the superblocks record it.
-    pub fn spare_rec(&self) -> crate::superblock::SpareRec {
-        let s = self.spared.load();
-        let l = |v: &[usize]| v.iter().map(|&x| x as u16).collect::<Vec<u16>>();
-        crate::superblock::SpareRec {
-            list: l(&s.from),
-            next: s
-                .to
-                .as_ref()
-                .map(|t| (l(t), s.boundary.load(Ordering::Acquire))),
-        }
-    }
-
     /// Row `row` of a declustered layout with spared slots: the member of each of the
     /// groups' columns (None: no spared slot in this row's list, the plain permutation).
     fn resolved(&self, d: &Decl, row: u64) -> Option<Vec<Option<usize>>> {
@@ -763,6 +750,58 @@ mod tests {
                     }
                 }
             }
+        }
+
+        /// With slots spared (and a transition under way to one more, or one fewer, at
+        /// some row): every volume block still maps to exactly one member block, which
+        /// maps back to it; no stripe uses a member twice or a member its row's list
+        /// spares; and the rows below the boundary differ from the rows above only where
+        /// the transition moves chunks.
+        #[test]
+        fn spared_map_is_one_to_one(
+            groups in 1u32..3,
+            width in 4u32..9,
+            spares in 1u32..3,
+            picks in proptest::collection::vec(0usize..1000, 3),
+            grow in proptest::bool::ANY,
+            boundary in 0u64..40,
+        ) {
+            let rows = 40;
+            let g = declustered(Level::Raid6, width, groups, spares, rows);
+            let n = g.members();
+            let p = Placement::striped(&g);
+            let mut list: Vec<usize> = Vec::new();
+            for x in picks.iter().take(spares as usize) {
+                let m = (0..n).map(|i| (x + i) % n).find(|m| !list.contains(m)).unwrap();
+                list.push(m);
+            }
+            let (from, to) = if grow {
+                let from = list[..list.len() - 1].to_vec();
+                (from, list.clone())
+            } else {
+                (list.clone(), list[..list.len() - 1].to_vec())
+            };
+            p.set_spared(from.clone(), Some(to.clone()), boundary);
+            let mut seen = std::collections::HashSet::new();
+            for x in p.map(0, g.capacity()) {
+                proptest::prop_assert!(seen.insert((x.slot, x.moff)), "two blocks at one place");
+                proptest::prop_assert_eq!(p.locate(x.slot, x.moff), Some(x.buf_off));
+                let row = x.addr.stripe;
+                let l = if row < boundary { &to } else { &from };
+                proptest::prop_assert!(!l.contains(&x.slot));
+                let slots = p.stripe_slots(x.addr);
+                let mut uniq = slots.clone();
+                uniq.sort_unstable();
+                uniq.dedup();
+                proptest::prop_assert_eq!(uniq.len(), width as usize);
+                for (shard, &slot) in slots.iter().enumerate() {
+                    proptest::prop_assert!(!l.contains(&slot));
+                    proptest::prop_assert_eq!(p.slot(x.addr, shard), slot);
+                    proptest::prop_assert_eq!(p.shard_at(row, slot), shard);
+                    proptest::prop_assert_eq!(p.group_at(row, slot), Some(x.addr.group));
+                }
+            }
+            proptest::prop_assert_eq!(seen.len() as u64, g.capacity() / 4096);
         }
 
         /// Every volume block of a declustered layout maps to exactly one member block,

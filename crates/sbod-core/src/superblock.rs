@@ -1403,6 +1403,42 @@ mod tests {
         assert!(e.contains("permutation table"), "{e}");
     }
 
+    /// The spared slots and a transition round-trip (record version 2); an array with
+    /// nothing spared writes version 1, as before; slots out of range are refused.
+    #[test]
+    fn spared_slots_are_recorded() {
+        let mut sb = sample();
+        sb.geometry.declustered = Some(Declustered {
+            spares: 2,
+            seed: crate::layout::DECLUSTER_SEED,
+        });
+        for i in 0..2 {
+            let mut extra = sb.slots[0].clone();
+            extra.member.as_mut().unwrap().uuid = Uuid::from_u128(77 + i);
+            sb.slots.push(extra);
+        }
+        let v1 = sb.encode();
+        assert_eq!(Superblock::decode(&v1).unwrap(), sb);
+        sb.spared = SpareRec {
+            list: vec![3],
+            next: Some((vec![3, 7], 17)),
+        };
+        let v2 = sb.encode();
+        // A count and a slot, a flag, a count and two slots, a row.
+        assert_eq!(v2.len(), v1.len() + 3 + 1 + 5 + 8);
+        assert_eq!(Superblock::decode(&v2).unwrap(), sb);
+        sb.spared.next = None;
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        sb.spared.list = vec![3, 9];
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        sb.spared.list = vec![3, 10];
+        let e = Superblock::decode(&sb.encode()).unwrap_err().to_string();
+        assert!(e.contains("spares slot 10"), "{e}");
+        sb.spared.list = vec![1, 2, 3];
+        let e = Superblock::decode(&sb.encode()).unwrap_err().to_string();
+        assert!(e.contains("3 slots spared"), "{e}");
+    }
+
     fn with_extension(tag: u16, flags: u16, data: &[u8]) -> Vec<u8> {
         let mut sb = sample();
         sb.extensions.push(Extension {

@@ -399,6 +399,8 @@ async fn after_cut(
 fn power_cuts_during_the_distributed_rebuild_and_the_copy_back() {
     let seed0 = seed();
     let rng = Rng::new(seed0);
+    // Cuts that found a transition under way (the rest came before or after it).
+    let mut mid = [0u64; 2];
     rt(2).block_on(async {
         for trial in 0..iters(6) {
             let what = |p: &str| format!("trial {trial} {p} (SBOD_TORTURE_SEED={seed0})");
@@ -435,6 +437,7 @@ fn power_cuts_during_the_distributed_rebuild_and_the_copy_back() {
                 .map(|(i, d)| (format!("m{i}"), d.clone()))
                 .collect();
             let (a, devs) = after_cut(&devs, &rng).await;
+            mid[0] += spared(&a).1 as u64;
             check_blocks(&a, &m, &what(&format!("cut while m{x} was spared"))).await;
             a.rebuild_now().await.unwrap();
             assert_eq!(spared(&a), (vec![x], false), "{}", what("spared"));
@@ -465,6 +468,7 @@ fn power_cuts_during_the_distributed_rebuild_and_the_copy_back() {
             a.abandon().await;
             drop(a);
             let (a, _devs) = after_cut(&devs, &rng).await;
+            mid[1] += spared(&a).1 as u64;
             check_blocks(&a, &m, &what(&format!("cut while r{x} was copied back"))).await;
             a.rebuild_now().await.unwrap();
             assert_eq!(spared(&a), (vec![], false), "{}", what("copied back"));
@@ -478,5 +482,7 @@ fn power_cuts_during_the_distributed_rebuild_and_the_copy_back() {
         "test": "declustered_transitions_powercut",
         "seed": seed0,
         "trials": iters(6),
+        "cut_mid_distributed_rebuild": mid[0],
+        "cut_mid_copy_back": mid[1],
     }));
 }

@@ -62,8 +62,21 @@ impl Array {
                 pos: r.pos.load(Ordering::Acquire),
                 backup: *r.backup.lock(),
             }),
-            spared: self.dp().map.spare_rec(),
+            spared: self.spare_rec(),
             extensions: self.lineage.extensions.clone(),
+        }
+    }
+
+    /// The distributed spare space in use, as the superblocks record it.
+    fn spare_rec(&self) -> crate::superblock::SpareRec {
+        let s = self.dp().map.spared();
+        let l = |v: &[usize]| v.iter().map(|&x| x as u16).collect::<Vec<u16>>();
+        crate::superblock::SpareRec {
+            list: l(&s.from),
+            next: s
+                .to
+                .as_ref()
+                .map(|t| (l(t), s.boundary.load(Ordering::Acquire))),
         }
     }
 
