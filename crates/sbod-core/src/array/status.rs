@@ -254,15 +254,18 @@ impl Array {
                 "spared: its chunks live in the distributed spare space (the array has its full redundancy); replace it to copy them back".to_string()
             } else if s.state == SlotState::Failed && sp.from.len() >= d.spares as usize {
                 format!(
-                    "{}; the distributed spare space is full ({} slot{} spared): the array runs degraded until a hot spare or a replacement is rebuilt",
-                    x.reason.clone().unwrap_or_else(|| "failed".into()),
+                    "the distributed spare space is full ({} slot{} spared): the array runs degraded until a hot spare or a replacement is rebuilt",
                     sp.from.len(),
                     if sp.from.len() == 1 { "" } else { "s" }
                 )
             } else {
                 continue;
             };
-            x.reason = Some(why);
+            // Why the member went out stays first.
+            x.reason = Some(match x.reason.take() {
+                Some(r) => format!("{r}; {why}"),
+                None => why,
+            });
         }
     }
 }

@@ -218,19 +218,12 @@ impl Array {
         self.dp().map.set_spared(to.clone(), None, 0);
         let mut new = (*self.dp().state.load_full()).clone();
         let s = &mut new.slots[target];
-        if copyback {
-            if s.state == SlotState::Rebuilding {
-                s.state = SlotState::Active;
-                s.out = None;
-                s.note = None;
-                s.bitmap_recovery = false;
-                s.recovery = Arc::new(AtomicU64::new(g.member_size));
-            }
-        } else {
-            s.note = Some(
-                "spared: its chunks were rebuilt into the distributed spare space (the array has its full redundancy); replace it to copy them back"
-                    .into(),
-            );
+        if copyback && s.state == SlotState::Rebuilding {
+            s.state = SlotState::Active;
+            s.out = None;
+            s.note = None;
+            s.bitmap_recovery = false;
+            s.recovery = Arc::new(AtomicU64::new(g.member_size));
         }
         // A hot spare, if any, takes the slot now spared: copied back at once.
         self.take_spares(&mut new);
