@@ -151,6 +151,9 @@ pub struct Spared {
     pub from: Vec<usize>,
     pub to: Option<Vec<usize>>,
     pub boundary: AtomicU64,
+    /// The boundary the superblocks may record: at most `boundary`, and only where what
+    /// the transition wrote below it is durable.
+    pub recorded: AtomicU64,
 }
 
 impl Spared {
@@ -265,6 +268,7 @@ impl Placement {
             from,
             to,
             boundary: AtomicU64::new(boundary),
+            recorded: AtomicU64::new(boundary),
         }));
     }
 

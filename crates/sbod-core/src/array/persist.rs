@@ -76,7 +76,7 @@ impl Array {
             next: s
                 .to
                 .as_ref()
-                .map(|t| (l(t), s.boundary.load(Ordering::Acquire))),
+                .map(|t| (l(t), s.recorded.load(Ordering::Acquire))),
         }
     }
 

@@ -7,13 +7,18 @@
 //!
 //! 1. every stripe of the window is locked (client requests to it wait);
 //! 2. every chunk whose member differs between `L` and `L'` is written to its new place:
-//!    read from its old place, else rebuilt from its stripe (`Family::recover`);
-//! 3. the members are flushed, and the row boundary moved past the window in memory and
-//!    in the superblocks (with `mgmt` held, so no other superblock write records an older
-//!    boundary), before the locks are let go.
+//!    a distributed rebuild reads the window's rows whole from every survivor (one
+//!    sequential read each) and rebuilds the chunks from them; a copy-back reads each
+//!    chunk from its old place (else rebuilds it: `Family::recover`);
+//! 3. the row boundary moves past the window in memory, before the locks are let go. A
+//!    copy-back first flushes the members and records the boundary in the superblocks
+//!    (with `mgmt` held, so no other superblock write records an older one): after it,
+//!    writes go to the new places only. A distributed rebuild records it every few
+//!    seconds (flushed first): its old places are on the failed member, so below a
+//!    boundary not yet recorded a crash simply rebuilds those chunks from parity again.
 //!
-//! So a crash at any point leaves the durable boundary below every row whose new places
-//! were not yet all written, and rows at and above it are read in `L`, whose places the
+//! So a crash at any point leaves the recorded boundary below every row whose new places
+//! were not yet all durable, and rows at and above it are read in `L`, whose places the
 //! transition never overwrote: a distributed rebuild writes only spare space no chunk of
 //! `L` holds, and a copy-back only the replacement (only the last slot spared is copied
 //! back: `Decl::resolved_row` then moves nothing else). The transition is recorded before
@@ -29,9 +34,12 @@ use crate::reason;
 use crate::superblock::{OutReason, SlotState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// Member bytes a window of rows spans (on each member).
-const WINDOW_BYTES: u64 = 8 << 20;
+/// Member bytes a window of rows spans (on each member): a distributed rebuild reads it
+/// whole from every survivor (one sequential read each, rather than one per chunk it
+/// needs, which on a disk is a seek and a rotation each).
+const WINDOW_BYTES: u64 = 4 << 20;
 
 impl Array {
     /// The transition of the distributed spare space due now, if any: the list to go to.
@@ -142,6 +150,7 @@ impl Array {
         // often enough for a small array to show its progress (and be cut anywhere).
         let window = (WINDOW_BYTES / chunk).min(rows.div_ceil(16)).max(1);
         let mut throttle = Throttle::new();
+        let mut last_record = Instant::now();
         loop {
             let t = sp.boundary.load(Ordering::Acquire);
             handle.done.store(t * chunk, Ordering::Relaxed);
@@ -180,7 +189,7 @@ impl Array {
                 }
             }
             let d = dp.map.declustered().expect("declustered");
-            let mut jobs = Vec::new();
+            let mut moves = Vec::new();
             for row in t..end {
                 let old = d.resolved_row(row, cols, &from);
                 let new = d.resolved_row(row, cols, &to);
@@ -190,30 +199,54 @@ impl Array {
                             group: c / g.width as usize,
                             stripe: row,
                         };
-                        jobs.push(self.move_chunk(addr, old[c], new[c]));
+                        moves.push((addr, old[c], new[c]));
                     }
                 }
             }
-            let mut bytes = 0;
-            for r in futures::future::join_all(jobs).await {
-                bytes += r?;
-            }
-            dp.flush().await?;
-            let st = self.dp().state.load_full();
-            self.record_spares(|| {
-                sp.boundary.store(end, Ordering::Release);
-                if copyback {
+            let bytes = if copyback {
+                let jobs = moves
+                    .into_iter()
+                    .map(|(addr, old, new)| self.move_chunk(addr, old, new));
+                let mut bytes = 0;
+                for r in futures::future::join_all(jobs).await {
+                    bytes += r?;
+                }
+                bytes
+            } else {
+                self.rebuild_window(t, end, moves).await?
+            };
+            if copyback {
+                // Durable, and recorded, before a write can go to the new places only: the
+                // old ones (still holding the chunks) are what a crash would read.
+                dp.flush().await?;
+                let st = self.dp().state.load_full();
+                self.record_spares(|| {
+                    sp.boundary.store(end, Ordering::Release);
+                    sp.recorded.store(end, Ordering::Release);
                     st.slots[target]
                         .recovery
                         .store((end * chunk).min(g.member_size), Ordering::Release);
+                })
+                .await?;
+            } else {
+                // A distributed rebuild's old places are on the failed member: below a
+                // boundary not yet recorded, a crash reads the chunks rebuilt from parity
+                // again, as the stripes held them. Recorded every few seconds, flushed first.
+                sp.boundary.store(end, Ordering::Release);
+                if last_record.elapsed() > Duration::from_secs(2) {
+                    dp.flush().await?;
+                    self.record_spares(|| sp.recorded.store(end, Ordering::Release))
+                        .await?;
+                    last_record = Instant::now();
                 }
-            })
-            .await?;
+            }
             drop(guards);
             handle.done.store(end * chunk, Ordering::Relaxed);
             throttle.pace(self, bytes).await;
         }
-        // Every row moved: `to` is the list, and a slot copied back is in service.
+        // Every row moved (and durable): `to` is the list, and a slot copied back is in
+        // service.
+        self.dp().flush().await?;
         let _g = self.mgmt.lock().await;
         self.dp().map.set_spared(to.clone(), None, 0);
         let mut new = (*self.dp().state.load_full()).clone();
@@ -253,6 +286,94 @@ impl Array {
             Some(why) => Err(Error::Failed(why.clone().into())),
             None => Ok(()),
         }
+    }
+
+    /// A distributed rebuild's window `[t, end)` (its stripes locked): every survivor's
+    /// rows read whole, once; each chunk moved is rebuilt from its stripe's rows there
+    /// (or taken as read, where its old place could be read), and written to its new
+    /// place. A stripe with more rows unreadable than it survives is left to
+    /// [`Array::move_chunk`] (which reads it stripe by stripe, and says why it fails).
+    async fn rebuild_window(
+        &self,
+        t: u64,
+        end: u64,
+        moves: Vec<(StripeAddr, Option<usize>, Option<usize>)>,
+    ) -> Result<u64> {
+        let dp = self.dp();
+        let st = dp.state.load_full();
+        let chunk = dp.geometry.chunk as u64;
+        let base = t * chunk;
+        let len = (end * chunk).min(dp.geometry.member_size) - base;
+        let reads = st.slots.iter().map(|s| {
+            let m = s.readable(base + len).cloned();
+            let dp = &dp;
+            async move {
+                let m = m?;
+                let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
+                match dp.mread(&m, base, buf.clone(), IoClass::Background).await {
+                    Ok(()) => Some(buf),
+                    Err(e) => {
+                        dp.note_read_error_to_heal(&m, &e).await;
+                        None
+                    }
+                }
+            }
+        });
+        let rows: Vec<Option<crate::buf::SharedBuf>> = futures::future::join_all(reads).await;
+        let red = dp.geometry.redundancy();
+        let mut jobs = Vec::new();
+        let mut fallback = Vec::new();
+        for (addr, old, new) in moves {
+            let Some(new) = new else { continue };
+            let dst = match st.slots[new].state {
+                SlotState::Active | SlotState::Rebuilding => st.slots[new].member.clone(),
+                _ => None,
+            };
+            let Some(dst) = dst else { continue };
+            let slots = dp.map.stripe_slots(addr);
+            let off = ((addr.stripe - t) * chunk) as usize;
+            let clen = (chunk as usize).min(len as usize - off);
+            let piece = |s: usize| {
+                rows[s]
+                    .as_ref()
+                    .map(|b| crate::datapath::slice_of(b)[off..off + clen].to_vec())
+            };
+            let lost: Vec<usize> = (0..slots.len())
+                .filter(|&p| rows[slots[p]].is_none())
+                .collect();
+            let at = old.and_then(|o| slots.iter().position(|&s| s == o));
+            let data = match at {
+                Some(p) if !lost.contains(&p) => piece(slots[p]),
+                Some(p) if lost.len() <= red => {
+                    let mut v: Vec<Vec<u8>> = slots
+                        .iter()
+                        .map(|&s| piece(s).unwrap_or_else(|| vec![0u8; clen]))
+                        .collect();
+                    self.fam().heal_row(&dp, addr, &mut v, &lost)?;
+                    Some(std::mem::take(&mut v[p]))
+                }
+                _ => None,
+            };
+            match data {
+                Some(data) => jobs.push(async move {
+                    let buf = AlignedBuf::from_slice(&data).into_shared();
+                    let dp = self.dp();
+                    if let Err(e) = dp
+                        .mwrite(&dst, addr.stripe * chunk, buf, false, IoClass::Background)
+                        .await
+                    {
+                        dp.write_failed(&dst, &e, reason::REBUILD_WRITE).await;
+                    }
+                    clen as u64
+                }),
+                None => fallback.push((addr, old, Some(new))),
+            }
+        }
+        let mut bytes: u64 = futures::future::join_all(jobs).await.into_iter().sum();
+        for (addr, old, new) in fallback {
+            bytes += self.move_chunk(addr, old, new).await?;
+        }
+        Ok(bytes)
     }
 
     /// Write one chunk of `addr` (its stripe locked) from its place `old` to `new`: read
