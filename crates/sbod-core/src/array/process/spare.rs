@@ -7,9 +7,8 @@
 //!
 //! 1. every stripe of the window is locked (client requests to it wait);
 //! 2. every chunk whose member differs between `L` and `L'` is written to its new place:
-//!    a distributed rebuild reads the window's rows whole from every survivor (one
-//!    sequential read each) and rebuilds the chunks from them; a copy-back reads each
-//!    chunk from its old place (else rebuilds it: `Family::recover`);
+//!    read from its old place, else rebuilt from its stripe (`Family::recover`), all the
+//!    window's chunks at once;
 //! 3. the row boundary moves past the window in memory, before the locks are let go. A
 //!    copy-back first flushes the members and records the boundary in the superblocks
 //!    (with `mgmt` held, so no other superblock write records an older one): after it,
@@ -36,10 +35,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Member bytes a window of rows spans (on each member): a distributed rebuild reads it
-/// whole from every survivor (one sequential read each, rather than one per chunk it
-/// needs, which on a disk is a seek and a rotation each).
-const WINDOW_BYTES: u64 = 4 << 20;
+/// Member bytes a window of rows spans (on each member). Windows end in a barrier (every
+/// chunk written before the boundary moves), so larger ones keep the members busier: on
+/// modelled disks 16 MiB windows rebuilt 24 members in 3.8 s where 4 MiB ones took 5.0 s
+/// (docs/PERFORMANCE.md). What is in flight is about a window's rows times the stripe
+/// width in chunks.
+const WINDOW_BYTES: u64 = 16 << 20;
 
 impl Array {
     /// The transition of the distributed spare space due now, if any: the list to go to.
@@ -146,7 +147,7 @@ impl Array {
             "{}",
             if copyback { "copy-back from the distributed spare space" } else { "distributed rebuild into the spare space" }
         );
-        // Windows of at most 8 MiB a member, and at least 16 of them: the boundary moves
+        // Windows of at most 16 MiB a member, and at least 16 of them: the boundary moves
         // often enough for a small array to show its progress (and be cut anywhere).
         let window = (WINDOW_BYTES / chunk).min(rows.div_ceil(16)).max(1);
         let mut throttle = Throttle::new();
@@ -203,18 +204,16 @@ impl Array {
                     }
                 }
             }
-            let bytes = if copyback {
-                let jobs = moves
-                    .into_iter()
-                    .map(|(addr, old, new)| self.move_chunk(addr, old, new));
-                let mut bytes = 0;
-                for r in futures::future::join_all(jobs).await {
-                    bytes += r?;
-                }
-                bytes
-            } else {
-                self.rebuild_window(t, end, moves).await?
-            };
+            // Every chunk of the window at once: each survivor gets the reads of every
+            // stripe it shares with the failed member in the window, queued together
+            // (the member's queue and the drive's reorder them by offset).
+            let jobs = moves
+                .into_iter()
+                .map(|(addr, old, new)| self.move_chunk(addr, old, new));
+            let mut bytes = 0;
+            for r in futures::future::join_all(jobs).await {
+                bytes += r?;
+            }
             if copyback {
                 // Durable, and recorded, before a write can go to the new places only: the
                 // old ones (still holding the chunks) are what a crash would read.
@@ -286,94 +285,6 @@ impl Array {
             Some(why) => Err(Error::Failed(why.clone().into())),
             None => Ok(()),
         }
-    }
-
-    /// A distributed rebuild's window `[t, end)` (its stripes locked): every survivor's
-    /// rows read whole, once; each chunk moved is rebuilt from its stripe's rows there
-    /// (or taken as read, where its old place could be read), and written to its new
-    /// place. A stripe with more rows unreadable than it survives is left to
-    /// [`Array::move_chunk`] (which reads it stripe by stripe, and says why it fails).
-    async fn rebuild_window(
-        &self,
-        t: u64,
-        end: u64,
-        moves: Vec<(StripeAddr, Option<usize>, Option<usize>)>,
-    ) -> Result<u64> {
-        let dp = self.dp();
-        let st = dp.state.load_full();
-        let chunk = dp.geometry.chunk as u64;
-        let base = t * chunk;
-        let len = (end * chunk).min(dp.geometry.member_size) - base;
-        let reads = st.slots.iter().map(|s| {
-            let m = s.readable(base + len).cloned();
-            let dp = &dp;
-            async move {
-                let m = m?;
-                let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
-                match dp.mread(&m, base, buf.clone(), IoClass::Background).await {
-                    Ok(()) => Some(buf),
-                    Err(e) => {
-                        dp.note_read_error_to_heal(&m, &e).await;
-                        None
-                    }
-                }
-            }
-        });
-        let rows: Vec<Option<crate::buf::SharedBuf>> = futures::future::join_all(reads).await;
-        let red = dp.geometry.redundancy();
-        let mut jobs = Vec::new();
-        let mut fallback = Vec::new();
-        for (addr, old, new) in moves {
-            let Some(new) = new else { continue };
-            let dst = match st.slots[new].state {
-                SlotState::Active | SlotState::Rebuilding => st.slots[new].member.clone(),
-                _ => None,
-            };
-            let Some(dst) = dst else { continue };
-            let slots = dp.map.stripe_slots(addr);
-            let off = ((addr.stripe - t) * chunk) as usize;
-            let clen = (chunk as usize).min(len as usize - off);
-            let piece = |s: usize| {
-                rows[s]
-                    .as_ref()
-                    .map(|b| crate::datapath::slice_of(b)[off..off + clen].to_vec())
-            };
-            let lost: Vec<usize> = (0..slots.len())
-                .filter(|&p| rows[slots[p]].is_none())
-                .collect();
-            let at = old.and_then(|o| slots.iter().position(|&s| s == o));
-            let data = match at {
-                Some(p) if !lost.contains(&p) => piece(slots[p]),
-                Some(p) if lost.len() <= red => {
-                    let mut v: Vec<Vec<u8>> = slots
-                        .iter()
-                        .map(|&s| piece(s).unwrap_or_else(|| vec![0u8; clen]))
-                        .collect();
-                    self.fam().heal_row(&dp, addr, &mut v, &lost)?;
-                    Some(std::mem::take(&mut v[p]))
-                }
-                _ => None,
-            };
-            match data {
-                Some(data) => jobs.push(async move {
-                    let buf = AlignedBuf::from_slice(&data).into_shared();
-                    let dp = self.dp();
-                    if let Err(e) = dp
-                        .mwrite(&dst, addr.stripe * chunk, buf, false, IoClass::Background)
-                        .await
-                    {
-                        dp.write_failed(&dst, &e, reason::REBUILD_WRITE).await;
-                    }
-                    clen as u64
-                }),
-                None => fallback.push((addr, old, Some(new))),
-            }
-        }
-        let mut bytes: u64 = futures::future::join_all(jobs).await.into_iter().sum();
-        for (addr, old, new) in fallback {
-            bytes += self.move_chunk(addr, old, new).await?;
-        }
-        Ok(bytes)
     }
 
     /// Write one chunk of `addr` (its stripe locked) from its place `old` to `new`: read
