@@ -38,9 +38,11 @@ use std::time::{Duration, Instant};
 /// Member bytes a window of rows spans (on each member). Windows end in a barrier (every
 /// chunk written before the boundary moves), so larger ones keep the members busier: on
 /// modelled disks 16 MiB windows rebuilt 24 members in 3.8 s where 4 MiB ones took 5.0 s
-/// (docs/PERFORMANCE.md). What is in flight is about a window's rows times the stripe
-/// width in chunks.
+/// (docs/PERFORMANCE.md).
 const WINDOW_BYTES: u64 = 16 << 20;
+
+/// Chunks a transition moves at once (each holds its stripe's reads).
+const IN_FLIGHT: usize = 64;
 
 impl Array {
     /// The transition of the distributed spare space due now, if any: the list to go to.
@@ -204,16 +206,21 @@ impl Array {
                     }
                 }
             }
-            // Every chunk of the window at once: each survivor gets the reads of every
-            // stripe it shares with the failed member in the window, queued together
-            // (the member's queue and the drive's reorder them by offset).
-            let jobs = moves
-                .into_iter()
-                .map(|(addr, old, new)| self.move_chunk(addr, old, new));
+            // The window's chunks IN_FLIGHT at a time: each survivor gets the reads of
+            // many stripes it shares with the failed member queued together (its queue
+            // and the drive reorder them by offset), and what is in flight stays bounded.
+            use futures::StreamExt;
+            let mut done = futures::stream::iter(
+                moves
+                    .into_iter()
+                    .map(|(addr, old, new)| self.move_chunk(addr, old, new)),
+            )
+            .buffer_unordered(IN_FLIGHT);
             let mut bytes = 0;
-            for r in futures::future::join_all(jobs).await {
+            while let Some(r) = done.next().await {
                 bytes += r?;
             }
+            drop(done);
             if copyback {
                 // Durable, and recorded, before a write can go to the new places only: the
                 // old ones (still holding the chunks) are what a crash would read.
