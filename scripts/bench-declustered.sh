@@ -5,17 +5,20 @@
 #   declustered: the same G groups and S members' worth of spare space spread over all
 #                G*W+S members (`create --declustered`).
 # Each array is served, one member failed, and the time until `status` says optimal again
-# (the classic array) or until the failed member is rebuilt (the declustered one: today it
-# is rebuilt onto a replacement, `sbod replace --wait`, as the distributed rebuild into its
-# spare space is not written yet: docs/ENGINE.md, "Declustered layouts"). The bound for a
-# distributed rebuild is (N-1)/(D+1) times the classic one. Members should be slower than
-# memory so they, not the CPU, set the time: modelled drives (docs/LAB.md).
+# with no process running: the classic array rebuilt onto a hot spare, the declustered one
+# rebuilt into its distributed spare space (docs/ENGINE.md, "Declustered layouts"). The
+# bound for the distributed rebuild is (N-1)/(D+1) times the classic one. Then the
+# declustered array's copy-back onto a replacement (`sbod replace --wait`) is timed too.
+# Members should be slower than memory so they, not the CPU, set the time: modelled drives
+# (docs/LAB.md); with `--drives none` (plain files, on /dev/shm) the rebuilds' rate is
+# compared with a plain write of one member's size to the same file system.
 # Prints a table; docs/PERFORMANCE.md ("Declustered layouts") records runs with their
 # command. Not part of the test suite.
 #
 #   scripts/bench-declustered.sh                                # 12 x 256M hdd-nearline, 1 group of 8+2, 2 spares
 #   scripts/bench-declustered.sh --groups 2 --spares 4          # 24 members
 #   scripts/bench-declustered.sh --drives nvme-dc --size-each 1G
+#   scripts/bench-declustered.sh --groups 2 --spares 4 --drives none  # tmpfs: CPU-bound
 #
 # Options (defaults): --groups 1 --width 10 --spares 2 --size-each 256M
 #   --drives PROFILE[,OPTS] (hdd-nearline; "none" for plain files) --dir DIR
@@ -80,7 +83,12 @@ unserve() {
   "$SBOD" stop "$NAME" >/dev/null; wait "$SERVER" 2>/dev/null || true; SERVER=
 }
 state() { "$SBOD" status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
-wait_optimal() { while [ "$(state "$1")" != optimal ]; do sleep 0.05; done; }
+# Optimal, and no process running (a declustered array is optimal as its distributed
+# rebuild commits, a moment before the process ends).
+settled() {
+  "$SBOD" status "$1" --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["state"] == "optimal" and not s.get("process"))'
+}
+wait_optimal() { while [ "$(settled "$1")" != True ]; do sleep 0.05; done; }
 
 # The classic array: G groups of W and S hot spares.
 m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member c$i)"); done
@@ -103,22 +111,45 @@ m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member d$i)"); done
   --size-each "$SIZE_EACH" --assume-clean "${m[@]}" >/dev/null
 serve decl
 wait_optimal decl
+t0=$(now)
 "$SBOD" fail decl "$(member d0)" >/dev/null
+sleep 0.05
+wait_optimal decl
+t1=$(now)
+decl_s=$(python3 -c "print($t1 - $t0)")
+# The copy-back onto a replacement (the slot's chunks copied out of the spare space).
 t0=$(now)
 "$SBOD" replace decl "$(member d0)" "$(member r0)" --size "$SIZE_EACH" --wait >/dev/null
 wait_optimal decl
 t1=$(now)
-decl_s=$(python3 -c "print($t1 - $t0)")
+copy_s=$(python3 -c "print($t1 - $t0)")
 unserve
 
+# A plain write of one member's size to the same file system (the members' raw rate,
+# for plain files; a modelled drive's own rate is in docs/LAB.md).
+raw_s=0
+if [ "$DRIVES" = none ]; then
+  t0=$(now)
+  dd if=/dev/zero of="$WORK/raw.img" bs=1M count="$((member_bytes >> 20))" conv=fdatasync status=none
+  t1=$(now)
+  raw_s=$(python3 -c "print($t1 - $t0)")
+  rm -f "$WORK/raw.img"
+fi
+
 python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
-  "$classic_s" "$decl_s" <<'EOF'
+  "$classic_s" "$decl_s" "$copy_s" "$raw_s" <<'EOF'
 import sys
-n, g, w, s, size, drives, mb, cs, ds = sys.argv[1:]
-n, g, w, s, mb, cs, ds = int(n), int(g), int(w), int(s), int(mb), float(cs), float(ds)
+n, g, w, s, size, drives, mb, cs, ds, cps, raw = sys.argv[1:]
+n, g, w, s, mb = int(n), int(g), int(w), int(s), int(mb)
+cs, ds, cps, raw = float(cs), float(ds), float(cps), float(raw)
 d = w - 2
+bound = (n - 1) / (d + 1)
 print(f"time to full redundancy after one failure: {n} members of {size} ({drives})")
-print(f"  raid6 {g} x {w} + {s} hot spares       {cs:8.2f} s  {mb/cs/1e6:8.1f} MB/s of the member")
-print(f"  raid6 {g} x {w}, {s} spare, declustered {ds:8.2f} s  {mb/ds/1e6:8.1f} MB/s (onto a replacement)")
-print(f"  speed-up {cs/ds:.2f}; bound for a distributed rebuild (N-1)/(D+1) = {(n-1)/(d+1):.2f}")
+print(f"  raid6 {g} x {w} + {s} hot spares             {cs:8.2f} s  {mb/cs/1e6:8.1f} MB/s of the member")
+print(f"  the same, declustered (distributed rebuild) {ds:8.2f} s  {mb/ds/1e6:8.1f} MB/s of the member")
+print(f"  speed-up {cs/ds:.2f} = {cs/ds/bound:.2f} of the bound (N-1)/(D+1) = {bound:.2f}")
+print(f"  declustered copy-back onto a replacement    {cps:8.2f} s  {mb/cps/1e6:8.1f} MB/s")
+if raw > 0:
+    print(f"  plain write of one member's size            {raw:8.2f} s  {mb/raw/1e6:8.1f} MB/s")
+    print(f"  rebuild rate / raw write rate: classic {raw/cs:.2f}, distributed {raw/ds:.2f}")
 EOF

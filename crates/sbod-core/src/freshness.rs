@@ -334,6 +334,7 @@ mod tests {
             log: Default::default(),
             tags: None,
             reshape: None,
+            spared: Default::default(),
             extensions: Vec::new(),
         }
     }

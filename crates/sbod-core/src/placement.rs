@@ -37,7 +37,9 @@
 //! concat have one shard per position (a mirror's copies are shards `0..copies`).
 
 use crate::layout::{Geometry, Level, Scheme};
+use arc_swap::ArcSwap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Rows of a declustered layout's permutation table.
@@ -106,9 +108,10 @@ impl Decl {
     /// `spared` (its own, or one an earlier member's failure put there) goes to the first
     /// spare column (from `cols` on) whose member neither failed before it nor holds a
     /// chunk already; None where none is left (more in `spared` than spare columns).
-    /// So sparing one more member moves only what lay on it. The map of the distributed
-    /// rebuild (docs/ENGINE.md, "Declustered layouts"), which is not wired into the array
-    /// yet: only its tests use it.
+    /// So sparing one more member moves only what lay on it, and unsparing the last one
+    /// moves only what lies in the spare space for it. The map of the distributed rebuild
+    /// and the copy-back (docs/ENGINE.md, "Declustered layouts"): [`Placement`] resolves
+    /// every row through it.
     pub fn resolved_row(&self, row: u64, cols: usize, spared: &[usize]) -> Vec<Option<usize>> {
         let mut out: Vec<Option<usize>> = (0..cols).map(|c| Some(self.member(row, c))).collect();
         let mut taken: Vec<usize> = Vec::new();
@@ -135,6 +138,41 @@ impl Decl {
             }
         }
         crc32c::crc32c(&bytes)
+    }
+}
+
+/// The distributed spare space in use (declustered layouts): the slots whose chunks
+/// live in it, in the order they were spared (`from`), and a transition under way to
+/// another list (`to`): rows below `boundary` are resolved through `to`, the rest
+/// through `from`. A new `Spared` is swapped in for every transition (its boundary is
+/// its own), and the boundary moves only with the locks of the rows it passes held.
+#[derive(Debug, Default)]
+pub struct Spared {
+    pub from: Vec<usize>,
+    pub to: Option<Vec<usize>>,
+    pub boundary: AtomicU64,
+    /// The boundary the superblocks may record: at most `boundary`, and only where what
+    /// the transition wrote below it is durable.
+    pub recorded: AtomicU64,
+}
+
+impl Spared {
+    /// The list row `row` is resolved through.
+    pub fn list_at(&self, row: u64) -> &[usize] {
+        match &self.to {
+            Some(to) if row < self.boundary.load(Ordering::Acquire) => to,
+            _ => &self.from,
+        }
+    }
+
+    /// Is `slot`'s every chunk in the spare space (so the slot is not out)?
+    pub fn holds(&self, slot: usize) -> bool {
+        self.from.contains(&slot)
+    }
+
+    /// Is `slot` spared, or being spared or copied back?
+    pub fn involves(&self, slot: usize) -> bool {
+        self.from.contains(&slot) || self.to.as_ref().is_some_and(|t| t.contains(&slot))
     }
 }
 
@@ -188,6 +226,8 @@ pub struct Placement {
     starts: Vec<u64>,
     /// Declustered: the permutation table.
     decl: Option<Arc<Decl>>,
+    /// Declustered: the distributed spare space in use (shared by the clones of a map).
+    spared: Arc<ArcSwap<Spared>>,
 }
 
 impl Placement {
@@ -217,6 +257,48 @@ impl Placement {
             decl: geometry
                 .declustered
                 .map(|d| Arc::new(Decl::new(geometry.members(), d.seed))),
+            spared: Default::default(),
+        }
+    }
+
+    /// The distributed spare space in use now.
+    pub fn spared(&self) -> Arc<Spared> {
+        self.spared.load_full()
+    }
+
+    /// Use another distributed spare state (assembly, and a transition's start and end:
+    /// see [`Spared`]).
+    pub fn set_spared(&self, from: Vec<usize>, to: Option<Vec<usize>>, boundary: u64) {
+        self.spared.store(Arc::new(Spared {
+            from,
+            to,
+            boundary: AtomicU64::new(boundary),
+            recorded: AtomicU64::new(boundary),
+        }));
+    }
+
+    /// Row `row` of a declustered layout with spared slots: the member of each of the
+    /// groups' columns (None: no spared slot in this row's list, the plain permutation).
+    fn resolved(&self, d: &Decl, row: u64) -> Option<Vec<Option<usize>>> {
+        let sp = self.spared.load();
+        let list = sp.list_at(row);
+        (!list.is_empty()).then(|| d.resolved_row(row, self.groups * self.width, list))
+    }
+
+    /// The member holding column `col` (of the groups' columns) of row `row`.
+    fn member_at(&self, d: &Decl, row: u64, col: usize) -> usize {
+        match self.resolved(d, row) {
+            Some(r) => r[col].unwrap_or_else(|| d.member(row, col)),
+            None => d.member(row, col),
+        }
+    }
+
+    /// The groups' column slot `slot` holds in row `row` (None: spare space, or spared).
+    fn column_of(&self, d: &Decl, row: u64, slot: usize) -> Option<usize> {
+        let cols = self.groups * self.width;
+        match self.resolved(d, row) {
+            Some(r) => r.iter().position(|&m| m == Some(slot)),
+            None => Some(d.column(row, slot)).filter(|&c| c < cols),
         }
     }
 
@@ -335,10 +417,7 @@ impl Placement {
     /// holds spare space there (declustered layouts).
     pub fn group_at(&self, stripe: u64, slot: usize) -> Option<usize> {
         match &self.decl {
-            Some(d) => {
-                let col = d.column(stripe, slot);
-                (col < self.groups * self.width).then_some(col / self.width)
-            }
+            Some(d) => self.column_of(d, stripe, slot).map(|c| c / self.width),
             None => Some(self.group_of(slot)),
         }
     }
@@ -347,9 +426,17 @@ impl Placement {
     /// scrub reads them in and `judge` and `heal_row` are given them).
     pub fn stripe_slots(&self, addr: StripeAddr) -> Vec<usize> {
         match &self.decl {
-            Some(d) => (0..self.width)
-                .map(|p| d.member(addr.stripe, addr.group * self.width + p))
-                .collect(),
+            Some(d) => match self.resolved(d, addr.stripe) {
+                Some(r) => (0..self.width)
+                    .map(|p| {
+                        let c = addr.group * self.width + p;
+                        r[c].unwrap_or_else(|| d.member(addr.stripe, c))
+                    })
+                    .collect(),
+                None => (0..self.width)
+                    .map(|p| d.member(addr.stripe, addr.group * self.width + p))
+                    .collect(),
+            },
             None => self.group_slots(addr.group).collect(),
         }
     }
@@ -421,7 +508,7 @@ impl Placement {
     /// The slot holding `shard` of a stripe.
     pub fn slot(&self, addr: StripeAddr, shard: usize) -> usize {
         if let Some(d) = &self.decl {
-            return d.member(addr.stripe, addr.group * self.width + shard);
+            return self.member_at(d, addr.stripe, addr.group * self.width + shard);
         }
         self.group_slots(addr.group).start + self.position(addr.stripe, shard)
     }
@@ -430,11 +517,9 @@ impl Placement {
     /// declustered: the slot must hold a chunk in that row, see [`Placement::group_at`]).
     pub fn shard_at(&self, stripe: u64, slot: usize) -> usize {
         if let Some(d) = &self.decl {
-            let col = d.column(stripe, slot);
-            assert!(
-                col < self.groups * self.width,
-                "slot {slot} is spare in row {stripe}"
-            );
+            let col = self
+                .column_of(d, stripe, slot)
+                .unwrap_or_else(|| panic!("slot {slot} holds no chunk in row {stripe}"));
             return col % self.width;
         }
         let pos = slot - self.group_slots(self.group_of(slot)).start;
@@ -686,6 +771,58 @@ mod tests {
                     }
                 }
             }
+        }
+
+        /// With slots spared (and a transition under way to one more, or one fewer, at
+        /// some row): every volume block still maps to exactly one member block, which
+        /// maps back to it; no stripe uses a member twice or a member its row's list
+        /// spares; and the rows below the boundary differ from the rows above only where
+        /// the transition moves chunks.
+        #[test]
+        fn spared_map_is_one_to_one(
+            groups in 1u32..3,
+            width in 4u32..9,
+            spares in 1u32..3,
+            picks in proptest::collection::vec(0usize..1000, 3),
+            grow in proptest::bool::ANY,
+            boundary in 0u64..40,
+        ) {
+            let rows = 40;
+            let g = declustered(Level::Raid6, width, groups, spares, rows);
+            let n = g.members();
+            let p = Placement::striped(&g);
+            let mut list: Vec<usize> = Vec::new();
+            for x in picks.iter().take(spares as usize) {
+                let m = (0..n).map(|i| (x + i) % n).find(|m| !list.contains(m)).unwrap();
+                list.push(m);
+            }
+            let (from, to) = if grow {
+                let from = list[..list.len() - 1].to_vec();
+                (from, list.clone())
+            } else {
+                (list.clone(), list[..list.len() - 1].to_vec())
+            };
+            p.set_spared(from.clone(), Some(to.clone()), boundary);
+            let mut seen = std::collections::HashSet::new();
+            for x in p.map(0, g.capacity()) {
+                proptest::prop_assert!(seen.insert((x.slot, x.moff)), "two blocks at one place");
+                proptest::prop_assert_eq!(p.locate(x.slot, x.moff), Some(x.buf_off));
+                let row = x.addr.stripe;
+                let l = if row < boundary { &to } else { &from };
+                proptest::prop_assert!(!l.contains(&x.slot));
+                let slots = p.stripe_slots(x.addr);
+                let mut uniq = slots.clone();
+                uniq.sort_unstable();
+                uniq.dedup();
+                proptest::prop_assert_eq!(uniq.len(), width as usize);
+                for (shard, &slot) in slots.iter().enumerate() {
+                    proptest::prop_assert!(!l.contains(&slot));
+                    proptest::prop_assert_eq!(p.slot(x.addr, shard), slot);
+                    proptest::prop_assert_eq!(p.shard_at(row, slot), shard);
+                    proptest::prop_assert_eq!(p.group_at(row, slot), Some(x.addr.group));
+                }
+            }
+            proptest::prop_assert_eq!(seen.len() as u64, g.capacity() / 4096);
         }
 
         /// Every volume block of a declustered layout maps to exactly one member block,

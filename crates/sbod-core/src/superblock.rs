@@ -304,8 +304,28 @@ pub struct Superblock {
     /// A reshape in progress: the layout the volume had before it, and how far it got
     /// (record [`TAG_RESHAPE`]). `geometry` is the layout it goes to.
     pub reshape: Option<ReshapeRec>,
+    /// A declustered layout's distributed spare space in use (in record
+    /// [`TAG_DECLUSTER`]): which slots' chunks live in it, and a transition under way.
+    pub spared: SpareRec,
     /// Extension records this sbod does not know (compatible ones), kept as read.
     pub extensions: Vec<Extension>,
+}
+
+/// The slots of a declustered array whose chunks live in its distributed spare space, as
+/// the members record it (docs/ENGINE.md, "Declustered layouts"): `list` in the order
+/// they were spared; `next`, a transition under way to another list (a distributed
+/// rebuild adds a slot, a copy-back removes one), with the member row below which it
+/// holds. Empty for every array with nothing spared (the record's version 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SpareRec {
+    pub list: Vec<u16>,
+    pub next: Option<(Vec<u16>, u64)>,
+}
+
+impl SpareRec {
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty() && self.next.is_none()
+    }
 }
 
 /// A reshape in progress, as the members record it: the volume below `pos` is in the new
@@ -674,10 +694,28 @@ impl Superblock {
         }
         if let Some(d) = &self.geometry.declustered {
             let mut x = W(Vec::with_capacity(17));
-            x.u8(1); // version of the record
+            // Version 1: the layout; version 2 adds the spared slots and a transition.
+            x.u8(if self.spared.is_empty() { 1 } else { 2 });
             x.u32(d.spares);
             x.u64(d.seed);
             x.u32(crate::placement::Decl::new(self.geometry.members(), d.seed).checksum());
+            if !self.spared.is_empty() {
+                let list = |x: &mut W, l: &[u16]| {
+                    x.u8(l.len() as u8);
+                    for &s in l {
+                        x.u16(s);
+                    }
+                };
+                list(&mut x, &self.spared.list);
+                match &self.spared.next {
+                    Some((l, row)) => {
+                        x.u8(1);
+                        list(&mut x, l);
+                        x.u64(*row);
+                    }
+                    None => x.u8(0),
+                }
+            }
             record(TAG_DECLUSTER, EXT_INCOMPAT, &x.0);
         }
         for e in &self.extensions {
@@ -862,6 +900,16 @@ impl Superblock {
                 )));
             }
         }
+        let spared_slots = known
+            .spared
+            .list
+            .iter()
+            .chain(known.spared.next.iter().flat_map(|(l, _)| l.iter()));
+        if let Some(s) = spared_slots.clone().find(|&&s| s as usize >= nslots) {
+            return Err(SbError::Malformed(format!(
+                "the declustered record spares slot {s} of {nslots}"
+            )));
+        }
         // A reshape that narrows the groups keeps the members leaving until it ends.
         let want = match &known.reshape {
             Some(r) if r.old.groups == geometry.groups && r.old.width > geometry.width => {
@@ -931,6 +979,7 @@ impl Superblock {
             log: known.log.unwrap_or_default(),
             tags: known.tags,
             reshape: known.reshape,
+            spared: known.spared,
             extensions,
         })
     }
@@ -984,6 +1033,8 @@ struct Known {
     dedicated: Option<u8>,
     /// The declustered layout and its table's checksum.
     decluster: Option<(Declustered, u32)>,
+    /// Its spared slots (version 2 of the record).
+    spared: SpareRec,
 }
 
 impl Known {
@@ -1067,7 +1118,8 @@ impl Known {
             }
             TAG_DECLUSTER => {
                 let mut r = R { b: data, pos: 0 };
-                if r.u8()? != 1 {
+                let version = r.u8()?;
+                if !(1..=2).contains(&version) {
                     return Err(SbError::Malformed(
                         "unknown declustered record version".into(),
                     ));
@@ -1075,6 +1127,40 @@ impl Known {
                 let spares = r.u32()?;
                 let seed = r.u64()?;
                 let crc = r.u32()?;
+                if version == 2 {
+                    let list = |r: &mut R| -> Result<Vec<u16>, SbError> {
+                        let n = r.u8()? as usize;
+                        let mut l = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            let s = r.u16()?;
+                            if l.contains(&s) {
+                                return Err(SbError::Malformed(
+                                    "a slot spared twice in the declustered record".into(),
+                                ));
+                            }
+                            l.push(s);
+                        }
+                        if n > spares as usize {
+                            return Err(SbError::Malformed(format!(
+                                "{n} slots spared in a declustered layout with {spares} spares"
+                            )));
+                        }
+                        Ok(l)
+                    };
+                    self.spared.list = list(&mut r)?;
+                    self.spared.next = match r.u8()? {
+                        0 => None,
+                        1 => {
+                            let l = list(&mut r)?;
+                            Some((l, r.u64()?))
+                        }
+                        _ => {
+                            return Err(SbError::Malformed(
+                                "bad transition flag in the declustered record".into(),
+                            ))
+                        }
+                    };
+                }
                 if r.pos != data.len() || spares > 256 {
                     return Err(SbError::Malformed("bad declustered record".into()));
                 }
@@ -1260,6 +1346,7 @@ mod tests {
             log: LogConfig::default(),
             tags: None,
             reshape: None,
+            spared: Default::default(),
             extensions: Vec::new(),
         }
     }
@@ -1326,6 +1413,42 @@ mod tests {
         bad[16..20].copy_from_slice(&crc.to_le_bytes());
         let e = Superblock::decode(&bad).unwrap_err().to_string();
         assert!(e.contains("permutation table"), "{e}");
+    }
+
+    /// The spared slots and a transition round-trip (record version 2); an array with
+    /// nothing spared writes version 1, as before; slots out of range are refused.
+    #[test]
+    fn spared_slots_are_recorded() {
+        let mut sb = sample();
+        sb.geometry.declustered = Some(Declustered {
+            spares: 2,
+            seed: crate::layout::DECLUSTER_SEED,
+        });
+        for i in 0..2 {
+            let mut extra = sb.slots[0].clone();
+            extra.member.as_mut().unwrap().uuid = Uuid::from_u128(77 + i);
+            sb.slots.push(extra);
+        }
+        let v1 = sb.encode();
+        assert_eq!(Superblock::decode(&v1).unwrap(), sb);
+        sb.spared = SpareRec {
+            list: vec![3],
+            next: Some((vec![3, 7], 17)),
+        };
+        let v2 = sb.encode();
+        // A count and a slot, a flag, a count and two slots, a row.
+        assert_eq!(v2.len(), v1.len() + 3 + 1 + 5 + 8);
+        assert_eq!(Superblock::decode(&v2).unwrap(), sb);
+        sb.spared.next = None;
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        sb.spared.list = vec![3, 9];
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        sb.spared.list = vec![3, 10];
+        let e = Superblock::decode(&sb.encode()).unwrap_err().to_string();
+        assert!(e.contains("spares slot 10"), "{e}");
+        sb.spared.list = vec![1, 2, 3];
+        let e = Superblock::decode(&sb.encode()).unwrap_err().to_string();
+        assert!(e.contains("3 slots spared"), "{e}");
     }
 
     fn with_extension(tag: u16, flags: u16, data: &[u8]) -> Vec<u8> {

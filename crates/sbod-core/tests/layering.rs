@@ -86,6 +86,7 @@ const LAYERS: &[(u32, &str, &[&str])] = &[
             "array::process::rebuild",
             "array::process::reshape",
             "array::process::scrub",
+            "array::process::spare",
             "array::process::verify",
         ],
     ),

@@ -126,7 +126,9 @@ fn spare(name: &str) -> MemberSpec {
 async fn wait_optimal(a: &Array, what: &str) {
     for _ in 0..2000 {
         let st = a.status();
-        if st.state == "optimal" {
+        // And its process ended (a declustered array is back to full redundancy before
+        // its copy-back to the spares added ends).
+        if st.state == "optimal" && st.process.is_none() {
             return;
         }
         assert_ne!(st.state, "failed", "{what}: {st:?}");

@@ -227,6 +227,7 @@ fn superblock() -> impl Strategy<Value = Superblock> {
                 log: Default::default(),
                 tags: None,
                 reshape: None,
+                spared: Default::default(),
                 extensions,
             },
         )

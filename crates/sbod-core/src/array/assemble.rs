@@ -393,6 +393,15 @@ impl Array {
         if let Some(c) = claim {
             array.hold(c);
         }
+        // The distributed spare space in use, and a transition under way (resumed by the
+        // supervisor from its recorded row).
+        let sp = &newest.spared;
+        let l = |v: &[u16]| v.iter().map(|&x| x as usize).collect::<Vec<usize>>();
+        array.dp().map.set_spared(
+            l(&sp.list),
+            sp.next.as_ref().map(|(t, _)| l(t)),
+            sp.next.as_ref().map_or(0, |(_, b)| *b),
+        );
         array.sync.restore(&newest, logs);
         if let Some(rec) = &newest.reshape {
             array.resume_reshape(rec);
@@ -726,9 +735,19 @@ impl Array {
                 // must hold is computed from the data, never rebuilt from parity.
                 continue;
             }
+            // A declustered slot whose chunks live in the distributed spare space holds
+            // nothing to rebuild; one being spared, nothing below the transition's row.
+            let spared = &sb.spared;
+            if spared.list.contains(&(i as u16)) {
+                continue;
+            }
+            let moved = match &spared.next {
+                Some((l, row)) if l.contains(&(i as u16)) => row * g.chunk as u64,
+                _ => 0,
+            };
             let risky = dirty.iter().any(|&r| {
                 let end = ((r + 1) * sb.bitmap_region).min(g.member_size);
-                s.readable(end).is_none()
+                end > moved && s.readable(end).is_none()
             });
             if !risky {
                 continue;

@@ -112,17 +112,30 @@ pub(crate) struct RecoveryLog {
 }
 
 impl Array {
+    /// Is every slot in service: active, or (declustered) with its chunks in the
+    /// distributed spare space? What the bitmap's clearing, the initial resync and scrub
+    /// wait for.
+    pub(crate) fn whole(&self, st: &State) -> bool {
+        let spared = self.dp().map.spared();
+        st.slots
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.state == SlotState::Active || spared.holds(i))
+    }
+
     /// Decide whether the state still holds all data: `st.failed` says why not (a set
     /// with more members out than it survives), else None.
     pub(crate) fn decide_failed(&self, st: &mut State) {
         let red = self.dp().geometry.redundancy();
         st.failed = None;
+        let spared = self.dp().map.spared();
         for g in 0..self.dp().map.sets() {
             let range = self.dp().map.set_slots(g);
             let (first, w) = (range.start, range.len());
             let slots = &st.slots[range];
+            // A slot whose chunks all live in the distributed spare space is not out.
             let out: Vec<usize> = (0..w)
-                .filter(|&i| slots[i].state != SlotState::Active)
+                .filter(|&i| slots[i].state != SlotState::Active && !spared.holds(first + i))
                 .collect();
             if out.len() > red {
                 let names: Vec<String> = out
@@ -161,9 +174,18 @@ impl Array {
     pub(crate) fn take_spares(&self, st: &mut State) -> bool {
         let red = self.dp().geometry.redundancy();
         let mut changed = false;
+        // A declustered layout's failures go to its distributed spare space while there
+        // is room; only those beyond it take a hot spare.
+        let distributed = self.spare_space_takes(st);
+        let spared = self.dp().map.spared();
         for i in 0..st.slots.len() {
             if !matches!(st.slots[i].state, SlotState::Failed | SlotState::Empty)
                 || st.spares.is_empty()
+                || distributed.contains(&i)
+                // A spared slot takes one only when it can be copied back to it (the
+                // last one spared, no transition under way).
+                || (spared.involves(i)
+                    && !(spared.to.is_none() && spared.from.last() == Some(&i)))
             {
                 continue;
             }

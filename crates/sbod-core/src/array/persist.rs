@@ -62,7 +62,21 @@ impl Array {
                 pos: r.pos.load(Ordering::Acquire),
                 backup: *r.backup.lock(),
             }),
+            spared: self.spare_rec(),
             extensions: self.lineage.extensions.clone(),
+        }
+    }
+
+    /// The distributed spare space in use, as the superblocks record it.
+    fn spare_rec(&self) -> crate::superblock::SpareRec {
+        let s = self.dp().map.spared();
+        let l = |v: &[usize]| v.iter().map(|&x| x as u16).collect::<Vec<u16>>();
+        crate::superblock::SpareRec {
+            list: l(&s.from),
+            next: s
+                .to
+                .as_ref()
+                .map(|t| (l(t), s.recorded.load(Ordering::Acquire))),
         }
     }
 
@@ -197,7 +211,7 @@ impl Array {
         // With every slot in service, everything is durable everywhere: clear the whole
         // bitmap. Degraded, keep it: its bits are the record of what the members that are
         // out missed (they come back by it).
-        let whole = st.slots.iter().all(|s| s.state == SlotState::Active);
+        let whole = self.whole(&st);
         if clean && whole && self.dp().bitmap.is_some() {
             // Nothing older than this stop can be recovered from the bitmap now.
             self.lineage

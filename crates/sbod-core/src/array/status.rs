@@ -145,7 +145,8 @@ impl Array {
         for m in &st.spares {
             members.push(ms(m, None, MemberState::Spare));
         }
-        let degraded = st.slots.iter().any(|s| s.state != SlotState::Active);
+        self.spare_reasons(&st, &mut members);
+        let degraded = !self.whole(&st);
         let resync = self.dp().resync_offset.load(Ordering::Relaxed);
         let process = self.bg.process.lock().as_ref().map(|p| p.status());
         let rescue = self.rescue.load(Ordering::Relaxed);
@@ -217,6 +218,54 @@ impl Array {
                     (k.name.to_string(), v)
                 })
                 .collect(),
+        }
+    }
+
+    /// A declustered layout's distributed spare space, in the words of the slots it
+    /// concerns (spared, being spared or copied back, or out with no spare space left).
+    fn spare_reasons(&self, st: &crate::array::State, members: &mut [MemberStatus]) {
+        let Some(d) = self.dp().geometry.declustered else {
+            return;
+        };
+        let sp = self.dp().map.spared();
+        let rows = self
+            .dp()
+            .geometry
+            .member_size
+            .div_ceil(self.dp().geometry.chunk as u64);
+        let at = sp.boundary.load(Ordering::Relaxed);
+        for x in members.iter_mut() {
+            let Some(i) = x.slot else { continue };
+            if x.state == MemberState::Replacing || x.state == MemberState::Spare {
+                continue;
+            }
+            let s = &st.slots[i];
+            let into = sp.to.as_ref().is_some_and(|t| t.contains(&i));
+            let why = if sp.from.contains(&i) && sp.to.is_some() && !into {
+                format!("copy-back from the distributed spare space: row {at} of {rows}")
+            } else if !sp.from.contains(&i) && into {
+                format!("being rebuilt into the distributed spare space: row {at} of {rows}")
+            } else if sp.from.contains(&i) && s.state == SlotState::Rebuilding {
+                let last = sp.from.last().copied().unwrap_or(i);
+                format!(
+                    "waits to be copied back: slots are copied back last spared first, replace slot {last} first"
+                )
+            } else if sp.from.contains(&i) {
+                "spared: its chunks live in the distributed spare space (the array has its full redundancy); replace it to copy them back".to_string()
+            } else if s.state == SlotState::Failed && sp.from.len() >= d.spares as usize {
+                format!(
+                    "the distributed spare space is full ({} slot{} spared): the array runs degraded until a hot spare or a replacement is rebuilt",
+                    sp.from.len(),
+                    if sp.from.len() == 1 { "" } else { "s" }
+                )
+            } else {
+                continue;
+            };
+            // Why the member went out stays first.
+            x.reason = Some(match x.reason.take() {
+                Some(r) => format!("{r}; {why}"),
+                None => why,
+            });
         }
     }
 }

@@ -10,11 +10,12 @@ mod rebuild;
 use rebuild::rebuild_targets;
 pub(crate) mod reshape;
 mod scrub;
+mod spare;
 mod verify;
 
 use crate::array::{Array, State};
 use crate::error::{Error, Result};
-use crate::superblock::{OutReason, SlotState};
+use crate::superblock::OutReason;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -312,7 +313,23 @@ impl Array {
                 }
                 continue;
             }
-            if st.failed.is_none() && !rebuild_targets(&st).is_empty() {
+            if self.spare_work(&st).is_some() {
+                // The distributed spare space first: a declustered array's failed member
+                // is rebuilt into it (back to full redundancy), or copied back out of it.
+                let running = self.bg.process.lock().clone();
+                if let Some(p) = running.filter(|p| !p.is_finished()) {
+                    if p.kind != ProcessKind::Rebuild {
+                        p.cancel();
+                    }
+                    p.wait().await;
+                }
+                if let Err(e) = self.spare_transition().await {
+                    tracing::error!(array = %self.dp().name, error = %e, "distributed spare transition stopped");
+                    let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+                }
+                continue;
+            }
+            if st.failed.is_none() && !rebuild_targets(&st, &self.dp().map.spared()).is_empty() {
                 // A scrub gives way to a rebuild (one run in the foreground is waited for).
                 let running = self.bg.process.lock().clone();
                 if let Some(p) = running.filter(|p| !p.is_finished()) {
@@ -330,7 +347,7 @@ impl Array {
             }
             if st.failed.is_none()
                 && self.dp().resync_offset.load(Ordering::Acquire) != u64::MAX
-                && !st.slots.iter().any(|s| s.state != SlotState::Active)
+                && self.whole(&st)
             {
                 if let Err(e) = self.initial_resync().await {
                     tracing::warn!(array = %self.dp().name, error = %e, "resync paused");
@@ -374,7 +391,7 @@ impl Array {
     /// move `bitmap_since` to a new event, so a member that stopped before it (a copy put
     /// back, a member taken out) can never be recovered from bits already gone.
     async fn may_clear_bits(&self) -> bool {
-        let whole = |st: &State| st.slots.iter().all(|s| s.state == SlotState::Active);
+        let whole = |st: &State| self.whole(st);
         if !whole(&self.dp().state.load_full()) {
             return false;
         }

@@ -21,7 +21,7 @@ impl Array {
     pub(super) async fn rebuild(self: &Arc<Self>) -> Result<()> {
         let chunk = self.dp().geometry.chunk as u64;
         let total = self.dp().geometry.member_size;
-        if rebuild_targets(&self.dp().state.load_full()).is_empty() {
+        if rebuild_targets(&self.dp().state.load_full(), &self.dp().map.spared()).is_empty() {
             return Ok(());
         }
         let handle = self.claim(ProcessKind::Rebuild, total)?;
@@ -34,7 +34,7 @@ impl Array {
                 if let Some(why) = &st.failed {
                     return Err(Error::Failed(why.clone().into()));
                 }
-                let targets = rebuild_targets(&st);
+                let targets = rebuild_targets(&st, &self.dp().map.spared());
                 if targets.is_empty() {
                     return Ok(());
                 }
@@ -131,7 +131,14 @@ impl Array {
             if let Some(why) = &st.failed {
                 return Err(Error::Failed(why.clone().into()));
             }
-            if rebuild_targets(&st).is_empty() {
+            if self.spare_work(&st).is_some() {
+                match self.spare_transition().await {
+                    Err(Error::Busy(_)) => continue,
+                    other => other?,
+                }
+                continue;
+            }
+            if rebuild_targets(&st, &self.dp().map.spared()).is_empty() {
                 return Ok(());
             }
             match self.rebuild().await {
@@ -274,7 +281,7 @@ impl Array {
         let st = self.dp().state.load_full();
         let base = self.dp().map.stripe_offset(addr.stripe);
         let slots = self.dp().map.stripe_slots(addr);
-        let targets: Vec<(usize, Arc<Member>)> = rebuild_targets(&st)
+        let targets: Vec<(usize, Arc<Member>)> = rebuild_targets(&st, &self.dp().map.spared())
             .into_iter()
             .filter(|x| slots.contains(&x.slot) && self.target_needs(x, base))
             // Only the targets of this pass: one that joined meanwhile is planned next,
@@ -330,10 +337,14 @@ pub(super) struct Target {
     bitmap: bool,
 }
 
-/// Every member being rebuilt.
-pub(super) fn rebuild_targets(st: &State) -> Vec<Target> {
+/// Every member being rebuilt (not those of slots in a declustered layout's distributed
+/// spare space: those are copied back from there, see `spare.rs`).
+pub(super) fn rebuild_targets(st: &State, sp: &crate::placement::Spared) -> Vec<Target> {
     let mut v = Vec::new();
     for (i, s) in st.slots.iter().enumerate() {
+        if sp.involves(i) {
+            continue;
+        }
         if s.state == SlotState::Rebuilding {
             if let Some(m) = &s.member {
                 v.push(Target {

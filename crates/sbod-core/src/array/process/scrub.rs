@@ -13,7 +13,6 @@ use crate::family::CheckMode;
 use crate::integrity::BLOCK;
 use crate::placement::StripeAddr;
 use crate::reason;
-use crate::superblock::SlotState;
 use sbod_types::MismatchRegion;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -58,7 +57,7 @@ impl Array {
             ));
         }
         let st = self.dp().state.load_full();
-        if st.slots.iter().any(|s| s.state != SlotState::Active) {
+        if !self.whole(&st) {
             return Err(Error::Refused(
                 format!(
                     "'{}' is degraded: scrub needs every member; replace or rebuild first",

@@ -1,0 +1,488 @@
+//! The distributed spare space of a declustered layout (issue 27, docs/ENGINE.md,
+//! "Declustered layouts"): a failed member's chunks are rebuilt into the spare space of
+//! every row (the array is back to full redundancy without a new disk), a replacement
+//! is filled by copying them back, and a failure beyond the spare space falls back to
+//! running degraded (and a hot spare). Power cuts at random points of both transitions:
+//! the array comes back, resumes from the row its superblocks recorded, and every
+//! acknowledged write reads back.
+//!
+//! The array: raid6 in two 3+2 groups with two members' worth of spare space, spread over
+//! 12 members of 2 MiB of data each (16 KiB chunks: 128 rows, moved 8 rows a window).
+//! `SBOD_TORTURE_ITERS` sets the power-cut trials (default 6), `SBOD_TORTURE_SEED` the seed.
+
+mod torture_util;
+
+use sbod_core::dev::mem::MemDev;
+use sbod_core::dev::BlockDev;
+use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Level, MemberSpec};
+use sbod_testkit::fault::{PowerCutDev, PowerSupply, Rng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use torture_util::*;
+
+const MEMBERS: usize = 12;
+const BLOCK: u64 = 4096;
+
+fn dspec() -> CreateSpec {
+    CreateSpec {
+        name: "decl".into(),
+        level: Level::Raid6,
+        chunk: CHUNK,
+        groups: 2,
+        spares: 2,
+        declustered: true,
+        copies: 2,
+        bitmap_region: Some(4 * CHUNK as u64),
+        assume_clean: true,
+        integrity: sbod_core::integrity::Kind::Crc32c,
+        force: false,
+    }
+}
+
+fn mem_members(n: usize) -> Vec<Arc<MemDev>> {
+    (0..n)
+        .map(|i| Arc::new(MemDev::new(format!("m{i}"), MEMBER_SIZE)))
+        .collect()
+}
+
+fn one<D: BlockDev + 'static>(d: &Arc<D>) -> MemberSpec {
+    specs(std::slice::from_ref(d)).remove(0)
+}
+
+/// The spared list, and whether a transition is under way.
+fn spared(a: &Array) -> (Vec<usize>, bool) {
+    let s = a.placement().spared();
+    (s.from.clone(), s.to.is_some())
+}
+
+/// The uuid of the member recorded in a slot (replaced by it when its disk is gone).
+fn uuid_of(a: &Array, slot: usize) -> String {
+    a.status()
+        .members
+        .iter()
+        .find(|m| m.slot == Some(slot) && m.state != "replacing")
+        .and_then(|m| m.uuid.clone())
+        .expect("a member recorded in the slot")
+}
+
+fn reason_of(a: &Array, slot: usize) -> String {
+    a.status()
+        .members
+        .iter()
+        .find(|m| m.slot == Some(slot) && m.state != "replacing")
+        .and_then(|m| m.reason.clone())
+        .unwrap_or_default()
+}
+
+async fn fill(a: &Array, seed: u64) -> Vec<u8> {
+    let data = pattern(a.size() as usize, seed);
+    for (i, c) in data.chunks(256 << 10).enumerate() {
+        a.write(
+            i as u64 * (256 << 10),
+            AlignedBuf::from_slice(c),
+            i % 7 == 0,
+        )
+        .await
+        .unwrap();
+    }
+    a.flush().await.unwrap();
+    data
+}
+
+async fn check(a: &Array, data: &[u8], what: &str) {
+    for (i, c) in data.chunks(1 << 20).enumerate() {
+        let off = i as u64 * (1 << 20);
+        let got = a
+            .read(off, c.len())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: read at {off}: {e}"));
+        if &got[..] != c {
+            let b = got
+                .iter()
+                .zip(c)
+                .position(|(x, y)| x != y)
+                .unwrap_or_default();
+            panic!("{what}: wrong bytes at volume offset {}", off + b as u64);
+        }
+    }
+}
+
+fn throttle(a: &Array, rate: u64) {
+    a.update_settings(|s| {
+        s.rebuild_max_rate = rate;
+        s.rebuild_min_rate = rate;
+    });
+}
+
+/// One failure after another: each is rebuilt into the spare space (nothing reads the
+/// failed member after it: its data is wiped), until the space is full; the next runs
+/// degraded, and says so. The lists survive a restart; replacements are copied back,
+/// last spared first, and the array ends as it began.
+#[test]
+fn failures_are_rebuilt_into_the_spare_space_and_copied_back() {
+    rt(2).block_on(async {
+        let devs = mem_members(MEMBERS);
+        let a = Array::create(dspec(), specs(&devs)).await.unwrap();
+        let mut data = fill(&a, 1).await;
+        a.fail("m3", false).await.unwrap();
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![3], false));
+        let st = a.status();
+        assert_eq!(st.state, "optimal", "{:?}", st.members);
+        assert!(reason_of(&a, 3).contains("spared"), "{}", reason_of(&a, 3));
+        // Nothing reads the spared member any more.
+        devs[3].with_data(|v| v[(1 << 20)..].fill(0xEE));
+        check(&a, &data, "m3 spared").await;
+        scrub_check(&a, "m3 spared").await;
+        // Writes while spared land in the spare space.
+        let half = pattern(a.size() as usize / 2, 2);
+        a.write(4096 * 3, AlignedBuf::from_slice(&half), false)
+            .await
+            .unwrap();
+        data[4096 * 3..4096 * 3 + half.len()].copy_from_slice(&half);
+        check(&a, &data, "written while spared").await;
+
+        a.fail("m5", false).await.unwrap();
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![3, 5], false));
+        devs[5].with_data(|v| v[(1 << 20)..].fill(0xEE));
+        check(&a, &data, "m3 and m5 spared").await;
+        scrub_check(&a, "m3 and m5 spared").await;
+
+        // The spare space is full: the next failure runs degraded, and status says so.
+        a.fail("m7", false).await.unwrap();
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![3, 5], false));
+        assert_eq!(a.status().state, "degraded");
+        let r = reason_of(&a, 7);
+        assert!(r.contains("distributed spare space is full"), "{r}");
+        check(&a, &data, "m7 out, spare space full").await;
+        a.close().await.unwrap();
+
+        // Recorded: a restart (without the failed disks: one back would be re-added and
+        // copied back at once) resolves through the same list.
+        let left: Vec<Arc<MemDev>> = devs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ![3, 5, 7].contains(i))
+            .map(|(_, d)| d.clone())
+            .collect();
+        let a = Array::assemble(specs(&left), AssembleOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(spared(&a), (vec![3, 5], false));
+        check(&a, &data, "restarted").await;
+
+        // m7 is replaced as in any layout (rebuilt, it holds chunks of its own).
+        let r7 = Arc::new(MemDev::new("r7", MEMBER_SIZE));
+        a.replace(&uuid_of(&a, 7), one(&r7), false).await.unwrap();
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![3, 5], false));
+        // m3's replacement waits for m5's: copied back last spared first.
+        let r3 = Arc::new(MemDev::new("r3", MEMBER_SIZE));
+        a.replace(&uuid_of(&a, 3), one(&r3), false).await.unwrap();
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![3, 5], false));
+        let r = reason_of(&a, 3);
+        assert!(r.contains("slot 5 first"), "{r}");
+        let r5 = Arc::new(MemDev::new("r5", MEMBER_SIZE));
+        a.replace(&uuid_of(&a, 5), one(&r5), false).await.unwrap();
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![], false));
+        let st = a.status();
+        assert_eq!(st.state, "optimal");
+        assert!(
+            st.members.iter().all(|m| m.state == "active"),
+            "{:?}",
+            st.members
+        );
+        check(&a, &data, "copied back").await;
+        // Parity matches the copied chunks everywhere.
+        scrub_check(&a, "copied back").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// A second failure while the distributed rebuild runs: it goes on degraded, and the
+/// second member is spared after it. A second failure while a copy-back runs: the copy
+/// goes on (rebuilding what it cannot read), and the member is spared after it. The
+/// replacement failing during its copy-back: the slot is simply spared again.
+#[test]
+fn failures_during_the_transitions() {
+    rt(2).block_on(async {
+        let devs = mem_members(MEMBERS);
+        let a = Array::create(dspec(), specs(&devs)).await.unwrap();
+        let data = fill(&a, 3).await;
+        throttle(&a, 2 << 20);
+        a.fail("m2", false).await.unwrap();
+        while !spared(&a).1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        a.fail("m9", false).await.unwrap();
+        throttle(&a, 0);
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![2, 9], false));
+        assert_eq!(a.status().state, "optimal");
+        check(&a, &data, "m9 failed during m2's distributed rebuild").await;
+        scrub_check(&a, "two spared").await;
+
+        // Copy-back of m9 with m4 failing meanwhile.
+        throttle(&a, 2 << 20);
+        let r9 = Arc::new(MemDev::new("r9", MEMBER_SIZE));
+        a.replace("m9", one(&r9), false).await.unwrap();
+        while !spared(&a).1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        a.fail("m4", false).await.unwrap();
+        throttle(&a, 0);
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![2, 4], false));
+        assert_eq!(a.status().state, "optimal");
+        check(&a, &data, "m4 failed during m9's copy-back").await;
+        scrub_check(&a, "m4 failed during copy-back").await;
+
+        // The replacement itself fails during its copy-back.
+        throttle(&a, 2 << 20);
+        let r4 = Arc::new(MemDev::new("r4", MEMBER_SIZE));
+        a.replace("m4", one(&r4), false).await.unwrap();
+        while !spared(&a).1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        a.fail("r4", false).await.unwrap();
+        throttle(&a, 0);
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![2, 4], false));
+        check(&a, &data, "the replacement failed during its copy-back").await;
+        scrub_check(&a, "replacement failed").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// A hot spare is not needed while the spare space has room; it takes the slot once the
+/// distributed rebuild is done (copied back at once), and a failure beyond the spare
+/// space is rebuilt onto it as in any layout.
+#[test]
+fn hot_spares_wait_for_the_spare_space() {
+    rt(2).block_on(async {
+        let devs = mem_members(MEMBERS);
+        let a = Array::create(dspec(), specs(&devs)).await.unwrap();
+        let data = fill(&a, 4).await;
+        let hs = Arc::new(MemDev::new("hs", MEMBER_SIZE));
+        a.add(one(&hs), false).await.unwrap();
+        a.fail("m1", false).await.unwrap();
+        // Not taken by the failure: the distributed rebuild runs.
+        let st = a.status();
+        assert!(
+            st.members
+                .iter()
+                .any(|m| m.path.as_deref() == Some("hs") && m.state == "spare"),
+            "{:?}",
+            st.members
+        );
+        a.rebuild_now().await.unwrap();
+        // Then it took m1's slot and was filled by copy-back.
+        assert_eq!(spared(&a), (vec![], false));
+        let st = a.status();
+        assert_eq!(st.state, "optimal");
+        assert!(
+            st.members.iter().any(|m| m.path.as_deref() == Some("hs")
+                && m.slot == Some(1)
+                && m.state == "active"),
+            "{:?}",
+            st.members
+        );
+        check(&a, &data, "hot spare after the distributed rebuild").await;
+        scrub_check(&a, "hot spare").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// What each block may read as: its last acknowledged write's seed.
+struct Blocks {
+    base: u64,
+    over: BTreeMap<u64, u64>,
+}
+
+impl Blocks {
+    fn expect(&self, b: u64) -> Vec<u8> {
+        let s = self.over.get(&b).copied().unwrap_or(self.base);
+        pattern(BLOCK as usize, s.wrapping_mul(1_000_003) ^ b)
+    }
+}
+
+async fn write_blocks(a: &Arc<Array>, m: &mut Blocks, rng: &Rng, n: usize) {
+    let blocks = a.size() / BLOCK;
+    for _ in 0..n {
+        let b = rng.below(blocks);
+        let s = rng.next() | 1;
+        m.over.insert(b, s);
+        let x = m.expect(b);
+        a.write(b * BLOCK, AlignedBuf::from_slice(&x), true)
+            .await
+            .unwrap();
+    }
+}
+
+async fn check_blocks(a: &Array, m: &Blocks, what: &str) {
+    let blocks = a.size() / BLOCK;
+    let per = 256u64;
+    for first in (0..blocks).step_by(per as usize) {
+        let n = per.min(blocks - first);
+        let got = a
+            .read(first * BLOCK, (n * BLOCK) as usize)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: read block {first}: {e}"));
+        for i in 0..n {
+            let at = (i * BLOCK) as usize;
+            if got[at..at + BLOCK as usize] != m.expect(first + i)[..] {
+                panic!("{what}: block {} reads wrong bytes", first + i);
+            }
+        }
+    }
+}
+
+/// The members as the cut left them, on a new supply (the failed one gone).
+fn again(
+    devs: &[(String, Arc<PowerCutDev>)],
+    supply: &Arc<PowerSupply>,
+    rng: &Rng,
+) -> Vec<(String, Arc<PowerCutDev>)> {
+    devs.iter()
+        .map(|(n, d)| {
+            let d = PowerCutDev::new(
+                n.clone(),
+                d.image(),
+                supply,
+                Duration::from_micros(20),
+                rng.next(),
+            );
+            (n.clone(), d)
+        })
+        .collect()
+}
+
+fn specs_of(devs: &[(String, Arc<PowerCutDev>)]) -> Vec<MemberSpec> {
+    devs.iter().map(|(_, d)| one(d)).collect()
+}
+
+/// After a cut: assembled (forced past the write hole where the cut left dirty regions
+/// that a member out must be rebuilt from: every write was acknowledged before the cut,
+/// so parity holds).
+async fn after_cut(
+    devs: &[(String, Arc<PowerCutDev>)],
+    rng: &Rng,
+) -> (Arc<Array>, Vec<(String, Arc<PowerCutDev>)>) {
+    let supply = PowerSupply::new();
+    let devs = again(devs, &supply, rng);
+    let a = match Array::assemble(specs_of(&devs), AssembleOptions::default()).await {
+        Ok(a) => a,
+        Err(e) => {
+            assert!(
+                e.to_string().contains("not shut down cleanly"),
+                "refused for another reason: {e}"
+            );
+            let force = AssembleOptions {
+                force: true,
+                ..Default::default()
+            };
+            Array::assemble(specs_of(&devs), force).await.unwrap()
+        }
+    };
+    (a, devs)
+}
+
+/// Power cuts at random points of a distributed rebuild (client writes before and while
+/// it runs), then of the copy-back to a replacement: each time the array comes back,
+/// resumes the transition from its recorded row, and every acknowledged write reads back.
+#[test]
+fn power_cuts_during_the_distributed_rebuild_and_the_copy_back() {
+    let seed0 = seed();
+    let rng = Rng::new(seed0);
+    // Cuts that found a transition under way (the rest came before or after it).
+    let mut mid = [0u64; 2];
+    rt(2).block_on(async {
+        for trial in 0..iters(6) {
+            let what = |p: &str| format!("trial {trial} {p} (SBOD_TORTURE_SEED={seed0})");
+            let supply = PowerSupply::new();
+            let devs = power_members(blank(MEMBERS), &supply, Duration::from_micros(20), |_| {
+                rng.next()
+            });
+            let a = Array::create(dspec(), specs(&devs)).await.unwrap();
+            let mut m = Blocks {
+                base: rng.next() | 1,
+                over: BTreeMap::new(),
+            };
+            let blocks = a.size() / BLOCK;
+            for first in (0..blocks).step_by(64) {
+                let x: Vec<u8> = (first..first + 64).flat_map(|b| m.expect(b)).collect();
+                a.write(first * BLOCK, AlignedBuf::from_slice(&x), true)
+                    .await
+                    .unwrap();
+            }
+            // The distributed rebuild of a random member, cut at a random point.
+            let x = rng.below(MEMBERS as u64) as usize;
+            throttle(&a, 4 << 20);
+            a.fail(&format!("m{x}"), false).await.unwrap();
+            write_blocks(&a, &mut m, &rng, rng.below(40) as usize).await;
+            tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
+            supply.cut(rng.next());
+            a.abandon().await;
+            drop(a);
+            // The failed disk is gone.
+            let devs: Vec<(String, Arc<PowerCutDev>)> = devs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != x)
+                .map(|(i, d)| (format!("m{i}"), d.clone()))
+                .collect();
+            let (a, devs) = after_cut(&devs, &rng).await;
+            mid[0] += spared(&a).1 as u64;
+            check_blocks(&a, &m, &what(&format!("cut while m{x} was spared"))).await;
+            a.rebuild_now().await.unwrap();
+            assert_eq!(spared(&a), (vec![x], false), "{}", what("spared"));
+            check_blocks(&a, &m, &what(&format!("m{x} spared after the cut"))).await;
+            scrub_check(&a, &what("spared")).await;
+            a.close().await.unwrap();
+            drop(a);
+
+            // The copy-back to a replacement, cut at a random point.
+            let supply = PowerSupply::new();
+            let mut devs = again(&devs, &supply, &rng);
+            let a = Array::assemble(specs_of(&devs), AssembleOptions::default())
+                .await
+                .unwrap();
+            throttle(&a, 4 << 20);
+            let r = PowerCutDev::new(
+                format!("r{x}"),
+                blank(1).remove(0),
+                &supply,
+                Duration::from_micros(20),
+                rng.next(),
+            );
+            a.replace(&uuid_of(&a, x), one(&r), false).await.unwrap();
+            devs.push((format!("r{x}"), r));
+            write_blocks(&a, &mut m, &rng, rng.below(40) as usize).await;
+            tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
+            supply.cut(rng.next());
+            a.abandon().await;
+            drop(a);
+            let (a, _devs) = after_cut(&devs, &rng).await;
+            mid[1] += spared(&a).1 as u64;
+            check_blocks(&a, &m, &what(&format!("cut while r{x} was copied back"))).await;
+            a.rebuild_now().await.unwrap();
+            assert_eq!(spared(&a), (vec![], false), "{}", what("copied back"));
+            assert_eq!(a.status().state, "optimal", "{}", what("copied back"));
+            check_blocks(&a, &m, &what(&format!("r{x} copied back after the cut"))).await;
+            scrub_check(&a, &what("copied back")).await;
+            a.close().await.unwrap();
+        }
+    });
+    report(serde_json::json!({
+        "test": "declustered_transitions_powercut",
+        "seed": seed0,
+        "trials": iters(6),
+        "cut_mid_distributed_rebuild": mid[0],
+        "cut_mid_copy_back": mid[1],
+    }));
+}
