@@ -394,6 +394,7 @@ pub fn array_info(v: &Value) -> ArrayInfo {
         groups: v["groups"].as_u64().unwrap_or(1) as u32,
         width: v["width"].as_u64().unwrap_or(0) as u32,
         redundancy: v["redundancy"].as_u64().unwrap_or(0) as u32,
+        declustered: v["declustered"].as_u64().is_some(),
         size_bytes: v["size"].as_u64().unwrap_or(0),
         members,
     }
