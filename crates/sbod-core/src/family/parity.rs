@@ -852,6 +852,7 @@ impl Family for Parity {
         // are merged under the stripe lock alone.
         let large = data.len() as u64 >= COALESCE_MIN_WRITE;
         let wait = large && g.worth_waiting();
+        let started = std::time::Instant::now();
         let futs = stripes.into_iter().map(|(a, v, pp)| async move {
             let partial = v.len() < self.k || v.iter().any(|d| d.src.len() as u64 != chunk);
             if large && partial && pp.is_empty() {
@@ -860,7 +861,11 @@ impl Family for Parity {
                 self.write_stripe(dp, a, v, fua, pp).await
             }
         });
-        all_done(futs).await
+        let r = all_done(futs).await;
+        if large {
+            g.took(started.elapsed());
+        }
+        r
     }
 
     async fn zero(&self, dp: &DataPath, offset: u64, len: u64, punch: bool) -> Result<()> {
