@@ -31,7 +31,15 @@
 #   --bitmap-region SIZE        the arrays' write-intent bitmap region (default: sbod's choice
 #                               for the member size)
 #   --drives PROFILE[,OPTIONS]  the members are modelled drives (model:PROFILE:FILE, see
-#                               docs/LAB.md "Modelled drives"), place disk only
+#                               docs/LAB.md "Modelled drives"), place disk only; the table
+#                               then shows the lab's layout ideal and issue 31's aims
+#                               (docs/LAB.md, "The layout's ideal") instead of issue 19's
+#   --fill                      write the member files in full (zeros) before the first
+#                               array: members with no holes cannot refuse a write for
+#                               space, so degraded writes keep no old rows (default with
+#                               --drives; --no-fill leaves them sparse)
+#   --create-args "ARGS"        more arguments for `sbod create` (e.g. "--declustered
+#                               --spares 1", "--copies 2")
 # Environment: SBOD=path/to/sbod skips the build; SBOD_IO etc. pass through to the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +60,8 @@ JSON_OUT=
 INTEGRITY=crc32c
 DRIVES=
 REGION=
+FILL=
+CREATE_ARGS=
 while [ $# -gt 0 ]; do
   case "$1" in
     --places) PLACES=$2; shift 2 ;;
@@ -71,11 +81,15 @@ while [ $# -gt 0 ]; do
     --integrity) INTEGRITY=$2; shift 2 ;;
     --drives) DRIVES=$2; shift 2 ;;
     --bitmap-region) REGION=$2; shift 2 ;;
+    --fill) FILL=1; shift ;;
+    --no-fill) FILL=0; shift ;;
+    --create-args) CREATE_ARGS=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 source scripts/deps.sh
+[ -n "$FILL" ] || { [ -n "$DRIVES" ] && FILL=1 || FILL=0; }
 if [ -z "${SBOD:-}" ]; then
   cargo build --release -q -p sbod
   SBOD=$PWD/target/release/sbod
@@ -107,6 +121,10 @@ for place in "${places[@]}"; do
   for i in $(seq 0 $((MEMBERS - 1))); do
     f=$WORK/$place/m$i.img
     truncate -s "$SIZE_EACH" "$f"
+    if [ "$FILL" = 1 ]; then
+      bytes=$(stat -c %s "$f")
+      dd if=/dev/zero of="$f" bs=1M count=$((bytes >> 20)) conv=notrunc status=none
+    fi
     case "$place" in
       disk) members+=("${DRIVES:+model:$DRIVES:}$f") ;;
       loop)
@@ -121,8 +139,9 @@ for place in "${places[@]}"; do
   for level in "${levels[@]}"; do
     "$SBOD" forget braid >/dev/null 2>&1 || true
     # A previous level's superblocks are on the members: --force.
+    # shellcheck disable=SC2086 # CREATE_ARGS is a list of arguments
     "$SBOD" create braid --level "$level" --chunk "$CHUNK" --integrity "$INTEGRITY" --force \
-      ${REGION:+--bitmap-region "$REGION"} \
+      ${REGION:+--bitmap-region "$REGION"} $CREATE_ARGS \
       "${members[@]}" >/dev/null
     # `create` starts a resync; bench waits for it before it measures.
     out=$WORK/out-$place-${level//[:+]/_}
@@ -134,29 +153,39 @@ for place in "${places[@]}"; do
       tail -20 "$WORK/bench.log" >&2
       exit 1
     }
-    python3 - "$out/bench.json" "$place" "$level" "$MEMBERS" >>"$ROWS" <<'PY'
+    python3 - "$out/bench.json" "$place" "$level${CREATE_ARGS:+ $CREATE_ARGS}" "$MEMBERS" "${DRIVES:+drives}" >>"$ROWS" <<'PY'
 import json, sys
 rep = json.load(open(sys.argv[1]))
 place, level, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
-if level.startswith("ec:"):
+drives = sys.argv[5] == "drives"
+ideal = None
+if drives:
+    pass
+elif level.startswith("ec:"):
     k, m = (int(x) for x in level[3:].split("+"))
     assert k + m == n, f"{level} needs {k+m} members, not {n}"
+    ideal = (n - m) / n
 else:
     m = {"raid5": 1, "raid6": 2}.get(level, 0)
-ideal = (n - m) / n
+    ideal = (n - m) / n
 cells = {(c["phase"], c["workload"]): c for c in rep["cells"]}
 for (phase, wl), c in sorted(cells.items()):
     if phase == "baseline":
         continue
     base = cells.get(("baseline", wl))
     aim = None
-    if wl.startswith("seqread"):
+    if drives:
+        # The lab's layout ideal and issue 31's aims (docs/LAB.md, "The layout's ideal").
+        i = c.get("ideal") or {}
+        ideal = i.get("ratio")
+        aim = i.get("aim")
+    elif wl.startswith("seqread"):
         aim = (0.9 if phase == "nominal" else 0.7 if phase == "device-down" else None)
     elif wl.startswith("seqwrite") and phase == "nominal":
         aim = 0.8
     row = {
         "place": place, "level": level, "phase": phase, "workload": wl,
-        "ideal": ideal, "aim": aim * ideal if aim else None,
+        "ideal": ideal, "aim": aim * ideal if aim and ideal else None,
         "mbps": c["mean"]["bw_bytes"] / 1e6, "iops": c["mean"]["iops"],
         "base_mbps": base["mean"]["bw_bytes"] / 1e6 if base else None,
         "ratio": (c["vs_baseline"] or {}).get("bw_bytes"),

@@ -82,6 +82,16 @@ pub trait BlockDev: Send + Sync {
     fn zeroes_cheaply(&self) -> bool {
         false
     }
+    /// Can a write to this member be refused for want of space (ENOSPC, EDQUOT) although
+    /// it stays within the member's size? A member file with holes can (writing into a
+    /// hole allocates); one with none, on a file system that overwrites in place, cannot
+    /// (see `file::SpaceCheck`). The parity family keeps a degraded stripe's old rows, to
+    /// put back after such a refusal, only where a member answers yes. Default: yes (a
+    /// wrapper that does not know, a fault injector); only asked of members that are
+    /// files. May do a cheap syscall now and then (`lseek`).
+    fn may_run_out(&self) -> bool {
+        true
+    }
 }
 
 /// The error a network member completes requests with once its host has stayed

@@ -701,3 +701,87 @@ fn a_split_brain_is_refused_and_forced_takes_the_newest_side() {
         f.close().await.unwrap();
     });
 }
+
+/// A member file with no holes on a file system that overwrites in place cannot refuse a
+/// write for space; one with holes can, and zeroing a range (which may punch a hole)
+/// makes a whole file one that can again.
+#[test]
+fn a_file_with_no_holes_cannot_run_out_of_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = make_files(dir.path(), 1, 4 * MIB, "s").remove(0);
+    let whole = dir.path().join("w.img");
+    std::fs::write(&whole, vec![7u8; 4 * MIB as usize]).unwrap();
+    rt().block_on(async {
+        let s = open(&sparse);
+        assert!(s.dev.may_run_out(), "a sparse file may run out");
+        let w = open(&whole);
+        assert!(!w.dev.may_run_out(), "a written file on ext4/tmpfs cannot");
+        let req = dev::IoReq {
+            offset: MIB,
+            kind: dev::IoKind::Zero {
+                len: MIB,
+                punch: true,
+            },
+            class: dev::IoClass::Foreground,
+        };
+        dev::io(&w.dev, req).await.unwrap();
+        assert!(w.dev.may_run_out(), "a punched file may run out");
+        // Looked at again (at most once a second): the hole is still there.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert!(w.dev.may_run_out(), "the hole is still there");
+        w.dev.close();
+        s.dev.close();
+    });
+}
+
+/// Degraded full-stripe writes on members that cannot run out of space read nothing (no
+/// old rows kept to put back, issue 31); on sparse members they read the stripe to keep
+/// them. Both read back what was written, the missing member's data included.
+#[test]
+fn degraded_full_stripe_writes_on_whole_files_read_nothing() {
+    for whole in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = make_files(dir.path(), 6, 8 * MIB, "d");
+        if whole {
+            for p in &paths {
+                std::fs::write(p, vec![0u8; 8 * MIB as usize]).unwrap();
+            }
+        }
+        rt().block_on(async {
+            let mut sp = spec("vol0", Level::Raid6);
+            sp.integrity = sbod_core::integrity::Kind::None;
+            let a = Array::create(sp, paths.iter().map(|p| open(p)).collect())
+                .await
+                .unwrap();
+            let size = a.size() as usize;
+            let mut model = pattern(size, 3);
+            a.write(0, AlignedBuf::from_slice(&model), false)
+                .await
+                .unwrap();
+            a.fail(&paths[1].display().to_string(), false)
+                .await
+                .unwrap();
+            let reads = |a: &Array| a.status().members.iter().map(|m| m.reads).sum::<u64>();
+            let before = reads(&a);
+            let sd = a.geometry().stripe_data() as usize;
+            for st in 0..4 {
+                let p = pattern(sd, 10 + st as u64);
+                a.write((st * sd) as u64, AlignedBuf::from_slice(&p), false)
+                    .await
+                    .unwrap();
+                model[st * sd..(st + 1) * sd].copy_from_slice(&p);
+            }
+            let read = reads(&a) - before;
+            if whole {
+                assert_eq!(read, 0, "whole files: a full-stripe write reads nothing");
+            } else {
+                assert!(read > 0, "sparse files: the old rows are read to be kept");
+            }
+            assert!(
+                a.read(0, size).await.unwrap()[..] == model[..],
+                "whole={whole}"
+            );
+            a.close().await.unwrap();
+        });
+    }
+}

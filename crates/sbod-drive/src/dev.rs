@@ -229,6 +229,12 @@ impl BlockDev for ModelDev {
         &self.name
     }
 
+    /// The data file's answer: a drive does not run out of space, but the sparse file
+    /// that holds a modelled drive's data can.
+    fn may_run_out(&self) -> bool {
+        self.inner.may_run_out()
+    }
+
     fn close(&self) {
         if std::env::var_os("SBOD_DRIVE_STATS").is_some_and(|v| v == "1")
             && !self.core.stats.said.swap(true, Ordering::Relaxed)

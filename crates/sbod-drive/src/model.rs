@@ -179,6 +179,9 @@ struct Actuator {
     head_t: u64,
     /// The last transfer was a read: the drive reads ahead from `head` while idle.
     reading: bool,
+    /// Where the current read stream began: the bytes from here (at most `read_ahead_bytes`
+    /// back) to `head` went through the drive's buffer and are still in it.
+    seg_lo: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -254,6 +257,7 @@ impl HddModel {
                     head: 0,
                     head_t: 0,
                     reading: false,
+                    seg_lo: 0,
                 };
                 n as usize
             ],
@@ -380,6 +384,11 @@ impl HddModel {
         let x0 = self.local(op.offset);
         let x1 = x0 + op.len;
         let ready = self.t.max(op.arrive + self.overhead());
+        // A read of bytes the stream already passed (a request that arrived after the ones
+        // around it): they are in the drive's buffer, the media is not involved.
+        if act.reading && !op.write && x0 >= self.kept_from(act) && x1 <= act.head {
+            return ready;
+        }
         // Read-ahead: the drive kept reading after its last read; a read within that
         // stream needs no positioning and finishes when the stream reaches its end.
         if act.reading && !op.write && x0 >= act.head && x1 <= act.head + self.p.read_ahead_bytes {
@@ -402,6 +411,13 @@ impl HddModel {
         let start = on_track + wait * g.rev_ns;
         let end = (start + g.transfer_ns(x0, x1)) as u64;
         end.max(op.not_before)
+    }
+
+    /// The lowest byte a read stream still holds in the buffer: what it streamed since it
+    /// began, at most `read_ahead_bytes` back from the head (one cache segment).
+    fn kept_from(&self, act: &Actuator) -> u64 {
+        act.seg_lo
+            .max(act.head.saturating_sub(self.p.read_ahead_bytes))
     }
 
     /// Start idle actuators on the best queued work.
@@ -488,11 +504,24 @@ impl HddModel {
                 let Some((op, _)) = self.acts[a].busy.take() else {
                     return;
                 };
-                let x1 = self.local(op.offset) + op.len;
+                let x0 = self.local(op.offset);
+                let x1 = x0 + op.len;
+                let ra = self.p.read_ahead_bytes;
+                let kept = self.kept_from(&self.acts[a]);
                 let act = &mut self.acts[a];
-                act.head = x1;
-                act.head_t = self.t;
-                act.reading = !op.write;
+                let streaming = act.reading && !op.write;
+                if streaming && x0 >= kept && x1 <= act.head {
+                    // Served from the buffer: the stream goes on where it was.
+                } else {
+                    // A read that went on from the stream keeps its segment; anything
+                    // else starts a new one where it began.
+                    if !(streaming && x0 >= act.head && x1 <= act.head + ra) {
+                        act.seg_lo = x0;
+                    }
+                    act.head = x1;
+                    act.head_t = self.t;
+                    act.reading = !op.write;
+                }
                 match op.ack {
                     Some(id) if !op.write => {
                         // The data goes up while the medium reads: the links end it no

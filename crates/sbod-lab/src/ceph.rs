@@ -544,6 +544,7 @@ impl Backend for CephBackend {
             groups: 1,
             width: kind.width(),
             redundancy: kind.redundancy(),
+            declustered: false,
             size_bytes: size,
             members,
         };

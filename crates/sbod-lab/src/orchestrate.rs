@@ -795,11 +795,19 @@ impl<'a> Lab<'a> {
             groups: 0,
             width: 0,
             redundancy: 0,
+            declustered: false,
             size_bytes: 0,
             members: Vec::new(),
         });
         let mut workloads = self.cfg.workloads.clone();
         workloads.extend(self.cfg.sweep_workloads.iter().cloned());
+        let mut cells = cells;
+        for c in cells.iter_mut() {
+            if let Some(w) = workloads.iter().find(|w| w.id == c.workload) {
+                let measured = c.vs_baseline.as_ref().map(|r| r.iops);
+                c.ideal = crate::ideal::ideal(&info, w, &c.phase, measured);
+            }
+        }
         let rebuild = self.rebuild.as_ref().map(|r| {
             let under_load = match (r.workloads_done, r.finished) {
                 (Some(done), Some((secs, _))) => {

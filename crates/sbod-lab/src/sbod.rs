@@ -313,9 +313,17 @@ impl SbodBackend {
             status["chunk"].as_u64().unwrap_or(65536).to_string(),
             "--force".into(),
         ];
+        // Declustered: the groups and the members' worth of spare space spread over all.
+        let declustered = status["declustered"].as_u64();
         if level == "raid10" {
             args.push("--copies".into());
             args.push(status["width"].as_u64().unwrap_or(2).to_string());
+        } else if let Some(d) = declustered {
+            args.push("--groups".into());
+            args.push(status["groups"].as_u64().unwrap_or(1).to_string());
+            args.push("--spares".into());
+            args.push(d.to_string());
+            args.push("--declustered".into());
         } else if status["groups"].as_u64().unwrap_or(1) > 1 {
             args.push("--groups".into());
             args.push(status["groups"].as_u64().unwrap_or(1).to_string());
@@ -353,6 +361,9 @@ impl SbodBackend {
             args.push(doms.join(","));
         }
         if !spares.is_empty() {
+            if declustered.is_some() {
+                bail!("'{name}' is declustered and has hot spares besides: sbod bench cannot re-create that layout; remove the hot spares first");
+            }
             args.push("--spares".into());
             args.push(spares.len().to_string());
         }
@@ -394,6 +405,7 @@ pub fn array_info(v: &Value) -> ArrayInfo {
         groups: v["groups"].as_u64().unwrap_or(1) as u32,
         width: v["width"].as_u64().unwrap_or(0) as u32,
         redundancy: v["redundancy"].as_u64().unwrap_or(0) as u32,
+        declustered: v["declustered"].as_u64().is_some(),
         size_bytes: v["size"].as_u64().unwrap_or(0),
         members,
     }
@@ -737,6 +749,26 @@ mod tests {
         r10["width"] = 3.into();
         let s = SbodBackend::recreate_args(&r10, "v").unwrap().join(" ");
         assert!(s.contains("--copies 3") && !s.contains("--groups"));
+        // A declustered layout comes back declustered, with its spare space.
+        let d: Value = serde_json::json!({
+            "name": "v", "level": "raid6", "chunk": 65536, "groups": 1, "width": 3,
+            "declustered": 1,
+            "members": [
+                {"slot": 0, "path": "/d/a"}, {"slot": 1, "path": "/d/b"},
+                {"slot": 2, "path": "/d/c"}, {"slot": 3, "path": "/d/d"},
+            ]
+        });
+        let s = SbodBackend::recreate_args(&d, "v").unwrap().join(" ");
+        assert!(
+            s.contains("--groups 1 --spares 1 --declustered") && s.ends_with("/d/a /d/b /d/c /d/d"),
+            "{s}"
+        );
+        let mut both = d.clone();
+        both["members"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"slot": null, "path": "/d/s"}));
+        assert!(SbodBackend::recreate_args(&both, "v").is_err());
     }
 
     #[test]

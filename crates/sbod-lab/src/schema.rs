@@ -61,6 +61,9 @@ pub struct ArrayInfo {
     pub width: u32,
     /// Member failures the array survives.
     pub redundancy: u32,
+    /// The groups' stripes are spread over every member (`sbod create --declustered`).
+    #[serde(default)]
+    pub declustered: bool,
     /// Usable size of the volume, bytes.
     pub size_bytes: u64,
     pub members: Vec<MemberInfo>,
@@ -179,6 +182,21 @@ pub struct Cell {
     pub vs_baseline: Option<Ratios>,
     /// This cell / the NOMINAL cell of the same workload and depth.
     pub vs_nominal: Option<Ratios>,
+    /// The layout's ideal ratio to BASELINE for this cell where the drives are the limit
+    /// (see `ideal`); null where the model has none.
+    #[serde(default)]
+    pub ideal: Option<Ideal>,
+}
+
+/// A layout's ideal ratio to BASELINE (docs/LAB.md, "The layout's ideal").
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Ideal {
+    /// The ideal ratio to BASELINE (of IOPS, which for one block size is of bandwidth).
+    pub ratio: f64,
+    /// The measured ratio over the ideal (null without a BASELINE).
+    pub of_ideal: Option<f64>,
+    /// The fraction of the ideal issue 31 aims for on this row (null: none set).
+    pub aim: Option<f64>,
 }
 
 /// Coefficients of variation (sample stddev / mean) over the repetitions.

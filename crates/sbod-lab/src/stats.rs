@@ -108,6 +108,7 @@ pub fn cells(runs: &[Run], cov_threshold: f64) -> Vec<Cell> {
                 cov: c,
                 vs_baseline: None,
                 vs_nominal: None,
+                ideal: None,
             }
         })
         .collect();

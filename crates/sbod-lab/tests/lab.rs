@@ -63,6 +63,7 @@ impl FakeSbod {
             groups: 1,
             width: self.members,
             redundancy: self.redundancy,
+            declustered: false,
             size_bytes: (self.members as u64 - self.redundancy as u64) << 30,
             members: (0..self.members)
                 .map(|i| MemberInfo {
@@ -762,6 +763,16 @@ fn reports_render_without_the_network() {
     assert!(md.contains("| 4K random read QD32 |"));
     assert!(md.contains("BASELINE") && md.contains("DEVICE REBUILD"));
     assert!(md.contains("4K random read, queue-depth sweep"));
+    // The layout's ideal beside the measured ratio: raid6 of 8 reads 4K at 7/13 of
+    // BASELINE at best with a member down.
+    assert!(md.contains("## Against the layout's ideal"), "{md}");
+    assert!(
+        md.lines()
+            .any(|l| l.starts_with("| 4K random read QD32 | DEVICE DOWN |")
+                && l.contains("| 0.54 |")),
+        "{md}"
+    );
+    assert!(html.contains("Against the layout's ideal"));
     let dir = tempfile::tempdir().unwrap();
     let w = sbod_lab::write_reports(&r, dir.path()).unwrap();
     let back = Report::from_json(&std::fs::read_to_string(&w.json).unwrap()).unwrap();

@@ -12,7 +12,10 @@
 //!   and full-stripe writes move data at the data disks' share, `groups x (w - p)`; random
 //!   reads spread over all members (rotating parity); a small random write reads and writes
 //!   the data and its `p` parities, `2 (p + 1)` disk I/Os: 4 for raid5, 6 for raid6.
-//! * groups work in parallel; hot spares idle.
+//! * groups work in parallel; hot spares idle; a declustered layout's stripes and spare
+//!   space are spread over every disk, so all of them work.
+//! * one disk down (`degraded`): see [`parity_costs`]; the group that lost the disk sets
+//!   the pace of the others (the load is spread evenly over the groups).
 
 use serde::Serialize;
 
@@ -25,6 +28,15 @@ pub struct Figure {
     pub disks: f64,
     /// `disks x` the disk's figure (MB/s or IOPS), when it was given.
     pub value: Option<f64>,
+}
+
+/// The estimate with one disk down (the lab's DEVICE DOWN), from the same counting.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Degraded {
+    pub seq_read: Figure,
+    pub seq_write: Figure,
+    pub rand_read: Figure,
+    pub rand_write: Figure,
 }
 
 /// The estimate for a layout.
@@ -43,6 +55,21 @@ pub struct Performance {
     /// Random read and write, IOPS.
     pub rand_read: Figure,
     pub rand_write: Figure,
+    /// With one disk down; None without redundancy (raid0, concat).
+    pub degraded: Option<Degraded>,
+}
+
+/// Disk operations (or, for streams, disk time per unit of data) one client I/O costs on
+/// a pool of `n` disks holding stripes of `k` data and `m` parity chunks, with one disk down
+/// when `down` (a chunk is on it with probability `1 / n`; docs/PLANNER.md, "Performance").
+/// Returns (sequential, random read, random write).
+fn parity_costs(k: f64, m: f64, n: f64, down: bool) -> (f64, f64, f64) {
+    let p = if down { 1.0 / n } else { 0.0 };
+    let q = if down { m / n } else { 0.0 };
+    let seq = (k + m) / k * (1.0 - p);
+    let read = 1.0 - p + p * k;
+    let write = p * (k - 1.0 + m) + q * 2.0 * m + (1.0 - p - q) * 2.0 * (m + 1.0);
+    (seq, read, write)
 }
 
 impl Performance {
@@ -65,11 +92,53 @@ impl Performance {
                 (data, data, members, 2.0 * (p + 1.0))
             }
         };
+        // A declustered layout spreads its stripes (and its spare space) over every disk:
+        // all of them work, not only `members`.
+        let spread = if layout.declustered {
+            layout.disks as f64 / members
+        } else {
+            1.0
+        };
+        let (seq_read, seq_write, rand_read) =
+            (seq_read * spread, seq_write * spread, rand_read * spread);
+        let members = members * spread;
         let rand_write = members / penalty;
         let fig = |disks: f64, per: Option<f64>| Figure {
             disks,
             value: per.map(|v| disks * v),
         };
+        // One disk down. Classic groups share the load evenly, so the group that lost a
+        // disk sets the pace of all (`sets x` its own); a declustered pool is one set.
+        let degraded = match layout.level {
+            Level::Raid0 | Level::Concat => None,
+            Level::Raid1 | Level::Raid10 => {
+                let c = layout.copies.unwrap_or(2) as f64;
+                let sets = members / c;
+                // The set left with c - 1 disks takes its share of the reads on c - 1 and
+                // paces the others; a write goes to c - 1 copies there, as fast as to c.
+                Some((sets * (c - 1.0), sets, sets * (c - 1.0), sets))
+            }
+            Level::Raid5 | Level::Raid6 | Level::Ec { .. } => {
+                let w = layout.group_width as f64;
+                let m = layout.set_tolerates as f64;
+                let k = w - m;
+                let (sets, n) = if layout.declustered {
+                    (1.0, layout.disks as f64)
+                } else {
+                    (layout.groups as f64, w)
+                };
+                let (s0, r0, w0) = parity_costs(k, m, n, false);
+                let (s1, r1, w1) = parity_costs(k, m, n, true);
+                let pace = |nom: f64, down: f64| sets * (n / nom).min((n - 1.0) / down);
+                Some((pace(s0, s1), pace(s0, s1), pace(r0, r1), pace(w0, w1)))
+            }
+        }
+        .map(|(sr, sw, rr, rw)| Degraded {
+            seq_read: fig(sr, disk_mb_s),
+            seq_write: fig(sw, disk_mb_s),
+            rand_read: fig(rr, disk_iops),
+            rand_write: fig(rw, disk_iops),
+        });
         Performance {
             kind: "estimate",
             disk_mb_s,
@@ -79,6 +148,83 @@ impl Performance {
             seq_write: fig(seq_write, disk_mb_s),
             rand_read: fig(rand_read, disk_iops),
             rand_write: fig(rand_write, disk_iops),
+            degraded,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::LayoutSpec;
+
+    fn perf(spec: &str, disks: u32) -> Performance {
+        let s: LayoutSpec = spec.parse().unwrap();
+        Performance::estimate(&Layout::resolve(&s, disks).unwrap(), None, None)
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn one_disk_down_by_hand() {
+        // raid6 of 8: streams keep 6 disks' worth; a 4K read costs 1 - 1/8 + 6/8 = 13/8
+        // on 7 disks; a write 1/8 x 7 + 2/8 x 4 + 5/8 x 6 = 45/8 on 7.
+        let d = perf("raid6:1x8", 8).degraded.unwrap();
+        assert!(close(d.seq_read.disks, 6.0));
+        assert!(close(d.seq_write.disks, 6.0));
+        assert!(close(d.rand_read.disks, 7.0 / (13.0 / 8.0)));
+        assert!(close(d.rand_write.disks, 7.0 / (45.0 / 8.0)));
+        // raid5 of 8: reads 7 / (7/8 + 7/8) = 4.
+        let d = perf("raid5:1x8", 8).degraded.unwrap();
+        assert!(close(d.rand_read.disks, 4.0));
+        // raid10, 4 sets of 2: the set with one disk paces the others.
+        let p = perf("raid10:4x2", 8);
+        let d = p.degraded.unwrap();
+        assert!(close(d.rand_read.disks, 4.0));
+        assert!(close(d.rand_write.disks, 4.0));
+        assert!(close(d.seq_write.disks, p.seq_write.disks));
+        assert!(perf("raid0", 8).degraded.is_none());
+    }
+
+    #[test]
+    fn groups_pace_and_declustered_spread() {
+        // Two groups of raid6 4+2: the degraded group gives 5 / (1 - 1/6 + 4/6) disks'
+        // worth of reads, and the other waits for it.
+        let d = perf("raid6:2x6", 12).degraded.unwrap();
+        assert!(close(d.rand_read.disks, 2.0 * 5.0 / 1.5));
+        // Declustered over 14 (two spares' worth): every disk works, nominal and down.
+        let p = perf("raid6:2x6:s2:d", 14);
+        assert!(close(p.seq_read.disks, 14.0 * 4.0 / 6.0));
+        assert!(close(p.rand_read.disks, 14.0));
+        let d = p.degraded.unwrap();
+        assert!(close(
+            d.rand_read.disks,
+            13.0 / (1.0 - 1.0 / 14.0 + 4.0 / 14.0)
+        ));
+        assert!(d.rand_read.disks > perf("raid6:2x6:s2", 14).degraded.unwrap().rand_read.disks);
+    }
+
+    #[test]
+    fn down_is_never_faster_than_nominal() {
+        for (s, n) in [
+            ("raid5:1x4", 4),
+            ("raid6:3x8", 24),
+            ("ec:8+3:5x11:s5", 60),
+            ("raid10:1x60:c3", 60),
+            ("raid6:2x10:s4:d", 24),
+        ] {
+            let p = perf(s, n);
+            let d = p.degraded.unwrap();
+            for (a, b) in [
+                (d.seq_read, p.seq_read),
+                (d.seq_write, p.seq_write),
+                (d.rand_read, p.rand_read),
+                (d.rand_write, p.rand_write),
+            ] {
+                assert!(a.disks <= b.disks + 1e-9 && a.disks > 0.0, "{s}");
+            }
         }
     }
 }

@@ -227,12 +227,123 @@ pub(crate) struct SizeProbe {
     block_device: bool,
     /// [`zeroes_cheaply`], asked once at open.
     pub(crate) cheap_zero: bool,
+    /// [`BlockDev::may_run_out`].
+    pub(crate) space: SpaceCheck,
+}
+
+/// Whether writes to a member file can be refused for want of space
+/// ([`BlockDev::may_run_out`]). A write within a file's size allocates only where it
+/// lands in a hole (never written, punched, or fallocated and not yet written: SEEK_HOLE
+/// reports those as holes too), or where the file system copies on write (btrfs, ZFS,
+/// XFS's shared extents). So: a file with no holes, on a file system that overwrites in
+/// place (ext2/3/4, tmpfs, ramfs), cannot run out; everything else may. Holes come back
+/// when the engine zeroes a range (trim, WRITE_ZEROES: `fallocate` punches), so every
+/// zeroing request marks the file as having holes before it is issued ([`Self::zeroing`]);
+/// a file with holes is looked at again (one `lseek`) at most once a second, so a
+/// member written in full (a sequential fill) is found to be whole. A block device
+/// answers no (it has no holes to fill).
+pub(crate) struct SpaceCheck {
+    /// The file system overwrites in place (else: always "may run out").
+    in_place: bool,
+    /// `generation << 1 | whole`: `whole` set once no hole was found; every zeroing bumps
+    /// the generation and clears it, so a look that raced with a zeroing cannot set it.
+    state: std::sync::atomic::AtomicU64,
+    /// When holes were last looked for, in ms since `epoch` (0: never).
+    last: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
+}
+
+impl SpaceCheck {
+    pub(crate) fn new(file: &File, block_device: bool) -> SpaceCheck {
+        let in_place = block_device || overwrites_in_place(file);
+        let c = SpaceCheck {
+            in_place,
+            state: std::sync::atomic::AtomicU64::new(block_device as u64),
+            last: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+        };
+        if in_place && !block_device && no_holes(file) {
+            c.state.store(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        c
+    }
+
+    /// A zeroing request (which may punch holes) is about to be issued.
+    pub(crate) fn zeroing(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let _ = self
+            .state
+            .fetch_update(SeqCst, SeqCst, |v| Some((v.wrapping_add(2)) & !1));
+    }
+
+    /// [`BlockDev::may_run_out`] of the member held in `file` (`None`: closed).
+    pub(crate) fn may_run_out(&self, file: Option<&File>) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        if !self.in_place {
+            return true;
+        }
+        let v = self.state.load(SeqCst);
+        if v & 1 == 1 {
+            return false;
+        }
+        let Some(file) = file else { return true };
+        let now = (self.epoch.elapsed().as_millis() as u64).max(1);
+        let last = self.last.load(SeqCst);
+        if (last != 0 && now < last + 1000)
+            || self
+                .last
+                .compare_exchange(last, now, SeqCst, SeqCst)
+                .is_err()
+        {
+            return true;
+        }
+        if no_holes(file) {
+            // Fails if a zeroing began since `v` was read: it may have made a hole.
+            return self
+                .state
+                .compare_exchange(v, v | 1, SeqCst, SeqCst)
+                .is_err();
+        }
+        true
+    }
+}
+
+/// Does this file's file system overwrite a file's allocated blocks in place (no space
+/// needed to rewrite them)? Only those named here; any other (btrfs, ZFS, XFS with
+/// reflinks, network file systems) may need space for an overwrite.
+fn overwrites_in_place(file: &File) -> bool {
+    // SAFETY: fstatfs fills the zeroed struct we pass; the fd is open.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    // ramfs's magic (0x858458f6, linux/magic.h) is not in the libc crate.
+    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6_u32 as libc::c_long;
+    let t = st.f_type as libc::c_long;
+    t == libc::EXT4_SUPER_MAGIC as libc::c_long
+        || t == libc::TMPFS_MAGIC as libc::c_long
+        || t == RAMFS_MAGIC
+}
+
+/// No hole anywhere in the file (SEEK_HOLE from 0 finds only the one at its end).
+fn no_holes(file: &File) -> bool {
+    let fd = file.as_raw_fd();
+    // SAFETY: fstat fills the zeroed struct we pass; the fd is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size <= 0 {
+        return false;
+    }
+    // SAFETY: plain syscall on an open fd; the file position is not used by the I/O
+    // (pread/pwrite, io_uring with offsets).
+    let hole = unsafe { libc::lseek(fd, 0, libc::SEEK_HOLE) };
+    hole >= st.st_size
 }
 
 impl SizeProbe {
     pub(crate) fn new(file: Arc<File>, block_device: bool) -> SizeProbe {
         SizeProbe {
             cheap_zero: zeroes_cheaply(&file, block_device),
+            space: SpaceCheck::new(&file, block_device),
             file: arc_swap::ArcSwapOption::new(Some(file)),
             block_device,
         }
@@ -247,6 +358,18 @@ impl SizeProbe {
 
     pub(crate) fn release(&self) {
         self.file.store(None);
+    }
+
+    /// [`BlockDev::may_run_out`] of the member.
+    pub(crate) fn may_run_out(&self) -> bool {
+        self.space.may_run_out(self.file.load().as_deref())
+    }
+
+    /// Note a request before it is issued: a zeroing may punch holes.
+    pub(crate) fn note(&self, req: &IoReq) {
+        if matches!(req.kind, IoKind::Zero { .. }) {
+            self.space.zeroing();
+        }
     }
 
     /// [`BlockDev::data_ranges`] of the member: `None` for a block device.
@@ -550,6 +673,7 @@ impl BlockDev for FileDev {
         if self.closed.load(std::sync::atomic::Ordering::Acquire) {
             return done(Err(closed_err()));
         }
+        self.probe.note(&req);
         // A refused job is dropped here, which completes it.
         let _ = self.tx.send(Some(Pending::new(req, done)));
     }
@@ -576,6 +700,10 @@ impl BlockDev for FileDev {
 
     fn zeroes_cheaply(&self) -> bool {
         self.probe.cheap_zero
+    }
+
+    fn may_run_out(&self) -> bool {
+        self.probe.may_run_out()
     }
 
     fn close(&self) {
@@ -632,6 +760,7 @@ pub struct InlineDev {
     file: arc_swap::ArcSwapOption<File>,
     block_device: bool,
     cheap_zero: bool,
+    space: SpaceCheck,
 }
 
 impl InlineDev {
@@ -640,6 +769,7 @@ impl InlineDev {
             name,
             size: opened.size,
             cheap_zero: zeroes_cheaply(&opened.file, opened.block_device),
+            space: SpaceCheck::new(&opened.file, opened.block_device),
             file: arc_swap::ArcSwapOption::from_pointee(opened.file),
             block_device: opened.block_device,
         }
@@ -652,6 +782,9 @@ impl BlockDev for InlineDev {
         let Some(file) = file.as_ref() else {
             return done(Err(closed_err()));
         };
+        if matches!(req.kind, IoKind::Zero { .. }) {
+            self.space.zeroing();
+        }
         let r = execute(file, self.block_device, &req);
         // Release the buffer before telling the engine, which may reclaim it at once.
         drop(req);
@@ -679,6 +812,10 @@ impl BlockDev for InlineDev {
 
     fn zeroes_cheaply(&self) -> bool {
         self.cheap_zero
+    }
+
+    fn may_run_out(&self) -> bool {
+        self.space.may_run_out(self.file.load().as_deref())
     }
 
     fn data_ranges(&self, offset: u64, len: u64) -> Option<io::Result<Vec<(u64, u64)>>> {

@@ -302,6 +302,7 @@ impl BlockDev for UringDev {
         if self.shared.closed.load(Ordering::Acquire) {
             return done(Err(closed_err()));
         }
+        self.probe.note(&req);
         // On a disconnected channel the returned request is dropped, which completes it.
         if self.tx.send(Pending::new(req, done)).is_err() {
             return;
@@ -343,6 +344,10 @@ impl BlockDev for UringDev {
 
     fn zeroes_cheaply(&self) -> bool {
         self.probe.cheap_zero
+    }
+
+    fn may_run_out(&self) -> bool {
+        self.probe.may_run_out()
     }
 
     fn close(&self) {

@@ -356,8 +356,11 @@ impl Parity {
                 .bitmap
                 .as_ref()
                 .is_some_and(|b| b.is_unsynced(addr.group, addr.stripe)),
-            may_run_out: (0..k + m)
-                .any(|s| st.slots[slot_of(s)].write_targets().any(|x| x.is_file)),
+            may_run_out: (0..k + m).any(|s| {
+                st.slots[slot_of(s)]
+                    .write_targets()
+                    .any(|x| x.is_file && x.dev.may_run_out())
+            }),
         };
         let plan = shape.plan();
         self.execute(dp, &st, addr, &plan, &shape, &by_index, &new, fua)
@@ -450,20 +453,38 @@ impl Parity {
             // (before the new data goes into the gathered buffers); the write follows.
             self.heal_shards(dp, base, r0, &shards, IoClass::Foreground)
                 .await;
+            // Whole rows of every data chunk we touch or that was stale, and parity.
+            let rewritten = |i: usize| by_index[i].is_some() || shards.stale.contains(&i);
             // A stripe with a member missing is only consistent while every write to it
             // reaches every member: a write refused for space on one member would leave
-            // the missing member's data impossible to rebuild. So keep the old rows, and
-            // write them back if that happens.
-            let old_rows: Vec<SharedBuf> = (0..k)
-                .map(|i| {
-                    let b = shards.bufs[i].as_ref().expect("data read");
-                    if by_index[i].is_some() {
-                        AlignedBuf::from_slice(slice_of(b)).into_shared()
-                    } else {
-                        b.clone()
-                    }
-                })
-                .collect();
+            // the missing member's data impossible to rebuild. So where a member can
+            // refuse for space (a file with holes, see `BlockDev::may_run_out`), keep the
+            // old rows, and write them back if that happens. Members that cannot (block
+            // devices, files with no holes) skip the copy and its encode.
+            if shape.may_run_out {
+                let old_rows: Vec<SharedBuf> = (0..k)
+                    .map(|i| {
+                        let b = shards.bufs[i].as_ref().expect("data read");
+                        if by_index[i].is_some() {
+                            AlignedBuf::from_slice(slice_of(b)).into_shared()
+                        } else {
+                            b.clone()
+                        }
+                    })
+                    .collect();
+                let old_parity: Vec<SharedBuf> = (0..m)
+                    .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
+                    .collect();
+                self.encode(&old_rows, &old_parity)?;
+                let mut back = Vec::new();
+                for (i, b) in old_rows.iter().enumerate().filter(|(i, _)| rewritten(*i)) {
+                    push(&mut back, i, r0, b);
+                }
+                for (r, p) in old_parity.iter().enumerate() {
+                    push(&mut back, k + r, r0, p);
+                }
+                undo = Some(back);
+            }
             let data: Vec<SharedBuf> = (0..k)
                 .map(|i| {
                     let b = shards.bufs[i].as_ref().expect("data read").clone();
@@ -474,20 +495,6 @@ impl Parity {
                     b
                 })
                 .collect();
-            let old_parity: Vec<SharedBuf> = (0..m)
-                .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
-                .collect();
-            self.encode(&old_rows, &old_parity)?;
-            // Whole rows of every data chunk we touch or that was stale, and parity.
-            let rewritten = |i: usize| by_index[i].is_some() || shards.stale.contains(&i);
-            let mut back = Vec::new();
-            for (i, b) in old_rows.iter().enumerate().filter(|(i, _)| rewritten(*i)) {
-                push(&mut back, i, r0, b);
-            }
-            for (r, p) in old_parity.iter().enumerate() {
-                push(&mut back, k + r, r0, p);
-            }
-            undo = Some(back);
             from_data = true;
             self.encode(&data, &parity)?;
             for (i, b) in data.iter().enumerate().filter(|(i, _)| rewritten(*i)) {
@@ -845,6 +852,7 @@ impl Family for Parity {
         // are merged under the stripe lock alone.
         let large = data.len() as u64 >= COALESCE_MIN_WRITE;
         let wait = large && g.worth_waiting();
+        let started = std::time::Instant::now();
         let futs = stripes.into_iter().map(|(a, v, pp)| async move {
             let partial = v.len() < self.k || v.iter().any(|d| d.src.len() as u64 != chunk);
             if large && partial && pp.is_empty() {
@@ -853,7 +861,11 @@ impl Family for Parity {
                 self.write_stripe(dp, a, v, fua, pp).await
             }
         });
-        all_done(futs).await
+        let r = all_done(futs).await;
+        if large {
+            g.took(started.elapsed());
+        }
+        r
     }
 
     async fn zero(&self, dp: &DataPath, offset: u64, len: u64, punch: bool) -> Result<()> {

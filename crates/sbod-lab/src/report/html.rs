@@ -185,6 +185,27 @@ pub fn html(r: &Report) -> String {
     if let Some(l) = rebuild_line(r) {
         write!(s, "<p>{}.</p>", esc(&l)).unwrap();
     }
+    let ideals = ideal_rows(r);
+    if !ideals.is_empty() {
+        s.push_str("<h2>Against the layout's ideal</h2><p class=\"sub\">The ratio to BASELINE the layout gives where the drives, not the CPU, are the limit (docs/LAB.md), the measured ratio, the fraction of the ideal it reaches and the fraction issue 31 aims for.</p>");
+        s.push_str("<table><tr><th>workload</th><th>phase</th><th>measured</th><th>ideal</th><th>of ideal</th><th>aim</th><th>met</th></tr>\n");
+        let f2 = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+        for i in &ideals {
+            writeln!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                esc(&i.workload.title),
+                phase_title(i.phase),
+                f2(i.measured),
+                i.ideal,
+                f2(i.of_ideal),
+                f2(i.aim),
+                i.met()
+            )
+            .unwrap();
+        }
+        s.push_str("</table>");
+    }
     let phases = measured_phases(r);
     if phases.contains(&BASELINE) && phases.len() > 1 {
         s.push_str("<h2>Against the baseline</h2>");

@@ -107,6 +107,35 @@ pub fn markdown(r: &Report) -> String {
     if let Some(l) = rebuild_line(r) {
         writeln!(s, "\n{l}.").unwrap();
     }
+    let ideals = ideal_rows(r);
+    if !ideals.is_empty() {
+        writeln!(s, "\n## Against the layout's ideal\n").unwrap();
+        writeln!(
+            s,
+            "The ratio to BASELINE the layout gives where the drives, not the CPU, are the limit (docs/LAB.md, \"The layout's ideal\"), the measured ratio, the fraction of the ideal it reaches, and the fraction issue 31 aims for.\n"
+        )
+        .unwrap();
+        writeln!(
+            s,
+            "| workload | phase | measured | ideal | of ideal | aim | met |\n|---|---|---:|---:|---:|---:|---|"
+        )
+        .unwrap();
+        let f2 = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+        for i in &ideals {
+            writeln!(
+                s,
+                "| {} | {} | {} | {:.2} | {} | {} | {} |",
+                i.workload.title,
+                phase_title(i.phase),
+                f2(i.measured),
+                i.ideal,
+                f2(i.of_ideal),
+                f2(i.aim),
+                i.met()
+            )
+            .unwrap();
+        }
+    }
     let phases = measured_phases(r);
     writeln!(s, "\n## Latency (mean / p99 / p99.9)\n").unwrap();
     write!(s, "| workload |").unwrap();

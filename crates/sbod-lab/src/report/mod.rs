@@ -100,6 +100,50 @@ pub fn sweep_workloads(r: &Report) -> Vec<&Workload> {
         .collect()
 }
 
+/// One row of the "against the layout's ideal" table.
+pub struct IdealRow<'a> {
+    pub workload: &'a Workload,
+    pub phase: &'a str,
+    /// Measured ratio to BASELINE (IOPS; for one block size the same as bandwidth).
+    pub measured: Option<f64>,
+    pub ideal: f64,
+    pub of_ideal: Option<f64>,
+    pub aim: Option<f64>,
+}
+
+impl IdealRow<'_> {
+    /// "yes", "no" or "" (no aim, or nothing measured against BASELINE).
+    pub fn met(&self) -> &'static str {
+        match (self.of_ideal, self.aim) {
+            (Some(f), Some(a)) if f >= a => "yes",
+            (Some(_), Some(_)) => "no",
+            _ => "",
+        }
+    }
+}
+
+/// The cells that have a layout ideal, workload by workload in life-cycle order.
+pub fn ideal_rows(r: &Report) -> Vec<IdealRow<'_>> {
+    let mut out = Vec::new();
+    for w in main_workloads(r) {
+        for p in PHASES {
+            let Some(c) = r.cell(p, &w.id, w.iodepth) else {
+                continue;
+            };
+            let Some(i) = &c.ideal else { continue };
+            out.push(IdealRow {
+                workload: w,
+                phase: p,
+                measured: c.vs_baseline.as_ref().map(|x| x.iops),
+                ideal: i.ratio,
+                of_ideal: i.of_ideal,
+                aim: i.aim,
+            });
+        }
+    }
+    out
+}
+
 /// A one-line description of the array.
 pub fn array_line(r: &Report) -> String {
     let a = &r.array;

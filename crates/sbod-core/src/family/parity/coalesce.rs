@@ -43,7 +43,14 @@ pub(super) struct Coalescer {
     probes: AtomicUsize,
     ids: AtomicU64,
     wait: Duration,
+    /// Recent large client writes' time from arrival to completion, in ns (a moving
+    /// average): how long a stream's next request can take to arrive (see
+    /// [`Coalescer::wait`]).
+    latency_ns: AtomicU64,
 }
+
+/// The longest a partial stripe waits for its neighbour, however slow the members.
+const COALESCE_WAIT_MAX: Duration = Duration::from_millis(100);
 
 /// A partial stripe waiting for more.
 struct Open {
@@ -68,7 +75,29 @@ impl Coalescer {
             ids: AtomicU64::new(0),
             // `SBOD_GATHER_US` (0: off), for A/B benchmarks.
             wait: crate::tuning::coalesce_wait(),
+            latency_ns: AtomicU64::new(0),
         }
+    }
+
+    /// A large client write took `d` from arrival to completion.
+    pub(super) fn took(&self, d: Duration) {
+        let ns = d.as_nanos().min(u64::MAX as u128) as u64;
+        // An average over about the last 8 (racing updates lose one now and then: harmless).
+        let old = self.latency_ns.load(Ordering::Relaxed);
+        let new = if old == 0 { ns } else { old - old / 8 + ns / 8 };
+        self.latency_ns.store(new, Ordering::Relaxed);
+    }
+
+    /// How long a partial stripe waits for the write that completes it. A client streaming
+    /// at queue depth q has q writes in flight and sends the next when one completes, so
+    /// the write after the newest arrives within about one write's latency: on members
+    /// that answer in microseconds the fixed `SBOD_GATHER_US` covers it, on drives (a
+    /// stripe write takes milliseconds, a 1 MiB client write at QD16 tens of them) the
+    /// wait follows the writes' recent latency, up to [`COALESCE_WAIT_MAX`]. Where nobody
+    /// comes (not a stream), `worth_waiting` stops the waits after a few misses.
+    fn wait(&self) -> Duration {
+        let lat = Duration::from_nanos(self.latency_ns.load(Ordering::Relaxed));
+        self.wait.max(lat.min(COALESCE_WAIT_MAX))
     }
 
     fn shard(&self, key: &(usize, u64)) -> &Mutex<HashMap<(usize, u64), Open>> {
@@ -170,7 +199,7 @@ impl Parity {
             }
             Joined::Wait(id, rx) => (id, rx),
         };
-        let got = match tokio::time::timeout(g.wait, &mut rx).await {
+        let got = match tokio::time::timeout(g.wait(), &mut rx).await {
             Ok(got) => got,
             Err(_) => {
                 // Nobody completed it in time: whoever comes first writes what there is.

@@ -1,0 +1,291 @@
+//! The layout's ideal ratio to BASELINE: what a RAID layout gives of its members' own
+//! throughput when the drives, not the CPU, are the limit (issue 31). The lab's report
+//! puts it beside each measured ratio, with the fraction of it reached and the aim the
+//! issue sets for that row.
+//!
+//! The model counts drive operations. BASELINE is every member serving the workload alone:
+//! one client I/O costs one drive operation, on any of the `n` members. A layout spends,
+//! per client I/O, the drive operations it needs, on the members that are in service, so
+//! its ratio is `(members in service / cost per client I/O) / members of BASELINE`.
+//! Sequential streams count drive time instead: a drive streaming a stripe's chunks spends
+//! the same time passing a chunk it does not need (parity, another copy) as reading it, so
+//! a parity layout of `k` data in `w` chunks delivers `k / w` of its drives' bandwidth,
+//! nominal or with a member down (the survivors read or write every chunk they hold and the
+//! missing data is the parity's), and a mirror of `c` copies `1 / c`.
+//!
+//! Random 4K, per client I/O (`n` members share the stripes, `k + m = w` chunks a stripe,
+//! one member down in DEVICE DOWN, so a chunk is on it with probability `1 / n`):
+//!
+//! - read: 1; down: `1 - 1/n + k/n` (a chunk on the missing member is rebuilt from `k`).
+//! - write, parity: read-modify-write, `2 (m + 1)` (old data and parity read, new
+//!   written); down: `k - 1 + m` where the data chunk is missing (reconstruct-write: the
+//!   other data read, the parity written), `2m` where one of the parity chunks is
+//!   (probability `m / n`), else `2 (m + 1)`.
+//! - write, mirror of `c`: `c`; down: `c - c/n` (the set that lost a copy writes `c - 1`).
+//! - a read/write mix: the mix of the two.
+//!
+//! Arrays of several groups (not declustered) share the load evenly between groups, so the
+//! slowest group (the degraded one) sets the pace of all. QD1 latency runs, `bssplit` mixes,
+//! queue-depth sweeps and DEVICE REBUILD (the rebuild takes the drives' time) have no ideal
+//! here. On members that answer from memory the CPU, not the drives, is the limit and the
+//! ideal is an upper bound, not a target.
+
+use crate::schema::{ArrayInfo, Ideal, Workload, NOMINAL};
+
+/// DEVICE DOWN's phase id.
+const DOWN: &str = "device-down";
+
+/// The shape of a layout, as the model sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    /// No redundancy (raid0): every member carries data, one operation per I/O.
+    Stripe,
+    /// `copies` mirrors of each chunk.
+    Mirror { copies: f64 },
+    /// `k` data and `m` parity chunks a stripe.
+    Parity { k: f64, m: f64 },
+}
+
+fn shape(a: &ArrayInfo) -> Option<Shape> {
+    let w = a.width as f64;
+    let lvl = a.level.as_str();
+    Some(match lvl {
+        "raid0" => Shape::Stripe,
+        "raid1" | "raid10" if w >= 2.0 => Shape::Mirror { copies: w },
+        "raid5" if w >= 2.0 => Shape::Parity { k: w - 1.0, m: 1.0 },
+        "raid6" if w >= 3.0 => Shape::Parity { k: w - 2.0, m: 2.0 },
+        _ => {
+            let (k, m) = lvl.strip_prefix("ec:")?.split_once('+')?;
+            Shape::Parity {
+                k: k.parse().ok()?,
+                m: m.parse().ok()?,
+            }
+        }
+    })
+}
+
+/// Drive operations per client I/O (or drive time per unit of data, for streams) of
+/// `shape` on a pool of `n` members, one of them down when `down`.
+fn cost(shape: Shape, w: &Workload, n: f64, down: bool) -> Option<f64> {
+    let p = if down { 1.0 / n } else { 0.0 };
+    let seq = match w.rw.as_str() {
+        "read" | "write" => true,
+        "randread" | "randwrite" | "randrw" => false,
+        _ => return None,
+    };
+    if seq {
+        // Drive time per unit of data; with one member down the stripes it held lose a
+        // chunk's worth of time (1/n of the pool's).
+        let per = match shape {
+            Shape::Stripe => 1.0,
+            Shape::Mirror { copies } => copies,
+            Shape::Parity { k, m } => (k + m) / k,
+        };
+        return Some(per * (1.0 - p));
+    }
+    let read = match shape {
+        Shape::Stripe | Shape::Mirror { .. } => 1.0,
+        Shape::Parity { k, .. } => 1.0 - p + p * k,
+    };
+    let write = match shape {
+        Shape::Stripe => 1.0,
+        Shape::Mirror { copies } => copies - p * copies,
+        Shape::Parity { k, m } => {
+            let q = if down { m / n } else { 0.0 };
+            p * (k - 1.0 + m) + q * 2.0 * m + (1.0 - p - q) * 2.0 * (m + 1.0)
+        }
+    };
+    Some(match w.rw.as_str() {
+        "randread" => read,
+        "randwrite" => write,
+        _ => {
+            let r = w.rwmixread? as f64 / 100.0;
+            r * read + (1.0 - r) * write
+        }
+    })
+}
+
+/// The aim the issue sets for a row, as a fraction of its ideal: nominal sequential
+/// reads 0.95 and writes 0.9, random writes 0.9, reads with a member down 0.9, sequential
+/// writes with a member down 0.8.
+fn aim(w: &Workload, phase: &str) -> Option<f64> {
+    match (phase, w.rw.as_str()) {
+        (NOMINAL, "read") => Some(0.95),
+        (NOMINAL, "write") => Some(0.9),
+        (NOMINAL, "randwrite") => Some(0.9),
+        (DOWN, "read" | "randread") => Some(0.9),
+        (DOWN, "write") => Some(0.8),
+        _ => None,
+    }
+}
+
+/// The ideal ratio to BASELINE of `w` on array `a` in `phase` (see the module's text), the
+/// fraction of it that `measured` reaches and the aim for that fraction; `None` where the
+/// model has no ideal.
+pub fn ideal(a: &ArrayInfo, w: &Workload, phase: &str, measured: Option<f64>) -> Option<Ideal> {
+    if w.bssplit.is_some() || w.sweep || w.iodepth <= 1 {
+        return None;
+    }
+    let down = match phase {
+        NOMINAL => false,
+        DOWN => true,
+        _ => return None,
+    };
+    let shape = shape(a)?;
+    if down && shape == Shape::Stripe {
+        return None;
+    }
+    let baseline = a.members.len().max(1) as f64;
+    let width = a.width.max(1) as f64;
+    let groups = a.groups.max(1) as f64;
+    // Members that carry the layout: a declustered pool is every member; classic groups
+    // are `groups` sets of `width`, and the rest (hot spares) idle.
+    let (sets, n) = if a.declustered {
+        (1.0, baseline)
+    } else {
+        (groups, width)
+    };
+    let nominal = n / cost(shape, w, n, false)?;
+    let pace = if down {
+        // One member of one set is down; the slowest set paces all.
+        ((n - 1.0) / cost(shape, w, n, true)?).min(nominal)
+    } else {
+        nominal
+    };
+    let ratio = sets * pace / baseline;
+    Some(Ideal {
+        ratio,
+        of_ideal: measured.map(|m| m / ratio),
+        aim: aim(w, phase),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::MemberInfo;
+
+    fn array(level: &str, width: u32, members: u32, groups: u32, declustered: bool) -> ArrayInfo {
+        ArrayInfo {
+            name: "a".into(),
+            level: level.into(),
+            chunk_bytes: 65536,
+            groups,
+            width,
+            redundancy: 1,
+            size_bytes: 0,
+            declustered,
+            members: (0..members)
+                .map(|i| MemberInfo {
+                    slot: i,
+                    path: format!("m{i}"),
+                    size_bytes: 1,
+                    kind: "file".into(),
+                })
+                .collect(),
+        }
+    }
+
+    fn wl(rw: &str, mix: Option<u32>) -> Workload {
+        Workload {
+            id: rw.into(),
+            title: rw.into(),
+            rw: rw.into(),
+            bs: Some("4k".into()),
+            bssplit: None,
+            rwmixread: mix,
+            iodepth: 32,
+            sweep: false,
+        }
+    }
+
+    fn r(a: &ArrayInfo, rw: &str, phase: &str) -> f64 {
+        ideal(a, &wl(rw, Some(70)), phase, None).unwrap().ratio
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn raid6_of_8_by_hand() {
+        let a = array("raid6", 8, 8, 1, false);
+        // Streams: 6 of 8 chunks are data, nominal or down.
+        assert!(close(r(&a, "read", NOMINAL), 0.75));
+        assert!(close(r(&a, "write", NOMINAL), 0.75));
+        assert!(close(r(&a, "read", DOWN), 0.75));
+        assert!(close(r(&a, "write", DOWN), 0.75));
+        // Random: reads 1; read-modify-write 6 operations a write.
+        assert!(close(r(&a, "randread", NOMINAL), 1.0));
+        assert!(close(r(&a, "randwrite", NOMINAL), 1.0 / 6.0));
+        // 70/30: 1 / (0.7 + 0.3 x 6).
+        assert!(close(r(&a, "randrw", NOMINAL), 1.0 / 2.5));
+        // Down: a read costs 7/8 + 6/8 = 13/8 on 7 members: 7/8 / (13/8) = 7/13.
+        assert!(close(r(&a, "randread", DOWN), 7.0 / 13.0));
+        // A write: 1/8 x (5 + 2) + 2/8 x 4 + 5/8 x 6 = 45/8 on 7 members: 7/45.
+        assert!(close(r(&a, "randwrite", DOWN), 7.0 / 45.0));
+    }
+
+    #[test]
+    fn raid5_ec_mirrors_and_stripes() {
+        let a = array("raid5", 4, 4, 1, false);
+        assert!(close(r(&a, "read", NOMINAL), 0.75));
+        assert!(close(r(&a, "randwrite", NOMINAL), 0.25));
+        let a = array("ec:4+2", 6, 6, 1, false);
+        assert!(close(r(&a, "write", NOMINAL), 4.0 / 6.0));
+        assert!(close(r(&a, "randwrite", NOMINAL), 1.0 / 6.0));
+        // raid10, 4 mirror sets of 2 (8 members): a stream uses half; random reads all;
+        // down: the set left with one member takes a quarter of the reads on one member
+        // and paces the others (4 x 1 / 8); its writes cost 1 on that one member.
+        let a = array("raid10", 2, 8, 4, false);
+        assert!(close(r(&a, "read", NOMINAL), 0.5));
+        assert!(close(r(&a, "randread", NOMINAL), 1.0));
+        assert!(close(r(&a, "randwrite", NOMINAL), 0.5));
+        assert!(close(r(&a, "randread", DOWN), 0.5));
+        assert!(close(r(&a, "randwrite", DOWN), 0.5));
+        assert!(close(r(&a, "read", DOWN), 0.5));
+        let a = array("raid0", 8, 8, 1, false);
+        assert!(close(r(&a, "write", NOMINAL), 1.0));
+        assert!(ideal(&a, &wl("read", None), DOWN, None).is_none());
+    }
+
+    #[test]
+    fn groups_spares_and_declustered() {
+        // Two groups of raid6 4+2 and two hot spares: 12 of 14 members carry the layout.
+        let a = array("raid6", 6, 14, 2, false);
+        assert!(close(
+            r(&a, "write", NOMINAL),
+            2.0 * 6.0 * (4.0 / 6.0) / 14.0
+        ));
+        // Down: the degraded group paces the other: 2 x (5 / (1 - 1/6 + 4/6)) / 14.
+        let want = 2.0 * (5.0 / (1.0 - 1.0 / 6.0 + 4.0 / 6.0)) / 14.0;
+        assert!(close(r(&a, "randread", DOWN), want));
+        // The same stripes declustered over all 14: the missing member's chunks are 1/14
+        // of the reads, and 13 members serve.
+        let mut d = a.clone();
+        d.declustered = true;
+        assert!(close(r(&d, "write", NOMINAL), 4.0 / 6.0));
+        let want = 13.0 / (1.0 - 1.0 / 14.0 + 4.0 / 14.0) / 14.0;
+        assert!(close(r(&d, "randread", DOWN), want));
+        assert!(r(&d, "randread", DOWN) > r(&a, "randread", DOWN));
+    }
+
+    #[test]
+    fn rows_without_an_ideal_and_the_fraction() {
+        let a = array("raid6", 8, 8, 1, false);
+        let mut q1 = wl("randread", None);
+        q1.iodepth = 1;
+        assert!(ideal(&a, &q1, NOMINAL, None).is_none());
+        assert!(ideal(&a, &wl("read", None), "device-rebuild", None).is_none());
+        assert!(ideal(
+            &array("concat", 1, 2, 1, false),
+            &wl("read", None),
+            NOMINAL,
+            None
+        )
+        .is_none());
+        let i = ideal(&a, &wl("write", None), NOMINAL, Some(0.6)).unwrap();
+        assert!(close(i.of_ideal.unwrap(), 0.8));
+        assert_eq!(i.aim, Some(0.9));
+    }
+}
