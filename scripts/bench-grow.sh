@@ -5,7 +5,9 @@
 #   2. the same array's rebuild of one member afterwards (fail + replace --wait): the rate
 #      per member a rebuild reaches on these members, and reshape/rebuild;
 #   3. clients during a reshape at the default rate: 4K random read IOPS (QD16) and 1M
-#      sequential write MB/s (QD16), fio's nbd engine, against the same jobs just before.
+#      sequential write MB/s (QD16), fio's nbd engine, against the same jobs just before;
+#   4. the grown array narrowed back (`grow --remove` of the members added, --force: the
+#      volume is full), idle: its time and rate per member.
 # Prints a table; docs/PERFORMANCE.md ("Grow and reshape") records runs with their command.
 # Not part of the test suite.
 #
@@ -123,13 +125,21 @@ t0=$(now)
 "$SBOD" replace g "$(member d0)" "$(member r0)" --size "$SIZE_EACH" --wait >/dev/null
 t1=$(now)
 rebuild_s=$(python3 -c "print($t1 - $t0)")
+
+# 4: the grown array narrowed back, idle.
+t0=$(now)
+"$SBOD" grow g --remove "${new[@]}" --force --wait >/dev/null
+t1=$(now)
+narrow_s=$(python3 -c "print($t1 - $t0)")
+NARROWVOL=$(nbdinfo --size "$URI")
 member_bytes=$("$SBOD" status g --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["size"]//(s["width"]-s["redundancy"])//s["groups"])')
 
 python3 - "$LEVEL" "$MEMBERS" "$ADD" "$SIZE_EACH" "$VOL" "$NEWVOL" "$reshape_s" "$rebuild_s" \
-  "$member_bytes" "$ri_before" "$ri_during" "$sw_before" "$sw_during" "$during_state" "${DRIVES:-files}" <<'EOF'
+  "$member_bytes" "$ri_before" "$ri_during" "$sw_before" "$sw_during" "$during_state" "${DRIVES:-files}" \
+  "$narrow_s" "$NARROWVOL" <<'EOF'
 import sys
-(level, n, add, size, vol, newvol, rs, rb, mb, rib, rid, swb, swd, st, kind) = sys.argv[1:]
-vol, newvol, rs, rb, mb = int(vol), int(newvol), float(rs), float(rb), int(mb)
+(level, n, add, size, vol, newvol, rs, rb, mb, rib, rid, swb, swd, st, kind, ns, nvol) = sys.argv[1:]
+vol, newvol, rs, rb, mb, ns, nvol = int(vol), int(newvol), float(rs), float(rb), int(mb), float(ns), int(nvol)
 print(f"sbod grow: {level} of {n} -> {int(n)+int(add)}, members {size} ({kind})")
 print(f"  volume {vol/2**20:.0f} MiB -> {newvol/2**20:.0f} MiB")
 print(f"  idle reshape   {rs:7.2f} s   {vol/rs/1e6:8.1f} MB/s of volume moved, {mb/rs/1e6:7.1f} MB/s per member")
@@ -138,4 +148,6 @@ print(f"  reshape/rebuild rate per member: {rb/rs:.2f} (aim >= 0.7)")
 print(f"  4K random read QD16 IOPS: {rib} before, {rid} during ({float(rid)/float(rib):.2f}; aim >= 0.5)")
 print(f"  1M sequential write QD16 MB/s: {swb} before, {swd} during ({float(swd)/float(swb):.2f}; aim >= 0.5)")
 print(f"  (the array was {st} at the end of the jobs run during the reshape)")
+print(f"  narrowed back  {ns:7.2f} s   {nvol/ns/1e6:8.1f} MB/s of volume moved, {mb/ns/1e6:7.1f} MB/s per member "
+      f"(volume {nvol/2**20:.0f} MiB); narrowing/rebuild per member: {rb/ns:.2f}")
 EOF
