@@ -1,7 +1,10 @@
 //! `sbod grow` end to end: a served raid5 of four files gets a fifth while nbdcopy reads
 //! and writes it; the volume keeps its bytes through the reshape, new NBD connections see
 //! the new size when it ends, and a restart finds the new layout. Offline, a mirror gets a
-//! third copy; bad grows are refused with nothing changed.
+//! third copy; bad grows are refused with nothing changed. A served raid5 lets a member go
+//! (`grow --remove`). A served declustered raid6 rebuilds failed members into its spare
+//! space and copies them back onto replacements (the shape-changing processes sbod runs
+//! online), with the volume read back through NBD at every step.
 
 use serde_json::Value;
 use std::path::PathBuf;
@@ -439,4 +442,94 @@ fn a_served_raid5_lets_a_member_go_and_restarts_without_it() {
     e.stop("nv");
     // The member let go is free: a new array takes it without --force.
     e.ok(&["create", "solo", "--level", "raid0", "v4.img"]);
+}
+
+impl Env {
+    /// Wait until the array is optimal with no process running.
+    fn settled(&self, name: &str, what: &str) -> Value {
+        let t = Instant::now();
+        loop {
+            let st = self.status(name);
+            let busy = st["process"]
+                .as_object()
+                .is_some_and(|p| p.get("finished") != Some(&Value::Bool(true)));
+            if st["state"] == "optimal" && !busy {
+                return st;
+            }
+            assert!(t.elapsed() < Duration::from_secs(120), "{what}: {st}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_served_declustered_raid6_rebuilds_into_its_spare_space_and_copies_back() {
+    let mut e = Env::new();
+    let members: Vec<String> = (0..8).map(|i| format!("m{i}.img")).collect();
+    let mut args = vec![
+        "create",
+        "dv",
+        "--level",
+        "raid6",
+        "--groups",
+        "1",
+        "--spares",
+        "2",
+        "--declustered",
+        "--size-each",
+        "16M",
+    ];
+    args.extend(members.iter().map(|s| s.as_str()));
+    e.ok(&args);
+    e.serve("dv");
+    let size = e.nbd_size().unwrap();
+    let data = pattern(size as usize, 13);
+    std::fs::write(e.p("src.img"), &data).unwrap();
+    e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
+    // Two failures: each rebuilt into the spare space of the others, no disk added, back
+    // to full redundancy (optimal) while serving.
+    for m in ["m3.img", "m5.img"] {
+        e.ok(&["fail", "dv", m]);
+        e.settled("dv", &format!("the distributed rebuild after {m} failed"));
+        assert!(
+            e.volume() == data,
+            "the volume changed after {m} was rebuilt into the spare space"
+        );
+    }
+    // A third finds the spare space full: degraded, and said.
+    e.ok(&["fail", "dv", "m6.img"]);
+    let st = e.status("dv");
+    assert_eq!(st["state"], "degraded", "{st}");
+    assert!(st.to_string().contains("spare space is full"), "{st}");
+    assert!(e.volume() == data, "the volume changed, degraded");
+    // Replacements: the degraded slot is rebuilt, then the spared ones are copied back
+    // (the one spared last first).
+    for (old, new) in [
+        ("m6.img", "r6.img"),
+        ("m5.img", "r5.img"),
+        ("m3.img", "r3.img"),
+    ] {
+        e.ok(&["replace", "dv", old, new, "--size", "16M", "--wait"]);
+        e.settled("dv", &format!("{new} replacing {old}"));
+        assert!(
+            e.volume() == data,
+            "the volume changed after {new} replaced {old}"
+        );
+    }
+    let st = e.status("dv");
+    assert!(
+        st["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["state"] == "active"),
+        "{st}"
+    );
+    e.stop("dv");
+    e.serve("dv");
+    assert!(e.volume() == data, "the volume changed across a restart");
+    let out = e.ok(&["scrub", "dv", "--json"]);
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["mismatches"], 0, "{s}");
+    e.stop("dv");
 }
