@@ -9,6 +9,10 @@
 # rebuilt into its distributed spare space (docs/ENGINE.md, "Declustered layouts"). The
 # bound for the distributed rebuild is (N-1)/(D+1) times the classic one. Then the
 # declustered array's copy-back onto a replacement (`sbod replace --wait`) is timed too.
+# Then clients on each array (fio's nbd engine, QD16, --runtime seconds each): 4K random
+# reads and 1M sequential writes with every member in service (nominal), and again right
+# after a second member is failed, while the array rebuilds it (onto the next hot spare, or
+# into the spare space).
 # Members should be slower than memory so they, not the CPU, set the time: modelled drives
 # (docs/LAB.md); with `--drives none` (plain files, on /dev/shm) the rebuilds' rate is
 # compared with a plain write of one member's size to the same file system.
@@ -20,7 +24,7 @@
 #   scripts/bench-declustered.sh --drives nvme-dc --size-each 1G
 #   scripts/bench-declustered.sh --groups 2 --spares 4 --drives none  # tmpfs: CPU-bound
 #
-# Options (defaults): --groups 1 --width 10 --spares 2 --size-each 256M
+# Options (defaults): --groups 1 --width 10 --spares 2 --size-each 256M --runtime 3
 #   --drives PROFILE[,OPTS] (hdd-nearline; "none" for plain files) --dir DIR
 # Environment: SBOD=path/to/sbod skips the build.
 set -euo pipefail
@@ -31,6 +35,7 @@ SPARES=2
 SIZE_EACH=256M
 DRIVES=hdd-nearline
 DIR=
+RUNTIME=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --groups) GROUPS_=$2; shift 2 ;;
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
     --size-each) SIZE_EACH=$2; shift 2 ;;
     --drives) DRIVES=$2; shift 2 ;;
     --dir) DIR=$2; shift 2 ;;
+    --runtime) RUNTIME=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -89,6 +95,26 @@ settled() {
   "$SBOD" status "$1" --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["state"] == "optimal" and not s.get("process"))'
 }
 wait_optimal() { while [ "$(settled "$1")" != True ]; do sleep 0.05; done; }
+fio_job() { # array rw bs -> "iops mbps"
+  local uri="nbd+unix:///?socket=$WORK/$1.sock"
+  fio --name=j --ioengine=nbd --uri="$uri" --rw="$2" --bs="$3" --iodepth=16 --direct=1 \
+    --time_based --runtime="$RUNTIME" --size="$(nbdinfo --size "$uri")" --output-format=json 2>/dev/null |
+    python3 -c '
+import json,sys
+t=sys.stdin.read(); d=json.loads(t[t.index("{"):]); j=d["jobs"][0]
+x=j["read"] if j["read"]["io_bytes"]>0 else j["write"]
+print("%.0f %.1f" % (x["iops"], x["bw_bytes"]/1e6))'
+}
+clients() { # array victim -> "rr_nominal sw_nominal rr_during sw_during rebuilding_at_end"
+  local rrn swn rrd swd
+  read -r rrn _ <<<"$(fio_job "$1" randread 4k)"
+  read -r _ swn <<<"$(fio_job "$1" write 1M)"
+  "$SBOD" fail "$1" "$(member "$2")" >/dev/null
+  read -r rrd _ <<<"$(fio_job "$1" randread 4k)"
+  read -r _ swd <<<"$(fio_job "$1" write 1M)"
+  echo "$rrn $swn $rrd $swd $(settled "$1")"
+  wait_optimal "$1"
+}
 
 # The classic array: G groups of W and S hot spares.
 m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member c$i)"); done
@@ -103,6 +129,7 @@ wait_optimal classic
 t1=$(now)
 classic_s=$(python3 -c "print($t1 - $t0)")
 member_bytes=$("$SBOD" status classic --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["members"][1]["size"])')
+classic_clients=$(clients classic c1)
 unserve
 
 # The declustered array on as many members of the same kind.
@@ -123,6 +150,7 @@ t0=$(now)
 wait_optimal decl
 t1=$(now)
 copy_s=$(python3 -c "print($t1 - $t0)")
+decl_clients=$(clients decl d1)
 unserve
 
 # A plain write of one member's size to the same file system (the members' raw rate,
@@ -137,9 +165,9 @@ if [ "$DRIVES" = none ]; then
 fi
 
 python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
-  "$classic_s" "$decl_s" "$copy_s" "$raw_s" <<'EOF'
+  "$classic_s" "$decl_s" "$copy_s" "$raw_s" "$classic_clients" "$decl_clients" <<'EOF'
 import sys
-n, g, w, s, size, drives, mb, cs, ds, cps, raw = sys.argv[1:]
+n, g, w, s, size, drives, mb, cs, ds, cps, raw, cc, dc = sys.argv[1:]
 n, g, w, s, mb = int(n), int(g), int(w), int(s), int(mb)
 cs, ds, cps, raw = float(cs), float(ds), float(cps), float(raw)
 d = w - 2
@@ -152,4 +180,10 @@ print(f"  declustered copy-back onto a replacement    {cps:8.2f} s  {mb/cps/1e6:
 if raw > 0:
     print(f"  plain write of one member's size            {raw:8.2f} s  {mb/raw/1e6:8.1f} MB/s")
     print(f"  rebuild rate / raw write rate: classic {raw/cs:.2f}, distributed {raw/ds:.2f}")
+c, dl = cc.split(), dc.split()
+print("  clients (QD16)                 raid6 groups   declustered   declustered/groups")
+for name, i in (("4K rand read IOPS, nominal", 0), ("1M seq write MB/s, nominal", 1),
+                ("4K rand read IOPS, rebuilding", 2), ("1M seq write MB/s, rebuilding", 3)):
+    print(f"  {name:30} {float(c[i]):12.1f} {float(dl[i]):13.1f} {float(dl[i])/float(c[i]):12.2f}")
+print(f"  (still rebuilding when the jobs ended: groups {c[4] != 'True'}, declustered {dl[4] != 'True'})")
 EOF
