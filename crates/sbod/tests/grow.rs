@@ -191,19 +191,7 @@ fn a_served_raid5_grows_a_member_while_clients_read_and_write() {
     std::fs::write(e.p("src.img"), &data).unwrap();
     e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
 
-    let t = Instant::now();
-    loop {
-        let st = e.status("vol0");
-        if st["state"] == "optimal" {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "reshape did not end: {st}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let st = e.status("vol0");
+    let st = e.settled("vol0", "the reshape did not end");
     assert_eq!(st["width"], 5, "{st}");
     let big = st["size"].as_u64().unwrap();
     assert_eq!(big, small / 3 * 4, "raid5 of 5 holds 4/3 of raid5 of 4");
@@ -409,18 +397,8 @@ fn a_served_raid5_lets_a_member_go_and_restarts_without_it() {
     // The volume is the smaller size at once for new connections, and reads back.
     assert_eq!(e.nbd_size(), Some(small));
     assert!(e.volume()[..] == data[..small as usize]);
-    let t = Instant::now();
-    loop {
-        let st = e.status("nv");
-        if st["state"] == "optimal" && st["width"] == 4 {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "the narrowing did not end: {st}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let st = e.settled("nv", "the narrowing did not end");
+    assert_eq!(st["width"], 4, "{st}");
     // The registration follows while it serves (a crash now must not name v4.img).
     let reg = e.p("state/arrays/nv.json");
     let t = Instant::now();
