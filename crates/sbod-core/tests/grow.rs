@@ -137,6 +137,30 @@ async fn scrub_is_clean(a: &Arc<Array>, what: &str) {
     assert!(s.error.is_none(), "{what}: {s:?}");
 }
 
+/// Assemble `members` after a reshape during which the member of `slot` was out and now
+/// answers again: it is taken back but rebuilt in full (it missed moved data), never from
+/// the bitmap; then the array has `geometry` and every block reads back.
+async fn back_in_full(
+    members: Vec<MemberSpec>,
+    slot: usize,
+    geometry: &sbod_core::Geometry,
+    model: &Model,
+) -> Arc<Array> {
+    let a = Array::assemble(members, AssembleOptions::default())
+        .await
+        .expect("assemble: the member that was out is not trusted");
+    for s in a.report().stale.iter().filter(|s| s.slot == slot) {
+        assert!(
+            !s.bitmap,
+            "slot {slot} recovered from the bitmap across a reshape: {s:?}"
+        );
+    }
+    settle(&a).await;
+    assert_eq!(&a.geometry(), geometry);
+    check(&a, model).await;
+    a
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -802,22 +826,13 @@ fn a_member_failing_or_missing_during_a_reshape_loses_nothing() {
         a.close().await.unwrap();
         // It answers again, with the superblock of the old layout.
         d[1].dead.store(false, Ordering::Release);
-        let a = Array::assemble(
+        let a = back_in_full(
             d.iter().chain(&extra).map(spec_of).collect(),
-            AssembleOptions::default(),
+            1,
+            &geometry,
+            &model,
         )
-        .await
-        .expect("assemble: the failed member is not trusted");
-        // Taken back (it answers again), but rebuilt in full: it missed moved data.
-        for s in a.report().stale.iter().filter(|s| s.slot == 1) {
-            assert!(
-                !s.bitmap,
-                "f1 recovered from the bitmap across a reshape: {s:?}"
-            );
-        }
-        settle(&a).await;
-        assert_eq!(a.geometry(), geometry);
-        check(&a, &model).await;
+        .await;
         a.close().await.unwrap();
 
         // A stop mid-reshape, then a start without a member.
@@ -1065,21 +1080,7 @@ fn members_failing_during_a_narrowing_lose_nothing() {
         // The member that stays answers again: taken back, rebuilt in full (it missed
         // moved data), and then every block reads back from the new layout.
         d[1].dead.store(false, Ordering::Release);
-        let a = Array::assemble(
-            d[..5].iter().map(spec_of).collect(),
-            AssembleOptions::default(),
-        )
-        .await
-        .expect("assemble");
-        for s in a.report().stale.iter().filter(|s| s.slot == 1) {
-            assert!(
-                !s.bitmap,
-                "nf1 recovered from the bitmap across a reshape: {s:?}"
-            );
-        }
-        settle(&a).await;
-        assert_eq!(a.geometry(), geometry);
-        check(&a, &model).await;
+        let a = back_in_full(d[..5].iter().map(spec_of).collect(), 1, &geometry, &model).await;
         scrub_is_clean(&a, "after the narrowing and the rebuild").await;
         a.close().await.unwrap();
     });
