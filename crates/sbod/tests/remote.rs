@@ -9,6 +9,48 @@ use common::*;
 use std::process::Command;
 use std::time::Duration;
 
+/// nbdkit serving `NAME.img` of `dir` on the unix socket `NAME.sock` (a node's disk).
+fn kit(dir: &std::path::Path, name: &str) -> Command {
+    let mut c = Command::new("nbdkit");
+    c.args(["--foreground", "--exit-with-parent", "-U"])
+        .arg(dir.join(format!("{name}.sock")))
+        .args(["file", "cache=none"])
+        .arg(dir.join(format!("{name}.img")));
+    c
+}
+
+/// A file of `size` bytes per name under `dir`, each served by nbdkit (`kit`), up and
+/// answering: their NBD URIs, in order.
+fn file_exports(
+    dir: &std::path::Path,
+    procs: &mut Procs,
+    names: &[&str],
+    size: u64,
+) -> Vec<String> {
+    let imgs: Vec<String> = names.iter().map(|n| format!("{n}.img")).collect();
+    files(
+        dir,
+        &imgs.iter().map(String::as_str).collect::<Vec<_>>(),
+        size,
+    );
+    let members: Vec<String> = names
+        .iter()
+        .map(|n| {
+            format!(
+                "nbd+unix:///?socket={}",
+                dir.join(format!("{n}.sock")).display()
+            )
+        })
+        .collect();
+    for n in names {
+        procs.spawn(n, &mut kit(dir, n));
+    }
+    for m in &members {
+        wait_nbd(m, Duration::from_secs(20));
+    }
+    members
+}
+
 fn files(dir: &std::path::Path, names: &[&str], size: u64) {
     std::fs::create_dir_all(dir).unwrap();
     for n in names {
@@ -454,35 +496,7 @@ fn a_remote_member_whose_host_comes_back_is_resynced_from_the_bitmap() {
     let mut procs = Procs::default();
     let size = 24u64 << 20;
     let names = ["k0", "k1", "k2", "k3"];
-    let imgs: Vec<String> = names.iter().map(|n| format!("{n}.img")).collect();
-    files(
-        d,
-        &imgs.iter().map(String::as_str).collect::<Vec<_>>(),
-        size,
-    );
-    let kit = |n: &str| {
-        let mut c = Command::new("nbdkit");
-        c.args(["--foreground", "--exit-with-parent", "-U"])
-            .arg(d.join(format!("{n}.sock")))
-            .args(["file", "cache=none"])
-            .arg(d.join(format!("{n}.img")));
-        c
-    };
-    let members: Vec<String> = names
-        .iter()
-        .map(|n| {
-            format!(
-                "nbd+unix:///?socket={}",
-                d.join(format!("{n}.sock")).display()
-            )
-        })
-        .collect();
-    for n in names {
-        procs.spawn(n, &mut kit(n));
-    }
-    for m in &members {
-        wait_nbd(m, Duration::from_secs(20));
-    }
+    let members = file_exports(d, &mut procs, &names, size);
     let mut args = vec![
         "create",
         "vol0",
@@ -541,7 +555,7 @@ fn a_remote_member_whose_host_comes_back_is_resynced_from_the_bitmap() {
     }
     // A killed nbdkit leaves its socket behind.
     let _ = std::fs::remove_file(d.join("k0.sock"));
-    procs.spawn("k0", &mut kit("k0"));
+    procs.spawn("k0", &mut kit(d, "k0"));
     let s = sb.wait_status(
         "vol0",
         "optimal with k0 back",
@@ -600,7 +614,7 @@ fn a_remote_member_whose_host_comes_back_is_resynced_from_the_bitmap() {
         .unwrap();
     img.set_len(size + (1 << 20)).unwrap();
     let _ = std::fs::remove_file(d.join("k0.sock"));
-    procs.spawn("k0", &mut kit("k0"));
+    procs.spawn("k0", &mut kit(d, "k0"));
     wait_nbd(&members[0], Duration::from_secs(20));
     // The old link does not come back: still out after its reconnection back-off (2 s).
     std::thread::sleep(Duration::from_secs(3));
@@ -660,35 +674,7 @@ fn a_remote_member_returning_during_another_members_rebuild_comes_back_from_the_
     let mut procs = Procs::default();
     let size = 24u64 << 20;
     let names = ["k0", "k1", "k2", "k3", "k4"];
-    let imgs: Vec<String> = names.iter().map(|n| format!("{n}.img")).collect();
-    files(
-        d,
-        &imgs.iter().map(String::as_str).collect::<Vec<_>>(),
-        size,
-    );
-    let kit = |n: &str| {
-        let mut c = Command::new("nbdkit");
-        c.args(["--foreground", "--exit-with-parent", "-U"])
-            .arg(d.join(format!("{n}.sock")))
-            .args(["file", "cache=none"])
-            .arg(d.join(format!("{n}.img")));
-        c
-    };
-    let members: Vec<String> = names
-        .iter()
-        .map(|n| {
-            format!(
-                "nbd+unix:///?socket={}",
-                d.join(format!("{n}.sock")).display()
-            )
-        })
-        .collect();
-    for n in names {
-        procs.spawn(n, &mut kit(n));
-    }
-    for m in &members {
-        wait_nbd(m, Duration::from_secs(20));
-    }
+    let members = file_exports(d, &mut procs, &names, size);
     let mut args = vec!["create", "vol0", "--level", "raid5", "--chunk", "64K"];
     args.extend(members[..4].iter().map(String::as_str));
     sb.ok(&args);
@@ -736,7 +722,7 @@ fn a_remote_member_returning_during_another_members_rebuild_comes_back_from_the_
         pwrite(off / 65536 * 65536, byte, &mut want);
     }
     let _ = std::fs::remove_file(d.join("k0.sock"));
-    procs.spawn("k0", &mut kit("k0"));
+    procs.spawn("k0", &mut kit(d, "k0"));
     let back = |s: &serde_json::Value| {
         s["recoveries"]
             .as_array()
