@@ -154,6 +154,24 @@ struct Served {
 }
 
 impl Served {
+    /// The served volume's NBD URI, after writing it whole with a pattern of `seed`
+    /// (nbdcopy): the URI and the bytes written.
+    fn filled(&self, seed: u32) -> (String, Vec<u8>) {
+        let uri = format!(
+            "nbd+unix:///?socket={}",
+            self.env.dir.path().join("hv.sock").display()
+        );
+        let vsize: usize = common::run(Command::new("nbdinfo").arg("--size").arg(&uri))
+            .trim()
+            .parse()
+            .unwrap();
+        let want = common::data(vsize, seed);
+        let src = self.env.dir.path().join("src.img");
+        std::fs::write(&src, &want).unwrap();
+        common::run(Command::new("nbdcopy").arg(&src).arg(&uri));
+        (uri, want)
+    }
+
     /// An array `hv` of the given members, served with the fake smartctl and a fast tick.
     fn new(create: &[&str]) -> Served {
         Served::with(
@@ -563,18 +581,8 @@ fn hot_plug_through_the_serving_process() {
             .unwrap();
         writeln!(f, "{line}").unwrap();
     };
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        s.env.dir.path().join("hv.sock").display()
-    );
-    let vsize: usize = common::run(Command::new("nbdinfo").arg("--size").arg(&uri))
-        .trim()
-        .parse()
-        .unwrap();
-    let mut want = common::data(vsize, 28);
-    let src = s.env.dir.path().join("src.img");
-    std::fs::write(&src, &want).unwrap();
-    common::run(Command::new("nbdcopy").arg(&src).arg(&uri));
+    let (uri, mut want) = s.filled(28);
+    let vsize = want.len();
     let read_back = |what: &str, want: &[u8]| {
         let out = s.env.dir.path().join("out.img");
         let _ = std::fs::remove_file(&out);
@@ -748,18 +756,8 @@ fn a_member_failed_by_io_errors_is_taken_back_after_the_grace_period() {
     let mut create = vec!["create", "hv", "--level", "raid5", "--chunk", "64K"];
     create.extend(members.iter().map(String::as_str));
     let s = Served::with(&create, vec![("SBOD_HOTPLUG", "0".into())]);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        s.env.dir.path().join("hv.sock").display()
-    );
-    let vsize: usize = common::run(Command::new("nbdinfo").arg("--size").arg(&uri))
-        .trim()
-        .parse()
-        .unwrap();
-    let mut want = common::data(vsize, 30);
-    let src = s.env.dir.path().join("src.img");
-    std::fs::write(&src, &want).unwrap();
-    common::run(Command::new("nbdcopy").arg(&src).arg(&uri));
+    let (uri, mut want) = s.filled(30);
+    let vsize = want.len();
     let optimal = |st: &Value| st["state"] == "optimal";
     let st = s.wait_for("optimal with a clear bitmap", |st, _| {
         optimal(st) && st["dirty_regions"] == 0
