@@ -175,33 +175,51 @@ impl Bitmap {
             .count() as u64
     }
 
-    /// Record a stripe a write left inconsistent, in region `r` (which the write entered,
-    /// so it is dirty on disk): the region is pinned dirty until [`Bitmap::synced`].
-    pub fn unsynced(&self, group: usize, stripe: u64, r: u64) {
+    /// Record a stripe a write left inconsistent, by its group and the member offset its
+    /// row starts at (not its row number: during a reshape to a new chunk the two layouts
+    /// number rows differently, their member offsets are the same), in region `r` (which
+    /// the write entered, so it is dirty on disk): the region is pinned dirty until
+    /// [`Bitmap::synced`].
+    pub fn unsynced(&self, group: usize, moff: u64, r: u64) {
         let mut u = self.unsynced.lock();
-        if u.insert((group, stripe), r).is_none() {
+        if u.insert((group, moff), r).is_none() {
             self.pinned[r as usize].fetch_add(1, SeqCst);
             self.unsynced_count.fetch_add(1, SeqCst);
         }
     }
 
-    /// Is this stripe inconsistent? (One atomic load while none is.)
-    pub fn is_unsynced(&self, group: usize, stripe: u64) -> bool {
-        self.unsynced_count.load(SeqCst) != 0 && self.unsynced.lock().contains_key(&(group, stripe))
+    /// Is a stripe of `group` whose row starts in `[moff, moff + len)` inconsistent? (One
+    /// atomic load while none is.)
+    pub fn is_unsynced(&self, group: usize, moff: u64, len: u64) -> bool {
+        self.unsynced_count.load(SeqCst) != 0
+            && self
+                .unsynced
+                .lock()
+                .range((group, moff)..(group, moff + len))
+                .next()
+                .is_some()
     }
 
-    /// The stripe is consistent again: unpin its region.
-    pub fn synced(&self, group: usize, stripe: u64) {
+    /// The stripes of `group` whose rows start in `[moff, moff + len)` are consistent
+    /// again: unpin their regions.
+    pub fn synced(&self, group: usize, moff: u64, len: u64) {
         if self.unsynced_count.load(SeqCst) == 0 {
             return;
         }
-        if let Some(r) = self.unsynced.lock().remove(&(group, stripe)) {
-            self.pinned[r as usize].fetch_sub(1, SeqCst);
-            self.unsynced_count.fetch_sub(1, SeqCst);
+        let mut u = self.unsynced.lock();
+        let keys: Vec<(usize, u64)> = u
+            .range((group, moff)..(group, moff + len))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            if let Some(r) = u.remove(&k) {
+                self.pinned[r as usize].fetch_sub(1, SeqCst);
+                self.unsynced_count.fetch_sub(1, SeqCst);
+            }
         }
     }
 
-    /// The inconsistent stripes, in order.
+    /// The inconsistent stripes, in order: (group, member offset of the row).
     pub fn unsynced_stripes(&self) -> Vec<(usize, u64)> {
         if self.unsynced_count.load(SeqCst) == 0 {
             return Vec::new();
@@ -255,21 +273,23 @@ mod tests {
         b.unsynced(0, 40, 2);
         b.unsynced(0, 40, 2); // once only
         b.unsynced(1, 41, 2);
-        assert!(b.is_unsynced(0, 40) && !b.is_unsynced(0, 39));
+        assert!(b.is_unsynced(0, 40, 1) && !b.is_unsynced(0, 39, 1));
+        // A row of another chunk size that covers it.
+        assert!(b.is_unsynced(0, 32, 16) && !b.is_unsynced(0, 0, 40));
         assert!(b.idle_candidates().is_empty());
         assert!(
             b.idle_candidates().is_empty(),
             "a pinned region is never a candidate"
         );
         assert!(!b.begin_clear(2, &mut img));
-        b.synced(0, 40);
+        b.synced(0, 40, 1);
         assert!(
             !b.begin_clear(2, &mut img),
             "still pinned by the other stripe"
         );
         assert_eq!(b.unsynced_stripes(), vec![(1, 41)]);
-        b.synced(1, 41);
-        b.synced(1, 41);
+        b.synced(1, 32, 16);
+        b.synced(1, 41, 1);
         assert_eq!(b.idle_candidates(), vec![2]);
         assert!(b.begin_clear(2, &mut img));
     }

@@ -1085,3 +1085,182 @@ fn members_failing_during_a_narrowing_lose_nothing() {
         a.close().await.unwrap();
     });
 }
+
+/// Change the chunk of `level` (`groups` groups of `width`) to `chunk` while a client
+/// writes below the size the volume keeps meanwhile: data in the rows set aside for the
+/// backup area is refused first (zeros there are not data), the volume is that much
+/// smaller while the data moves and gets them back, as zeros, when it ends; every
+/// acknowledged write reads back, before and after a restart, and parity is right.
+fn rechunk_case(level: Level, groups: u32, width: usize, chunk: u32, chunks: u64) {
+    rt().block_on(async {
+        let size = MIB + chunks * CHUNK as u64;
+        let d = devs(&format!("c{chunk}-"), groups as usize * width, size);
+        let mut spec = create_spec(level);
+        spec.groups = groups;
+        if level == Level::Raid10 {
+            spec.copies = width as u32;
+            spec.groups = 1;
+        }
+        let a = Array::create(spec, d.iter().map(spec_of).collect())
+            .await
+            .expect("create");
+        let big = a.size();
+        // Data in the last rows: refused, nothing changed.
+        a.write(big - BLOCK, block(big - BLOCK, 3), false)
+            .await
+            .unwrap();
+        let e = a
+            .grow_chunk(chunk, false)
+            .await
+            .expect_err("data in the backup area");
+        assert!(
+            matches!(e, Error::Refused(_)) && e.to_string().contains("holds data at byte"),
+            "{e}"
+        );
+        assert_eq!((a.size(), a.geometry().chunk), (big, CHUNK));
+        a.write(big - BLOCK, AlignedBuf::zeroed(BLOCK as usize), false)
+            .await
+            .unwrap();
+        // The chunk it has, one the bitmap's region (2 chunks) does not divide: refused.
+        assert!(a.grow_chunk(CHUNK, false).await.is_err());
+        assert!(a.grow_chunk(4 * CHUNK, false).await.is_err());
+        let model: Model = model_of(big / BLOCK);
+        // The client keeps below half the volume (the backup area is at most a quarter of
+        // every member).
+        let small_model: Model = model_of(big / 2 / BLOCK);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        writer(a.clone(), small_model.clone(), stop, 30).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let w = tokio::spawn(writer(a.clone(), small_model.clone(), stop.clone(), 31));
+        let out = a
+            .grow_chunk(chunk, false)
+            .await
+            .unwrap_or_else(|e| panic!("{level}: new chunk: {e}"));
+        let GrowOutcome::Reshaping { from, to, geometry } = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(from, big);
+        assert_eq!(geometry.chunk, chunk);
+        assert!(a.size() < big && a.size() >= small_model.lock().await.len() as u64 * BLOCK);
+        check(&a, &small_model).await;
+        reshaped(&a).await;
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        w.await.unwrap();
+        let p = a.current_process().expect("the reshape's record").status();
+        assert!(p.error.is_none(), "{level}: {p:?}");
+        assert_eq!(a.geometry(), geometry);
+        assert_eq!(a.size(), to);
+        // The same size where the new chunk divides the members' data, else what it
+        // leaves of them.
+        let per = geometry.member_size;
+        assert_eq!(per, (chunks * CHUNK as u64) / chunk as u64 * chunk as u64);
+        assert_eq!(to, big / (chunks * CHUNK as u64) * per, "{level}: the size");
+        model.lock().await.truncate((to / BLOCK) as usize);
+        // The rows that held the backup read as zeros.
+        let copy = small_model.lock().await.clone();
+        model.lock().await[..copy.len()].copy_from_slice(&copy);
+        check(&a, &model).await;
+        a.close().await.unwrap();
+        let a = Array::assemble(d.iter().map(spec_of).collect(), AssembleOptions::default())
+            .await
+            .expect("assemble");
+        assert_eq!(a.geometry(), geometry);
+        check(&a, &model).await;
+        scrub_is_clean(&a, &format!("{level} to chunk {chunk}")).await;
+        a.close().await.unwrap();
+    });
+}
+
+#[test]
+fn raid5_gets_a_larger_chunk_online() {
+    rechunk_case(Level::Raid5, 1, 4, 128 << 10, 96);
+    // A chunk that does not divide the members' data: they keep what it does.
+    rechunk_case(Level::Raid5, 1, 4, 128 << 10, 97);
+}
+
+#[test]
+fn raid6_in_two_groups_ec_raid0_and_raid10_get_a_new_chunk_online() {
+    rechunk_case(Level::Raid6, 2, 6, 32 << 10, 96);
+    rechunk_case(Level::Ec { k: 4, m: 2 }, 1, 6, 16 << 10, 96);
+    rechunk_case(Level::Raid0, 1, 3, 128 << 10, 96);
+    rechunk_case(Level::Raid10, 2, 2, 32 << 10, 96);
+}
+
+/// A member dying after the first window of a new chunk (the walk goes on degraded, its
+/// windows written aside on the members still in service), and another put back from a
+/// copy taken before the change (its superblock says the old chunk): when both answer
+/// again they are taken back as stale, not damaged (the chunk changes with the event, as
+/// the level does), and rebuilt in full.
+#[test]
+fn members_out_during_a_new_chunk_come_back_and_are_rebuilt_in_full() {
+    rt().block_on(async {
+        use sbod_core::process::ReshapeStep;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let size = MIB + 96 * CHUNK as u64;
+        let d = devs("cf", 6, size);
+        let a = Array::create(create_spec(Level::Raid6), d.iter().map(spec_of).collect())
+            .await
+            .expect("create");
+        let model: Model = model_of(a.size() / 2 / BLOCK);
+        writer(
+            a.clone(),
+            model.clone(),
+            Arc::new(AtomicBool::new(true)),
+            70,
+        )
+        .await;
+        // A copy of d5 from before the change (its superblock says the old chunk).
+        a.close().await.unwrap();
+        let old_copy = d[5].with_data(|v| v.clone());
+        let a = Array::assemble(d.iter().map(spec_of).collect(), AssembleOptions::default())
+            .await
+            .expect("assemble");
+        let windows = Arc::new(AtomicUsize::new(0));
+        {
+            let (windows, holder) = (windows.clone(), d[0].clone());
+            a.on_reshape_step(Arc::new(move |step, _| {
+                if step == ReshapeStep::Recorded && windows.fetch_add(1, Ordering::AcqRel) == 0 {
+                    holder.dead.store(true, Ordering::Release);
+                }
+            }));
+        }
+        a.update_settings(|s| s.rebuild_max_rate = 32 * MIB);
+        let stop = Arc::new(AtomicBool::new(false));
+        let w = tokio::spawn(writer(a.clone(), model.clone(), stop.clone(), 71));
+        let out = a.grow_chunk(32 << 10, false).await.expect("new chunk");
+        let GrowOutcome::Reshaping { geometry, .. } = out else {
+            panic!("{out:?}")
+        };
+        reshaped(&a).await;
+        stop.store(true, Ordering::Release);
+        w.await.unwrap();
+        let p = a.current_process().expect("the reshape's record").status();
+        assert!(
+            windows.load(Ordering::Acquire) > 3,
+            "it went on after the failure: {p:?} {:?}",
+            a.status().members
+        );
+        let p = a.current_process().expect("the reshape's record").status();
+        assert!(p.error.is_none(), "{p:?}");
+        assert_eq!(a.geometry(), geometry);
+        check(&a, &model).await;
+        a.close().await.unwrap();
+        d[0].dead.store(false, Ordering::Release);
+        d[5].with_data(|v| v.copy_from_slice(&old_copy));
+        let a = Array::assemble(d.iter().map(spec_of).collect(), AssembleOptions::default())
+            .await
+            .expect("assemble: the members that were out are stale, not damaged");
+        let stale: Vec<usize> = a.report().stale.iter().map(|s| s.slot).collect();
+        assert!(stale.contains(&0) && stale.contains(&5), "{stale:?}");
+        assert!(
+            a.report().stale.iter().all(|s| !s.bitmap),
+            "{:?}",
+            a.report().stale
+        );
+        settle(&a).await;
+        assert_eq!(a.geometry(), geometry);
+        check(&a, &model).await;
+        scrub_is_clean(&a, "after the new chunk and the rebuilds").await;
+        a.close().await.unwrap();
+    });
+}

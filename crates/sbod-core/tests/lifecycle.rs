@@ -66,6 +66,9 @@ enum Op {
     /// `sbod grow --remove --force` of the last member of a one-group striped array: the
     /// data restriped onto the others, the volume's tail past the new size dropped.
     Narrow,
+    /// `sbod grow --chunk --force` (`true`: twice the chunk, else half): every window
+    /// written aside, the volume's last rows (the backup area) dropped and back as zeros.
+    Rechunk(bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -85,6 +88,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Settle),
         1 => any::<bool>().prop_map(Op::Grow),
         1 => Just(Op::Narrow),
+        1 => any::<bool>().prop_map(Op::Rechunk),
     ]
 }
 
@@ -106,6 +110,7 @@ struct Figures {
     wrong: u64,
     grows: u64,
     narrowings: u64,
+    rechunks: u64,
 }
 
 /// Per block: the write (tag) it holds now, and every tag it ever held.
@@ -755,6 +760,7 @@ impl Life {
             }
             Op::Grow(level) => self.grow(level, what).await?,
             Op::Narrow => self.narrow(what).await?,
+            Op::Rechunk(up) => self.rechunk(up, what).await?,
         }
         Ok(())
     }
@@ -910,6 +916,59 @@ impl Life {
     }
 }
 
+impl Life {
+    /// A new chunk, twice or half the one it has (`grow --chunk --force`), run to its end:
+    /// what was below the size it kept meanwhile reads back, the rows past it read as
+    /// zeros.
+    async fn rechunk(&mut self, up: bool, what: &str) -> Result<(), TestCaseError> {
+        if !self.may_grow() {
+            return Ok(());
+        }
+        self.settle().await?;
+        let a = self.a().clone();
+        let g = a.geometry();
+        use sbod_core::Level as L;
+        if !matches!(
+            g.level,
+            L::Raid0 | L::Raid5 | L::Raid6 | L::Ec { .. } | L::Raid10
+        ) {
+            return Ok(());
+        }
+        let chunk = if up { g.chunk * 2 } else { g.chunk / 2 };
+        let big = a.size();
+        if let Err(e) = a.grow_chunk(chunk, true).await {
+            prop_assert_eq!(
+                a.geometry(),
+                g,
+                "{}: a refused new chunk changed it: {}",
+                what,
+                e
+            );
+            return Ok(());
+        }
+        let kept = a.size();
+        prop_assert!(kept < big, "{}: no backup area set aside", what);
+        self.grown += 1;
+        self.fig.rechunks += 1;
+        self.reshaped(&a, what).await?;
+        let now = a.geometry();
+        prop_assert_eq!(now.chunk, chunk, "{}: {:?}", what, now);
+        let size = a.size();
+        prop_assert!(size <= big && size > kept, "{}: {} of {}", what, size, big);
+        let blocks = (size / BLOCK as u64) as usize;
+        for b in (kept / BLOCK as u64) as usize..blocks {
+            self.blocks.now[b] = 0;
+            self.blocks.ever[b].insert(0);
+        }
+        self.blocks.now.truncate(blocks);
+        self.blocks.ever.truncate(blocks);
+        self.touched
+            .extend(0..now.member_size.div_ceil(self.region));
+        self.check_all(&format!("{what}: after the new chunk"))
+            .await
+    }
+}
+
 fn run_life(
     l: Layout,
     background: bool,
@@ -1013,6 +1072,7 @@ fn run_life(
         f.wrong += x.wrong;
         f.grows += x.grows;
         f.narrowings += x.narrowings;
+        f.rechunks += x.rechunks;
         Ok(())
     })
 }
@@ -1066,6 +1126,7 @@ fn lives_of_an_array_never_return_wrong_data() {
         "wrong": f.wrong,
         "grows": f.grows,
         "narrowings": f.narrowings,
+        "rechunks": f.rechunks,
     }));
 }
 

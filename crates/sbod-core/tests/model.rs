@@ -150,6 +150,10 @@ enum Op {
     /// `sbod grow --remove --force`: the last member of every group leaves (raid0/5/6/ec),
     /// the volume's tail past the new size is dropped; run to its end.
     Narrow,
+    /// `sbod grow --chunk --force` (`true`: twice the chunk, else half): the volume's
+    /// last rows (the backup area) are dropped, and back as zeros when it ends; run to its
+    /// end.
+    Rechunk(bool),
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -162,6 +166,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (1usize..3, any::<bool>()).prop_map(|(per, new_groups)| Op::Grow { per, new_groups }),
         1 => Just(Op::AddParity),
         1 => Just(Op::Narrow),
+        1 => any::<bool>().prop_map(Op::Rechunk),
     ]
 }
 
@@ -404,6 +409,34 @@ proptest! {
                             }
                         }
                         width = w - 1;
+                    }
+                    Op::Rechunk(up) => {
+                        if dead || !failed.is_empty() || grown >= 2 {
+                            continue;
+                        }
+                        let geo = a.geometry();
+                        if geo.declustered.is_some() {
+                            continue;
+                        }
+                        let chunk = if up { geo.chunk * 2 } else { geo.chunk / 2 };
+                        let Ok(_) = a.grow_chunk(chunk, true).await else {
+                            // Refused (a level without stripes, a chunk the bitmap's region
+                            // does not take, members too small): nothing changed.
+                            prop_assert_eq!(a.geometry(), geo, "a refused new chunk changed the shape");
+                            continue;
+                        };
+                        grown += 1;
+                        // The backup area is out of the volume at once: its data is gone.
+                        model.truncate(a.size() as usize);
+                        for _ in 0..20_000 {
+                            if a.status().state != sbod_core::array::ArrayState::Reshaping {
+                                break;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                        }
+                        prop_assert_eq!(a.geometry().chunk, chunk);
+                        // And back, as zeros.
+                        model.resize(a.size() as usize, 0);
                     }
                     Op::Fail { pick } => {
                         let dev = pick % devs.len();

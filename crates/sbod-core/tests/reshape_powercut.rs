@@ -20,6 +20,10 @@
 //! same random cuts and cuts at each step, with the client writing only below the new
 //! size (the space past it is let go).
 //!
+//! A new chunk (`grow --chunk`: raid5 of 4 to 128 KiB, raid6 in two groups of 5 to 32
+//! KiB) writes every window aside (in the last rows of the members, which the volume gets
+//! back as zeros at the end): random cuts and a cut at each step of three windows.
+//!
 //! `SBOD_RESHAPE_CUTS` sets the number of random cuts (default 16).
 
 use sbod_core::dev::BlockDev;
@@ -84,6 +88,8 @@ struct Case {
     to: Option<Level>,
     /// Members removed (the last of each group: `grow --remove`) rather than added.
     remove: usize,
+    /// A new chunk (`grow --chunk`), nothing added or removed.
+    chunk: u32,
 }
 
 const CASES: &[Case] = &[
@@ -95,6 +101,7 @@ const CASES: &[Case] = &[
         new_groups: false,
         to: Some(Level::Raid6),
         remove: 0,
+        chunk: 0,
     },
     Case {
         level: Level::Ec { k: 3, m: 2 },
@@ -104,6 +111,7 @@ const CASES: &[Case] = &[
         new_groups: false,
         to: Some(Level::Ec { k: 3, m: 3 }),
         remove: 0,
+        chunk: 0,
     },
     Case {
         level: Level::Raid5,
@@ -113,6 +121,7 @@ const CASES: &[Case] = &[
         new_groups: false,
         to: None,
         remove: 0,
+        chunk: 0,
     },
     Case {
         level: Level::Raid6,
@@ -122,6 +131,7 @@ const CASES: &[Case] = &[
         new_groups: false,
         to: None,
         remove: 0,
+        chunk: 0,
     },
     Case {
         level: Level::Raid6,
@@ -131,6 +141,7 @@ const CASES: &[Case] = &[
         new_groups: false,
         to: None,
         remove: 0,
+        chunk: 0,
     },
     Case {
         level: Level::Raid5,
@@ -140,6 +151,7 @@ const CASES: &[Case] = &[
         new_groups: true,
         to: None,
         remove: 0,
+        chunk: 0,
     },
     Case {
         level: Level::Ec { k: 3, m: 2 },
@@ -149,6 +161,7 @@ const CASES: &[Case] = &[
         new_groups: false,
         to: None,
         remove: 0,
+        chunk: 0,
     },
     Case {
         level: Level::Raid0,
@@ -158,6 +171,7 @@ const CASES: &[Case] = &[
         new_groups: false,
         to: None,
         remove: 0,
+        chunk: 0,
     },
     Case {
         level: Level::Raid5,
@@ -167,6 +181,7 @@ const CASES: &[Case] = &[
         new_groups: false,
         to: None,
         remove: 1,
+        chunk: 0,
     },
     Case {
         level: Level::Raid6,
@@ -176,6 +191,27 @@ const CASES: &[Case] = &[
         new_groups: false,
         to: None,
         remove: 2,
+        chunk: 0,
+    },
+    Case {
+        level: Level::Raid5,
+        groups: 1,
+        width: 4,
+        add: 0,
+        new_groups: false,
+        to: None,
+        remove: 0,
+        chunk: 128 << 10,
+    },
+    Case {
+        level: Level::Raid6,
+        groups: 2,
+        width: 5,
+        add: 0,
+        new_groups: false,
+        to: None,
+        remove: 0,
+        chunk: 32 << 10,
     },
 ];
 
@@ -262,6 +298,27 @@ fn a_power_cut_at_each_step_of_a_narrowing_never_loses_an_acknowledged_write() {
     }
 }
 
+#[test]
+fn a_power_cut_at_each_step_of_a_new_chunk_never_loses_an_acknowledged_write() {
+    use sbod_core::process::ReshapeStep as S;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut seed = 3000;
+    for c in CASES.iter().filter(|c| c.chunk > 0) {
+        // Every window is written aside: the first, the second and one further in.
+        for nth in [0usize, 1, 3] {
+            for step in [S::BackupRecorded, S::Written, S::Recorded] {
+                seed += 1;
+                let (during, _) = rt.block_on(one_life(c, seed, Cut::Step(step, nth)));
+                assert!(during, "{c:?}: no cut at {step:?} of window {nth}");
+            }
+        }
+    }
+}
+
 /// When the power goes.
 #[derive(Clone, Copy, Debug)]
 enum Cut {
@@ -330,8 +387,10 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
     if matches!(at, Cut::Random) {
         a.update_settings(|s| s.rebuild_max_rate = 24 * MIB);
     }
-    // Narrowing: the client keeps to what the narrower layout holds.
+    // Narrowing: the client keeps to what the narrower layout holds; a new chunk: below
+    // its backup area (at most a quarter of every member).
     let blocks = match per {
+        _ if c.chunk > 0 => a.size() / 2,
         0 => a.size(),
         per => a.geometry().narrowed(per).unwrap().capacity(),
     } / BLOCK;
@@ -388,9 +447,10 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
             .zip(&names[n_old..])
             .map(|(d, n)| spec_of(d, n))
             .collect();
-        let (new_groups, to) = (c.new_groups, c.to);
+        let (new_groups, to, chunk) = (c.new_groups, c.to, c.chunk);
         tokio::spawn(async move {
             match removed.is_empty() {
+                _ if chunk > 0 => a.grow_chunk(chunk, false).await,
                 true => a.grow_to(to, specs, new_groups, false).await,
                 false => a.grow_remove(&removed, false).await,
             }
@@ -490,6 +550,13 @@ async fn one_life(c: &Case, seed: u64, at: Cut) -> (bool, bool) {
             "{what}: an acknowledged grow was lost: {:?}",
             a.geometry()
         );
+        if c.chunk > 0 {
+            assert_eq!(
+                a.geometry().chunk,
+                c.chunk,
+                "{what}: an acknowledged new chunk was lost"
+            );
+        }
     }
     if let (Ok(GrowOutcome::Parity { level, .. }), true) = (&grown, whole) {
         assert_eq!(

@@ -557,7 +557,7 @@ impl Array {
                     if forced_hole {
                         if let Some(bm) = &array.dp().bitmap {
                             for (g, t) in bm.unsynced_stripes() {
-                                bm.synced(g, t);
+                                bm.synced(g, t, 1);
                             }
                         }
                     }
@@ -598,10 +598,11 @@ impl Array {
 
     /// What never changes in an array's life must read the same on every member: a member
     /// that says otherwise carries a damaged (or forged) superblock, whatever its checksum
-    /// says, and must not decide the layout (the newest superblock would). That is the
-    /// chunk, where data starts, the bitmap and the creation time; the level, width,
-    /// groups and member size change with `sbod grow`, recorded with the event like every
-    /// other state change, so a member that missed a grow is stale, not damaged.
+    /// says, and must not decide the layout (the newest superblock would). That is where
+    /// data starts, the bitmap and the creation time; the level, width, groups, chunk and
+    /// member size change with `sbod grow`, recorded with the event like every other
+    /// state change, so a member that missed a grow is stale, not damaged (and members of
+    /// one superblock write that differ in them are refused by `refuse_inconsistent`).
     fn refuse_disagreeing(found: &[(MemberSpec, Superblock)]) -> Result<()> {
         type Ident = (Geometry, u64, u32, u64);
         let ident = |sb: &Superblock| -> Ident {
@@ -611,6 +612,7 @@ impl Array {
                     level: Level::Raid0,
                     groups: 0,
                     width: 0,
+                    chunk: 4096,
                     member_size: 0,
                     dedicated: 0,
                     ..g.clone()
@@ -636,14 +638,7 @@ impl Array {
         if kinds[0].1.len() == kinds[1].1.len() {
             let desc: Vec<String> = kinds
                 .iter()
-                .map(|((g, ..), v)| {
-                    format!(
-                        "{} say chunk {} data at {}",
-                        v.join(", "),
-                        g.chunk,
-                        g.data_offset
-                    )
-                })
+                .map(|((g, ..), v)| format!("{} say data at {}", v.join(", "), g.data_offset))
                 .collect();
             return Err(Error::Refused(
                 Msg::new(format!(
@@ -658,7 +653,7 @@ impl Array {
         let it = if odd.len() == 1 { "it" } else { "them" };
         Err(Error::Refused(
             Msg::new(format!(
-                "the superblock of {} disagrees with the other members of '{name}' about what never changes in the array (chunk, data offset, bitmap or creation time): it is damaged",
+                "the superblock of {} disagrees with the other members of '{name}' about what never changes in the array (data offset, bitmap or creation time): it is damaged",
                 odd.join(", "),
             ))
             .or(Step::degraded(format!(

@@ -17,7 +17,7 @@
 //!
 //! Restriping (raid0/5/6/ec wider, more groups) is the reshape process
 //! (`process::reshape`), and so is narrowing (`grow_remove`: the last members of every
-//! group leave); a new chunk and other level changes are refused by
+//! group leave), and so is a new chunk (`grow_chunk`); other level changes are refused by
 //! name before anything changes. The design is in docs/ENGINE.md ("Views, grow and
 //! reshape").
 //!
@@ -722,9 +722,8 @@ impl Array {
                 }
             })
             .collect();
-        Ok(self
-            .begin_reshape((_passes, _mg), new, &g, new_g, old_cap, added)
-            .await)
+        self.begin_reshape((_passes, _mg), new, &g, new_g, old_cap, added)
+            .await
     }
 
     /// Put a reshape from `old` to `new_g` in force with the membership `new`, record it
@@ -738,7 +737,7 @@ impl Array {
         new_g: Geometry,
         old_cap: u64,
         aside: Vec<usize>,
-    ) -> GrowOutcome {
+    ) -> Result<GrowOutcome> {
         let new_cap = new_g.capacity();
         let sizes: Vec<u64> = new
             .slots
@@ -752,13 +751,15 @@ impl Array {
         for m in lost {
             self.fail_member(&m, OutReason::MetadataWrite).await;
         }
+        // Recorded on too few members to stand (they failed writing it): not done.
+        self.dp().failed()?;
         tracing::info!(array = %self.name(), from = old_cap, to = new_cap, "reshape started");
         self.kick();
-        GrowOutcome::Reshaping {
+        Ok(GrowOutcome::Reshaping {
             from: old_cap,
             to: new_cap,
             geometry: new_g,
-        }
+        })
     }
 
     /// `sbod grow NAME --remove DEV...`: restripe a raid0/5/6/ec array onto fewer
@@ -883,9 +884,127 @@ impl Array {
         let _mg = self.mgmt.lock().await;
         self.check_growable()?;
         let cur = (*self.dp().state.load_full()).clone();
-        Ok(self
-            .begin_reshape((_passes, _mg), cur, &g, new_g, old_cap, every)
-            .await)
+        self.begin_reshape((_passes, _mg), cur, &g, new_g, old_cap, every)
+            .await
+    }
+
+    /// `sbod grow NAME --chunk SIZE`: restripe a raid0/5/6/ec/raid10 array onto the same
+    /// members with another chunk, online (md's `--grow --chunk`). Both layouts hold a
+    /// window of whole rows of both chunks on the same member bytes, so every window is
+    /// written aside before it is rewritten in place (md's backup of every stripe); the
+    /// backup area is the last rows of the members, which the volume gives up while the
+    /// reshape runs and gets back, as zeros, when it ends. Refused, with nothing changed,
+    /// where the volume holds data in those rows (read back: holes and zeros are not
+    /// data; `force` drops it), the chunk does not divide the bitmap's region, or the
+    /// members are too small to set one window aside.
+    pub async fn grow_chunk(&self, chunk: u32, force: bool) -> Result<GrowOutcome> {
+        self.check_growable()?;
+        let g = self.geometry();
+        match g.level {
+            Level::Raid0 | Level::Raid5 | Level::Raid6 | Level::Ec { .. } | Level::Raid10 => {}
+            l => {
+                return Err(Error::Refused(
+                    Msg::new(format!(
+                        "a {l} array has no stripes: its chunk means nothing to change"
+                    ))
+                    .or(Step::say(
+                        "a new chunk applies to raid0, raid5, raid6, ec:K+M and raid10",
+                    )),
+                ))
+            }
+        }
+        if chunk == g.chunk {
+            return Err(Error::Invalid(
+                format!(
+                    "'{}' has a chunk of {} already",
+                    self.name(),
+                    crate::layout::human(chunk as u64)
+                )
+                .into(),
+            ));
+        }
+        let candidate = Geometry { chunk, ..g.clone() };
+        if !chunk.is_power_of_two() || !(4096..=16 << 20).contains(&chunk) {
+            candidate.validate().map_err(|e| Error::Invalid(e.into()))?;
+        }
+        if let Some(b) = &self.dp().bitmap {
+            if !b.region.is_multiple_of(chunk as u64) {
+                return Err(Error::Refused(
+                    Msg::new(format!(
+                        "the write-intent bitmap of '{}' tracks regions of {}, which a chunk of {} does not divide",
+                        self.name(),
+                        crate::layout::human(b.region),
+                        crate::layout::human(chunk as u64)
+                    ))
+                    .or(Step::say(format!(
+                        "choose a chunk of at most {}",
+                        crate::layout::human(b.region)
+                    ))),
+                ));
+            }
+        }
+        // The backup area: room for one window of whole rows of both chunks (every
+        // member's bytes of it, written aside whole), at least 4 MiB (fewer windows, each
+        // a flush and two superblock writes), at most a quarter of a member.
+        let (co, cn) = (g.chunk as u64, chunk as u64);
+        let l = co.max(cn); // both powers of two: their least common multiple
+        let data_per_row = (g.stripe_data() / co) * g.groups as u64;
+        let least = l * data_per_row;
+        let ms = g.member_size;
+        let room = least
+            .max((4u64 << 20).max(data_per_row * (512 << 10)).min(ms / 4))
+            .div_ceil(l)
+            * l;
+        if room > ms / 2 || ms - room < l {
+            return Err(Error::Refused(
+                Msg::new(format!(
+                    "a chunk of {} needs {} of every member set aside while the data moves (one window of whole rows of both chunks): the members hold {} each",
+                    crate::layout::human(cn),
+                    crate::layout::human(room),
+                    crate::layout::human(ms)
+                ))
+                .or(Step::say("choose a chunk nearer the one it has")),
+            ));
+        }
+        let new_g = Geometry {
+            chunk,
+            member_size: (ms - room) / l * l,
+            dedicated: 0,
+            ..g.clone()
+        };
+        new_g.validate().map_err(|e| Error::Invalid(e.into()))?;
+        self.check_quiet(true, "a reshape")?;
+        let old_cap = self.size();
+        let new_cap = new_g.capacity();
+        if !force {
+            self.check_unused(new_cap, old_cap).await.map_err(|e| match e {
+                Error::Refused(m) => Error::Refused(m.or(Step::say(format!(
+                    "(the last {} of the volume are its backup area while the chunk changes: it gets them back, as zeros, when it ends)",
+                    crate::layout::human(old_cap - new_cap)
+                )))),
+                e => e,
+            })?;
+        }
+        let aside: Vec<usize> = (0..g.members()).collect();
+        // Every window is like the first: it can be moved (a dry run of one).
+        self.reshape_for(&g, &new_g, old_cap, new_cap, aside.clone(), &[])
+            .plan_window(0)?;
+        let _passes = self.gate.exclusive().await;
+        let _mg = self.mgmt.lock().await;
+        self.check_growable()?;
+        let cur = (*self.dp().state.load_full()).clone();
+        let last = Geometry {
+            member_size: ms / cn * cn,
+            ..new_g.clone()
+        };
+        self.begin_reshape((_passes, _mg), cur, &g, new_g, old_cap, aside)
+            .await?;
+        // What it is when the reshape ends (the backup area back in the volume).
+        Ok(GrowOutcome::Reshaping {
+            from: old_cap,
+            to: last.capacity(),
+            geometry: last,
+        })
     }
 
     /// Refuse a shrink to `new_cap` where the volume holds data past it: every byte of
@@ -944,7 +1063,7 @@ impl Array {
             u64::MAX,
             old.width.max(new.width) as usize,
         );
-        // Narrowing: nothing past the new capacity is reached any more.
+        // Narrowing, a new chunk: nothing past the new capacity is reached any more.
         dp.size = dp.size.min(new_cap);
         let family = Personality::of(old).expect("a running geometry has a family");
         // The walk starts at 0 going up, or narrowing at the new capacity going down.
@@ -960,6 +1079,7 @@ impl Array {
             new_cap,
             aside,
             narrowing,
+            rechunk: old.chunk != new.chunk,
         }
     }
 
@@ -994,6 +1114,7 @@ impl Array {
         // The slots that hold the backup area: the new layout's added ones, or (narrowing)
         // every one.
         let aside: Vec<usize> = match ow > nw {
+            _ if old.chunk != new.chunk => (0..new.members()).collect(),
             false => (0..new.members())
                 .filter(|&i| i / nw >= old.groups as usize || i % nw >= ow)
                 .collect(),

@@ -226,7 +226,7 @@ impl DataPath {
                 .stripe_at(((r + 1) * bm.region).min(self.geometry.member_size));
             for t in from..to {
                 for g in 0..self.map.groups() {
-                    bm.unsynced(g, t, r);
+                    bm.unsynced(g, self.map.stripe_offset(t), r);
                 }
             }
         }

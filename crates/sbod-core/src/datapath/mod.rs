@@ -428,6 +428,42 @@ impl DataPath {
             <= self.resync_offset.load(Ordering::Acquire)
     }
 
+    /// Is this stripe held as inconsistent (a write reached some members only)? Keyed by
+    /// the member offset of its row, so a row of another layout's chunk that covers it
+    /// (during a reshape to a new chunk) counts too.
+    pub(crate) fn is_unsynced(&self, addr: StripeAddr) -> bool {
+        self.bitmap.as_ref().is_some_and(|b| {
+            b.is_unsynced(
+                addr.group,
+                self.map.stripe_offset(addr.stripe),
+                self.geometry.chunk as u64,
+            )
+        })
+    }
+
+    /// Hold this stripe as inconsistent; `moff`: a member offset the write entered (its
+    /// bitmap region, dirty on disk, is pinned).
+    pub(crate) fn mark_unsynced(&self, addr: StripeAddr, moff: u64) {
+        if let Some(b) = &self.bitmap {
+            b.unsynced(
+                addr.group,
+                self.map.stripe_offset(addr.stripe),
+                b.region_of(moff),
+            );
+        }
+    }
+
+    /// This stripe is consistent again.
+    pub(crate) fn mark_synced(&self, addr: StripeAddr) {
+        if let Some(b) = &self.bitmap {
+            b.synced(
+                addr.group,
+                self.map.stripe_offset(addr.stripe),
+                self.geometry.chunk as u64,
+            );
+        }
+    }
+
     // ------------------------------------------------------------ member I/O
 
     /// Read member data; with checksums, every block is verified (a block that fails is
@@ -675,8 +711,8 @@ impl DataPath {
             return Err(self.lease.error(&self.name));
         }
         if let Some(off) = out.region {
-            if let (Some(a), Some(bm)) = (key, self.bitmap.as_ref()) {
-                bm.unsynced(a.group, a.stripe, bm.region_of(off));
+            if let Some(a) = key {
+                self.mark_unsynced(a, off);
             }
             return Err(self.nospace_error(&out.full));
         }
@@ -858,8 +894,8 @@ impl DataPath {
             // Zeroing that was refused leaves old data (and a consistent stripe: zeroing
             // by writing is planned as a write and goes through `write_targets`), except
             // where copies differ: resync them like any inconsistent stripe.
-            if let (Some(bm), Some(a)) = (self.bitmap.as_ref(), key) {
-                bm.unsynced(a.group, a.stripe, bm.region_of(moff));
+            if let Some(a) = key {
+                self.mark_unsynced(a, moff);
             }
             return Err(self.nospace_error(&full));
         }

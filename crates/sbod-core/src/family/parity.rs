@@ -352,10 +352,7 @@ impl Parity {
                 .collect(),
             readable: (0..k + m).map(|s| readable(s).is_some()).collect(),
             synced: dp.synced(addr),
-            unsynced: dp
-                .bitmap
-                .as_ref()
-                .is_some_and(|b| b.is_unsynced(addr.group, addr.stripe)),
+            unsynced: dp.is_unsynced(addr),
             may_run_out: (0..k + m).any(|s| {
                 st.slots[slot_of(s)]
                     .write_targets()
@@ -537,9 +534,7 @@ impl Parity {
         if r.is_ok() && from_data && r0 == 0 && rl as u64 == chunk {
             debug_assert!(shape.whole_chunks());
             // Every row's parity now follows from the data: consistent again.
-            if let Some(bm) = &dp.bitmap {
-                bm.synced(addr.group, addr.stripe);
-            }
+            dp.mark_synced(addr);
         }
         r
     }
@@ -726,12 +721,7 @@ impl Parity {
         let stale: Vec<usize> = (0..n).filter(|&s| wanted[s]).collect();
         // Parity re-encoded from every data chunk is right whatever the stripe held; data
         // rebuilt from parity is only right where parity matched.
-        if stale.iter().any(|&s| s < k)
-            && dp
-                .bitmap
-                .as_ref()
-                .is_some_and(|b| b.is_unsynced(addr.group, addr.stripe))
-        {
+        if stale.iter().any(|&s| s < k) && dp.is_unsynced(addr) {
             // Parity here may not match the data (a write reached some members only):
             // what it would rebuild is not known to be the data. An error, never guesses.
             for (_, m, e) in &failed {

@@ -87,6 +87,10 @@ pub(crate) struct Reshape {
     pub aside: Vec<usize>,
     /// The new layout has narrower groups: the walk goes down from the new capacity.
     pub narrowing: bool,
+    /// The new layout has another chunk (`sbod grow --chunk`): every window is written
+    /// aside first (its new stripes cover the same member bytes as its old ones), in the
+    /// rows past the new layout's end, which it leaves free until it ends.
+    pub rechunk: bool,
 }
 
 /// Where a client request goes during a reshape (`Reshape::route`).
@@ -133,7 +137,7 @@ impl Reshape {
     /// of the zeroing, long after the last backup (checked by `plan_window`).
     /// Narrowing: the rows past the new layout's end, on every member.
     pub fn backup_at(&self) -> u64 {
-        match self.narrowing {
+        match self.narrowing || self.rechunk {
             false => self.new.member_size - self.backup_room(),
             true => self.new.member_size,
         }
@@ -142,7 +146,7 @@ impl Reshape {
     /// Bytes of the backup area: `MAX_BACKUP`, or half of a small member; narrowing, the
     /// rows the new layout leaves free.
     fn backup_room(&self) -> u64 {
-        if self.narrowing {
+        if self.narrowing || self.rechunk {
             return self.old.dp.geometry.member_size - self.new.member_size;
         }
         let c = self.new.chunk as u64;
@@ -154,25 +158,34 @@ impl Reshape {
         self.new.stripe_data()
     }
 
+    /// The old layout's rows over the member bytes of the new layout's row `row`: the
+    /// same row, unless the chunk changes.
+    pub fn old_rows(&self, row: u64) -> std::ops::Range<u64> {
+        let (oc, nc) = (self.old.dp.geometry.chunk as u64, self.new.chunk as u64);
+        row * nc / oc..((row + 1) * nc).div_ceil(oc)
+    }
+
     /// The end (exclusive) of the old data at member row `row` of new group `g`: what
     /// writing that row in the new layout overwrites (0: nothing, a group or row the old
     /// layout does not have).
     fn old_end(&self, g: u64, row: u64) -> u64 {
         let o = &self.old.dp.geometry;
-        if g >= o.groups as u64 || row >= o.stripes() {
+        let last = self.old_rows(row).end - 1;
+        if g >= o.groups as u64 || self.old_rows(row).start >= o.stripes() {
             return 0;
         }
-        (row * o.groups as u64 + g + 1) * o.stripe_data()
+        (last.min(o.stripes() - 1) * o.groups as u64 + g + 1) * o.stripe_data()
     }
 
     /// Narrowing: where the old data at member row `row` of group `g` starts in the
     /// volume (`u64::MAX`: the old layout has no such row).
     fn old_start(&self, g: u64, row: u64) -> u64 {
         let o = &self.old.dp.geometry;
-        if g >= o.groups as u64 || row >= o.stripes() {
+        let first = self.old_rows(row).start;
+        if g >= o.groups as u64 || first >= o.stripes() {
             return u64::MAX;
         }
-        (row * o.groups as u64 + g) * o.stripe_data()
+        (first * o.groups as u64 + g) * o.stripe_data()
     }
 
     /// Narrowing: the start of the lowest old data that writing the new stripes of
@@ -498,12 +511,31 @@ impl Array {
     async fn write_backup(&self, r: &Reshape, pos: u64, data: &SharedBuf) -> Result<()> {
         let at = r.backup_at();
         let st = self.dp().state.load_full();
-        let targets: Vec<Arc<Member>> = r
-            .aside
-            .iter()
-            .filter(|&&i| st.slots[i].state == SlotState::Active)
-            .filter_map(|&i| st.slots[i].member.clone())
-            .collect();
+        let targets: Vec<Arc<Member>> = match r.rechunk {
+            false => r
+                .aside
+                .iter()
+                .filter(|&&i| st.slots[i].state == SlotState::Active)
+                .filter_map(|&i| st.slots[i].member.clone())
+                .collect(),
+            true => {
+                // Every window is written aside: on one member more than a group survives
+                // losing, all in one group, so losing every copy is losing that group
+                // (never fewer copies than the array survives). The group, and where in
+                // it the copies start, turn with each window, so the backup writes spread
+                // over every member rather than loading a few.
+                let g = &self.dp().geometry;
+                let (groups, w) = (g.groups as usize, g.width as usize);
+                let n = (pos / data.len().max(1) as u64) as usize;
+                let (grp, first) = (n % groups, n / groups % w);
+                (0..w)
+                    .map(|i| grp * w + (first + i) % w)
+                    .filter(|&i| st.slots[i].state == SlotState::Active)
+                    .filter_map(|i| st.slots[i].member.clone())
+                    .take(g.redundancy() + 1)
+                    .collect()
+            }
+        };
         if targets.is_empty() {
             return Err(Error::Refused(
                 "every member holding the reshape's backup area has failed: the windows that catch up with the data being read cannot be written aside"
@@ -511,12 +543,12 @@ impl Array {
             ));
         }
         let mut written = 0;
-        for m in &targets {
-            match self
-                .dp()
-                .mwrite(m, at, data.clone(), true, IoClass::Background)
-                .await
-            {
+        let dp = self.dp();
+        let writes = targets
+            .iter()
+            .map(|m| dp.mwrite(m, at, data.clone(), true, IoClass::Background));
+        for (m, r) in targets.iter().zip(futures::future::join_all(writes).await) {
+            match r {
                 Ok(()) => written += 1,
                 Err(e) => tracing::warn!(member = %m.path, error = %e, "reshape backup write"),
             }
@@ -552,6 +584,17 @@ impl Array {
     /// Every byte is in the new layout: the new view takes the whole volume, and the
     /// superblocks no longer speak of a reshape.
     async fn finish_reshape(&self, r: &Reshape) -> Result<()> {
+        let mut last = r.new.clone();
+        if r.rechunk {
+            // The rows past the new layout's end held the windows written aside: they
+            // join the volume again, as zeros (parity and checksums of zeros are zeros),
+            // so the volume is back to its size (rounded down to the new chunk). A crash
+            // meanwhile finishes again from here.
+            let c = r.new.chunk as u64;
+            last.member_size = r.old.dp.geometry.member_size / c * c;
+            self.zero_rows(r.new.member_size, last.member_size - r.new.member_size)
+                .await?;
+        }
         self.dp().flush().await?;
         let _x = self.gate.exclusive().await;
         let _g = self.mgmt.lock().await;
@@ -575,27 +618,19 @@ impl Array {
             });
             // The members that stay hold the new layout's data size (the rows past it
             // held the backup area; `grow --size max` takes them back).
-            let size = r.new.member_size;
-            for s in st.slots.iter_mut() {
-                if let Some(m) = &s.member {
-                    let m = m.resized(size.min(m.size));
-                    s.entry = Some(m.entry());
-                    s.member = Some(m);
-                } else if let Some(e) = &mut s.entry {
-                    e.size = e.size.min(size);
-                }
-            }
-            for sp in st.spares.iter_mut() {
-                *sp = sp.resized(size.min(sp.size));
-            }
+            hold_at_most(&mut st, r.new.member_size);
+        }
+        if r.rechunk {
+            // The members hold the old size rounded down to the new chunk.
+            hold_at_most(&mut st, last.member_size);
         }
         let sizes: Vec<u64> = st
             .slots
             .iter()
             .map(|s| s.entry.as_ref().map(|e| e.size).unwrap_or(0))
             .collect();
-        let family = crate::family::Personality::of(&r.new)?;
-        let dp = DataPath::view(self.shared.clone(), r.new.clone(), &sizes, u64::MAX);
+        let family = crate::family::Personality::of(&last)?;
+        let dp = DataPath::view(self.shared.clone(), last, &sizes, u64::MAX);
         self.core.store(Arc::new(Core { dp, family }));
         self.reshape.store(Arc::new(None));
         let lost = self.commit(st).await;
@@ -612,6 +647,31 @@ impl Array {
         }
         tracing::info!(array = %self.name(), size = self.size(), "reshape finished");
         self.kick();
+        Ok(())
+    }
+
+    /// Zero `[from, from + len)` of every member in service (the others are rebuilt in
+    /// full when they are back).
+    async fn zero_rows(&self, from: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let st = self.dp().state.load_full();
+        let members: Vec<Arc<Member>> = st
+            .slots
+            .iter()
+            .filter(|s| s.state == SlotState::Active)
+            .filter_map(|s| s.member.clone())
+            .collect();
+        let zeroing = members.iter().map(|m| async move {
+            self.dp()
+                .mzero(m, from, len, true)
+                .await
+                .map_err(|e| Error::io(format!("zeroing the backup rows of {}", m.path), e))
+        });
+        for r in futures::future::join_all(zeroing).await {
+            r?;
+        }
         Ok(())
     }
 
@@ -676,6 +736,22 @@ impl Array {
     }
 }
 
+/// Every member (and spare) of `st` holds at most `size` bytes of data.
+fn hold_at_most(st: &mut crate::array::State, size: u64) {
+    for s in st.slots.iter_mut() {
+        if let Some(m) = &s.member {
+            let m = m.resized(size.min(m.size));
+            s.entry = Some(m.entry());
+            s.member = Some(m);
+        } else if let Some(e) = &mut s.entry {
+            e.size = e.size.min(size);
+        }
+    }
+    for sp in st.spares.iter_mut() {
+        *sp = sp.resized(size.min(sp.size));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -695,6 +771,7 @@ mod tests {
         );
         let family = crate::family::Personality::of(&old).unwrap();
         let narrowing = old.width > new.width;
+        let old_cap_chunk_differs = old.chunk != new.chunk;
         Reshape {
             old: Arc::new(Core { dp, family }),
             new,
@@ -706,6 +783,7 @@ mod tests {
             new_cap,
             aside: vec![],
             narrowing,
+            rechunk: old_cap_chunk_differs,
         }
     }
 
@@ -816,6 +894,54 @@ mod tests {
                 "{old:?} -> {new:?}: {backups} backups"
             );
             assert!(windows < 200, "{windows} windows");
+        }
+    }
+
+    /// A new chunk: every window is whole rows of both chunks, written aside, and its
+    /// new stripes overwrite exactly the old data it holds; rows below the position are
+    /// in the new layout, the rest in the old one.
+    #[test]
+    fn a_new_chunk_writes_every_window_aside() {
+        for (old, chunk) in [
+            (geo(Level::Raid5, 1, 4), 128u32 << 10),
+            (geo(Level::Raid6, 2, 6), 16 << 10),
+            (geo(Level::Raid0, 1, 3), 1 << 20),
+            (geo(Level::Raid10, 2, 2), 256 << 10),
+            (geo(Level::Ec { k: 5, m: 2 }, 1, 7), 32 << 10),
+        ] {
+            let room = 8 << 20;
+            let new = Geometry {
+                chunk,
+                member_size: old.member_size - room,
+                ..old.clone()
+            };
+            let r = reshape(old.clone(), new);
+            assert!(r.rechunk && !r.narrowing);
+            assert_eq!(r.backup_at(), old.member_size - room);
+            let l = (old.chunk as u64).max(chunk as u64);
+            let whole = l * old.stripe_data() / old.chunk as u64 * old.groups as u64;
+            let (mut pos, mut windows) = (0, 0);
+            while pos < r.new_cap {
+                let (w, b) = r.plan_window(pos).expect("a window");
+                assert!(b, "{old:?} -> {chunk}: window at {pos} in place");
+                assert!(w % whole == 0 && w <= room, "window {w} of {whole}");
+                assert_eq!(r.overwrites(pos, w), pos + w);
+                pos += w;
+                windows += 1;
+                r.pos.store(pos, Ordering::Release);
+                let row = pos / r.unit() / r.new.groups as u64;
+                if row > 0 {
+                    assert_eq!(r.layout_of(0, row - 1), RowIn::New);
+                }
+                if pos < r.new_cap {
+                    assert_eq!(r.layout_of(0, row), RowIn::Old);
+                    // The old rows over it start where it does, in member bytes.
+                    let o = r.old_rows(row);
+                    assert_eq!(o.start * old.chunk as u64, row * chunk as u64);
+                }
+            }
+            assert_eq!(pos, r.new_cap);
+            assert!(windows < 400, "{windows} windows");
         }
     }
 

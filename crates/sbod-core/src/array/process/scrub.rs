@@ -145,9 +145,13 @@ impl Array {
                     // A resync that cannot run (a member missing): the stripe stays held
                     // as inconsistent, so nothing is rebuilt from its parity, which may
                     // not match (the write hole); the watch resyncs it once it can.
-                    if let Some(bm) = &self.dp().bitmap {
-                        bm.unsynced(g, tt, bm.region_of(tt * chunk));
-                    }
+                    self.dp().mark_unsynced(
+                        StripeAddr {
+                            group: g,
+                            stripe: tt,
+                        },
+                        tt * chunk,
+                    );
                 }
                 if c.mismatched_blocks > 0 {
                     h.mismatches
@@ -198,7 +202,20 @@ impl Array {
         match r.layout_of(addr.group as u64, addr.stripe) {
             super::reshape::RowIn::New => self.check_stripe(addr, mode).await,
             super::reshape::RowIn::Old => {
-                crate::array::in_view(r.old.clone(), self.check_stripe(addr, mode)).await
+                // The old layout's rows over the same member bytes (one, the same row,
+                // unless the reshape changes the chunk).
+                let mut out = StripeCheck::default();
+                for stripe in r.old_rows(addr.stripe) {
+                    let old = StripeAddr { stripe, ..addr };
+                    let c =
+                        crate::array::in_view(r.old.clone(), self.check_stripe(old, mode)).await?;
+                    out.mismatched_blocks += c.mismatched_blocks;
+                    out.repaired_blocks += c.repaired_blocks;
+                    out.tags_repaired += c.tags_repaired;
+                    out.skipped |= c.skipped;
+                    out.failed.extend(c.failed);
+                }
+                Ok(out)
             }
             super::reshape::RowIn::Neither => Ok(StripeCheck::default()),
         }
@@ -292,9 +309,7 @@ impl Array {
             }
             out.repaired_blocks += n;
         }
-        if let Some(bm) = &self.dp().bitmap {
-            bm.synced(addr.group, addr.stripe);
-        }
+        self.dp().mark_synced(addr);
         Ok(Some(out))
     }
 
@@ -309,11 +324,7 @@ impl Array {
         let _lock = dp.locks.lock(g, t).await;
         // A stripe a write left inconsistent is not corrupt: a check passes over it, a
         // repair resyncs it (parity from the data), and nobody is blamed.
-        let unsynced = self
-            .dp()
-            .bitmap
-            .as_ref()
-            .is_some_and(|b| b.is_unsynced(g, t));
+        let unsynced = self.dp().is_unsynced(addr);
         if unsynced && mode == CheckMode::Check {
             return Ok(StripeCheck::default());
         }
@@ -500,9 +511,7 @@ impl Array {
             return Err(self.dp().nospace_error(&full));
         }
         if unsynced {
-            if let Some(bm) = &self.dp().bitmap {
-                bm.synced(g, t);
-            }
+            self.dp().mark_synced(addr);
         }
         // A member located as wrong in more blocks than the array tolerates is taken out in
         // a check (which rewrites nothing); a repair has just rewritten its blocks (and a
@@ -598,19 +607,23 @@ impl Array {
         if stripes.is_empty() {
             return Ok(0);
         }
-        for (g, t) in stripes {
+        for (g, moff) in stripes {
+            // Its row in the view in force (during a reshape to a new chunk the key may
+            // name a row of the old layout; the check looks at whichever holds it).
+            let t = self.dp().map.stripe_at(moff);
+            let addr = StripeAddr {
+                group: g,
+                stripe: t,
+            };
+            if !self.dp().is_unsynced(addr) {
+                continue; // resynced with an earlier key's row
+            }
             match self
-                .check_stripe_in_its_layout(
-                    StripeAddr {
-                        group: g,
-                        stripe: t,
-                    },
-                    CheckMode::Resync,
-                )
+                .check_stripe_in_its_layout(addr, CheckMode::Resync)
                 .await
             {
                 Ok(c) if !c.skipped => {
-                    bm.synced(g, t);
+                    self.dp().mark_synced(addr);
                     tracing::info!(array = %self.dp().name, group = g, stripe = t, "resynced a stripe a write had left inconsistent");
                 }
                 Ok(_) => {}
