@@ -202,13 +202,18 @@ impl Local {
                 new_groups,
                 level,
                 member_size,
+                chunk,
                 force,
             } => {
                 let room = room()?;
                 let before = a.size();
                 let mut why = None;
                 let r = match &drop {
-                    None if !remove.is_empty() => a.grow_remove(&remove, force).await.map(|o| {
+                    None if chunk.is_some() || !remove.is_empty() => match chunk {
+                        Some(c) => a.grow_chunk(c, force).await,
+                        None => a.grow_remove(&remove, force).await,
+                    }
+                    .map(|o| {
                         let g = a.geometry();
                         let (from, to, g) = match o {
                             sbod_core::GrowOutcome::Reshaping { from, to, geometry } => {
@@ -224,6 +229,7 @@ impl Local {
                             level: g.level,
                             groups: g.groups,
                             width: g.width,
+                            chunk: g.chunk,
                         }
                     }),
                     None if add.is_empty() => {
@@ -242,6 +248,7 @@ impl Local {
                                 level: g.level,
                                 groups: g.groups,
                                 width: g.width,
+                                chunk: g.chunk,
                             }
                         })
                     }
@@ -252,6 +259,7 @@ impl Local {
                         level: a.geometry().level,
                         groups: a.geometry().groups,
                         width: a.geometry().width,
+                        chunk: a.geometry().chunk,
                     }),
                     None => {
                         let mut specs = Vec::new();
@@ -293,6 +301,7 @@ impl Local {
                                 level: g.level,
                                 groups: g.groups,
                                 width: g.width,
+                                chunk: g.chunk,
                             }
                         })
                     }

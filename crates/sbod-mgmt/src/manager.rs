@@ -529,11 +529,12 @@ impl Manager {
             a.drop.is_some(),
             a.member_size.is_some(),
             !a.remove.is_empty(),
+            a.chunk.is_some(),
         ];
         if verbs.iter().filter(|&&x| x).count() != 1 {
             return Err(err(
                 ErrorKind::Invalid,
-                "grow takes one of --add DEV..., --remove MEMBER..., --drop MEMBER or --size max|SIZE (with nothing added: use more of every member)",
+                "grow takes one of --add DEV..., --remove MEMBER..., --drop MEMBER, --chunk SIZE or --size max|SIZE (with nothing added: use more of every member)",
             ));
         }
         let served = control::running(name).await;
@@ -572,6 +573,15 @@ impl Manager {
             new_groups: a.new_groups,
             level: a.level,
             member_size: a.member_size,
+            chunk: match a.chunk {
+                Some(c) => Some(u32::try_from(c.0).map_err(|_| {
+                    err(
+                        ErrorKind::Invalid,
+                        format!("chunk {}: use a power of two from 4K to 16M", c.0),
+                    )
+                })?),
+                None => None,
+            },
             force: a.force,
         };
         if served {

@@ -147,6 +147,12 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N", conflicts_with_all = ["compare", "grow"])]
     pub shrink: Option<u32>,
 
+    /// Plan a new chunk (`sbod grow NAME --chunk SIZE`): the same disks and layout, every
+    /// byte read and rewritten, each window first written aside: the data that moves and
+    /// the time at --disk-mbps.
+    #[arg(long, conflicts_with_all = ["compare", "grow", "shrink"])]
+    pub rechunk: bool,
+
     /// Plan a Ceph pool on the same disks instead (or, with --compare, beside the sbod
     /// layouts): rep:SIZE[:MIN_SIZE] (rep:3) or ec:K+M[:MIN_SIZE] (ec:4+2). --disks
     /// counts drives; the cluster's shape comes from the --hosts, --racks,
@@ -665,6 +671,18 @@ pub fn grow_plan(args: &PlanArgs) -> Result<Grow> {
     if let Some(n) = args.shrink {
         return shrink_plan(args, n);
     }
+    if args.rechunk {
+        let mut plain = args.clone();
+        plain.rechunk = false;
+        let before = plans(&plain)?.remove(0);
+        if matches!(before.layout.level, Level::Raid1 | Level::Concat) {
+            bail!(
+                "a {} array has no stripes: a new chunk applies to raid0, raid5, raid6, ec:K+M and raid10",
+                before.layout.level
+            );
+        }
+        return Ok(Grow::rechunk(before, args.disk_mbps));
+    }
     let Some(added) = args.grow else {
         bail!("give --grow N, the number of disks to add");
     };
@@ -746,7 +764,7 @@ struct Comparison<'a> {
 
 /// What `sbod plan` prints for `args`.
 pub fn render(args: &PlanArgs) -> Result<String> {
-    if args.grow.is_some() || args.shrink.is_some() {
+    if args.grow.is_some() || args.shrink.is_some() || args.rechunk {
         let g = grow_plan(args)?;
         let mut out = if args.json {
             serde_json::to_string_pretty(&g)?
@@ -1199,6 +1217,13 @@ fn grow_shape(g: &Grow) -> String {
         GrowKind::Append => {
             "appended: the volume grows by the new disks at once, no data moves".to_string()
         }
+        GrowKind::Rechunk => format!(
+            "a new chunk on the same {}: the whole volume is read and rewritten in place, each window first \
+             written aside on {} of a group's members (the volume's last rows hold them meanwhile, and come back \
+             as zeros at the end)",
+            plural(b.members, "disk", "disks"),
+            b.set_tolerates + 1
+        ),
         GrowKind::Narrow => format!(
             "a reshape onto fewer disks: {} {} fewer; the volume shrinks at once to what the rest hold \
              (refused while data lies past it), which is read and rewritten in the narrower layout, \
@@ -1261,25 +1286,34 @@ fn grow_shape(g: &Grow) -> String {
 fn grow_table(g: &Grow) -> String {
     let (b, a) = (&g.before, &g.after);
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "sbod plan --{}: {} as {}, {} {} disk{}: {}",
-        if g.kind == GrowKind::Narrow {
-            "shrink"
-        } else {
-            "grow"
-        },
-        disk_line(b),
-        b.layout.spec,
-        g.added_disks,
-        if g.kind == GrowKind::Narrow {
-            "fewer"
-        } else {
-            "more"
-        },
-        if g.added_disks == 1 { "" } else { "s" },
-        a.layout.spec
-    );
+    if g.kind == GrowKind::Rechunk {
+        let _ = writeln!(
+            o,
+            "sbod plan --rechunk: {} as {}, a new chunk",
+            disk_line(b),
+            b.layout.spec
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "sbod plan --{}: {} as {}, {} {} disk{}: {}",
+            if g.kind == GrowKind::Narrow {
+                "shrink"
+            } else {
+                "grow"
+            },
+            disk_line(b),
+            b.layout.spec,
+            g.added_disks,
+            if g.kind == GrowKind::Narrow {
+                "fewer"
+            } else {
+                "more"
+            },
+            if g.added_disks == 1 { "" } else { "s" },
+            a.layout.spec
+        );
+    }
     let _ = writeln!(o, "  {}", grow_shape(g));
     let _ = writeln!(o);
     let plans = [b, a];
@@ -1352,6 +1386,28 @@ fn grow_table(g: &Grow) -> String {
         duration(g.seconds)
     );
     match g.kind {
+        GrowKind::Rechunk => {
+            let _ = writeln!(
+                o,
+                "Data to move      {}: the whole volume, counted as full (every byte moves, used or not)",
+                tb(g.data_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "  each member reads {} (its share of the data; parity is not read), writes {} (its rows again, and its share of the windows written aside)",
+                tb(g.old_member_read_bytes),
+                tb(g.old_member_write_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "Time              {time} at {speed}: every member reads and writes {} in all (every member at once)",
+                tb(g.busiest_member_bytes)
+            );
+            let _ = writeln!(
+                o,
+                "  a lower bound: the disk's full sustained speed on an idle array; the rebuild rate limits, client I/O and a flush per window lengthen it"
+            );
+        }
         GrowKind::Narrow => {
             let _ = writeln!(
                 o,

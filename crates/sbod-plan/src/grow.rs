@@ -47,6 +47,9 @@ pub enum GrowKind {
     /// Fewer disks (`--shrink`, `sbod grow --remove`): what the others hold is read and
     /// rewritten in the narrower layout; the disks removed are then free.
     Narrow,
+    /// A new chunk on the same disks (`--rechunk`, `sbod grow --chunk`): the whole volume
+    /// is read and rewritten, every window first written aside (redundancy + 1 copies).
+    Rechunk,
 }
 
 /// Where the disk speed of the estimate came from.
@@ -295,6 +298,39 @@ pub fn grown_spec(layout: &Layout, added: u32, new_groups: bool) -> Result<Layou
 }
 
 impl Grow {
+    /// The work of a new chunk for `before` (`sbod grow --chunk`): the layout stays, every
+    /// byte is read, written aside on redundancy + 1 members of a group (turning window by
+    /// window over every member) and rewritten in place.
+    pub fn rechunk(before: Plan, disk_mb_s: Option<f64>) -> Grow {
+        let (rate, source) = match disk_mb_s {
+            Some(r) => (r, SpeedSource::Given),
+            None => (ASSUMED_DISK_MB_S, SpeedSource::Assumed),
+        };
+        let l = &before.layout;
+        let disk = before.disk.size_bytes;
+        let volume = before.capacity.usable.bytes;
+        let members = u128::from(l.members.max(1));
+        let read = (u128::from(volume) / members) as u64;
+        // Every window's bytes on `redundancy + 1` members, spread over all of them.
+        let copies = u128::from(l.set_tolerates) + 1;
+        let aside = (u128::from(volume) * copies / members) as u64;
+        Grow {
+            kind: GrowKind::Rechunk,
+            added_disks: 0,
+            new_groups: false,
+            after: before.clone(),
+            before,
+            data_bytes: volume,
+            old_member_read_bytes: read,
+            old_member_write_bytes: disk + aside,
+            new_member_write_bytes: 0,
+            busiest_member_bytes: read + disk + aside,
+            disk_mb_s: rate,
+            disk_mb_s_source: source,
+            seconds: (read + disk + aside) as f64 / (rate * 1e6),
+        }
+    }
+
     /// The work between `before` and `after` (`after` is `before` with `added` more disks,
     /// see [`grown_spec`]), at `disk_mb_s` (the assumed 200 MB/s when `None`).
     pub fn new(

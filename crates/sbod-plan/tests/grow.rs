@@ -354,3 +354,32 @@ fn raid6_10_to_9_of_1tb_at_200mbs_and_bad_shrinks() {
     let e = refused("plan --level raid1 --disks 3 --disk-size 1TB --shrink 1");
     assert!(e.contains("grow --drop"), "{e}");
 }
+
+#[test]
+fn a_new_chunk_for_raid6_of_10_of_1tb_at_200mbs() {
+    let line = "plan --level raid6 --disks 10 --disk-size 1TB --rechunk --disk-mbps 200";
+    let g = grow(line);
+    assert_eq!(g.kind, GrowKind::Rechunk);
+    assert_eq!(g.before.layout.spec, g.after.layout.spec);
+    assert_eq!(g.after.capacity.usable.bytes, 8 * TB);
+    // The 8 TB volume is read over the 10 members (0.8 TB each); each writes its 1 TB again
+    // and 3 copies of the windows over 10 members (2.4 TB): 4.2 TB at 200 MB/s = 21,000 s.
+    assert_eq!(g.data_bytes, 8 * TB);
+    assert_eq!(g.old_member_read_bytes, 800_000_000_000);
+    assert_eq!(g.old_member_write_bytes, 3_400_000_000_000);
+    assert_eq!(g.busiest_member_bytes, 4_200_000_000_000);
+    assert!((g.seconds - 21000.0).abs() < 1e-6, "{}", g.seconds);
+    let out = render(line);
+    for want in [
+        "sbod plan --rechunk: 10 x 1 TB disks (0.91 TiB each) as raid6:1x10, a new chunk",
+        "each window first written aside on 3",
+        "Data to move      8.00 TB",
+        "Time              21,000 s",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
+    let v: Value = serde_json::from_str(&render(&format!("{line} --json"))).unwrap();
+    assert_eq!(v["kind"], "rechunk");
+    let e = refused("plan --level raid1 --disks 3 --disk-size 1TB --rechunk");
+    assert!(e.contains("no stripes"), "{e}");
+}

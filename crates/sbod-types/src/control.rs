@@ -51,6 +51,9 @@ pub enum Request {
         /// Use more of every member (`--size max|SIZE`), with nothing added.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         member_size: Option<MemberSize>,
+        /// A new chunk (bytes): the data restriped onto the same members.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chunk: Option<u32>,
         #[serde(default, skip_serializing_if = "is_false")]
         force: bool,
     },
@@ -322,6 +325,11 @@ pub struct GrowArgs {
     /// larger ones (`max`, or a size per member).
     #[serde(default)]
     pub member_size: Option<MemberSize>,
+    /// A new chunk (bytes, a power of two from 4 KiB to 16 MiB): raid0/5/6/ec/raid10
+    /// restriped onto the same members, online; the volume's last rows are its backup
+    /// area meanwhile (refused while they hold data, unless `force`).
+    #[serde(default)]
+    pub chunk: Option<Size>,
     /// Create missing member files of this size.
     #[serde(default)]
     pub size: Option<Size>,
@@ -345,6 +353,9 @@ pub struct GrowReply {
     pub level: crate::Level,
     pub groups: u32,
     pub width: u32,
+    /// The chunk, bytes (once the change is done).
+    #[serde(default)]
+    pub chunk: u32,
 }
 
 /// `POST .../replace`: `sbod replace NAME OLD NEW [--size S] [--force]`.

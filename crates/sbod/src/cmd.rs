@@ -186,6 +186,13 @@ pub struct GrowArgs {
     /// new size (shrink and discard it first, or --force to drop it).
     #[arg(long, num_args = 1.., value_name = "MEMBER", conflicts_with_all = ["add", "drop"])]
     pub remove: Vec<String>,
+    /// A new chunk (a power of two from 4K to 16M): raid0, raid5, raid6, ec and raid10
+    /// are restriped onto the same members online (md's `--grow --chunk`). Every window
+    /// is written aside first, in the members' last rows: the volume's last part (4 MiB
+    /// or more of every member) is out of it while the data moves and back, as zeros,
+    /// when it ends; refused while it holds data (or --force to drop it).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg, conflicts_with_all = ["add", "drop", "remove"])]
+    pub chunk: Option<u64>,
     /// Add the members as whole new groups of the array's width, not wider groups.
     #[arg(long)]
     pub new_groups: bool,
@@ -664,6 +671,7 @@ pub async fn grow(args: GrowArgs) -> Result<()> {
         new_groups: args.new_groups,
         level: args.level,
         member_size,
+        chunk: args.chunk.map(Size),
         size,
         preallocate: args.preallocate,
         force: args.force,
@@ -673,6 +681,17 @@ pub async fn grow(args: GrowArgs) -> Result<()> {
     let n = &args.name;
     let shape = format!("{} in {} group(s) of {}", r.level, r.groups, r.width);
     match r.kind.as_str() {
+        "reshape" if args.chunk.is_some() && via == Via::Served && !args.wait => println!(
+            "{n}: restriping to a chunk of {}: {} until the data has moved (its last rows hold the windows written aside), then {} again (online; `sbod status {n}` shows progress)",
+            human(r.chunk as u64),
+            human(m.status(n).await.map(|s| s.status.size).unwrap_or(r.from)),
+            human(r.to)
+        ),
+        "reshape" if args.chunk.is_some() => println!(
+            "{n}: now a chunk of {} ({shape}): {}",
+            human(r.chunk as u64),
+            human(r.to)
+        ),
         "reshape" if r.to < r.from && via == Via::Served && !args.wait => println!(
             "{n}: narrowing to {shape}: {} now (was {}); the members removed are let go when the data has moved (`sbod status {n}` shows progress)",
             human(r.to),

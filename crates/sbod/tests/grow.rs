@@ -2,7 +2,7 @@
 //! and writes it; the volume keeps its bytes through the reshape, new NBD connections see
 //! the new size when it ends, and a restart finds the new layout. Offline, a mirror gets a
 //! third copy; bad grows are refused with nothing changed. A served raid5 lets a member go
-//! (`grow --remove`). A served declustered raid6 rebuilds failed members into its spare
+//! (`grow --remove`), and a served raid6 gets a new chunk (`grow --chunk`). A served declustered raid6 rebuilds failed members into its spare
 //! space and copies them back onto replacements (the shape-changing processes sbod runs
 //! online), with the volume read back through NBD at every step.
 
@@ -420,6 +420,73 @@ fn a_served_raid5_lets_a_member_go_and_restarts_without_it() {
     e.stop("nv");
     // The member let go is free: a new array takes it without --force.
     e.ok(&["create", "solo", "--level", "raid0", "v4.img"]);
+}
+
+#[test]
+fn a_served_raid6_gets_a_new_chunk_and_its_volume_back_whole() {
+    let mut e = Env::new();
+    e.ok(&[
+        "create",
+        "cv",
+        "--level",
+        "raid6",
+        "--chunk",
+        "64K",
+        "--size-each",
+        "16M",
+        "c0.img",
+        "c1.img",
+        "c2.img",
+        "c3.img",
+        "c4.img",
+    ]);
+    e.serve("cv");
+    let big = e.nbd_size().unwrap();
+    let mut data = pattern(big as usize, 9);
+    std::fs::write(e.p("src.img"), &data).unwrap();
+    e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
+    // Its last rows are the backup area while the data moves: refused while they hold
+    // data, saying how much stays.
+    let err = e.fails(&["grow", "cv", "--chunk", "256K"]);
+    assert!(
+        err.contains("holds data at byte") && err.contains("backup area"),
+        "{err}"
+    );
+    let small: u64 = err
+        .split("would shrink to ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the size kept in {err}"));
+    assert!(small < big && small >= big / 2, "{small} of {big}");
+    assert_eq!(e.status("cv")["chunk"], 64 << 10);
+    // Bad chunks: refused by name.
+    let err = e.fails(&["grow", "cv", "--chunk", "100K"]);
+    assert!(err.contains("power of two"), "{err}");
+    let err = e.fails(&["grow", "cv", "--chunk", "64K"]);
+    assert!(err.contains("already"), "{err}");
+    data[small as usize..].fill(0);
+    std::fs::write(e.p("src.img"), &data).unwrap();
+    e.nbdcopy(&e.p("src.img").display().to_string(), &e.uri());
+    e.ok(&["set", "cv", "--rebuild-max-rate", "32M"]);
+    let out = e.ok(&["grow", "cv", "--chunk", "256K"]);
+    assert!(out.contains("restriping to a chunk of 256"), "{out}");
+    // While it moves: the smaller size, the bytes read back.
+    assert_eq!(e.nbd_size(), Some(small));
+    assert!(e.volume()[..] == data[..small as usize]);
+    let st = e.settled("cv", "the new chunk did not end");
+    assert_eq!(st["chunk"], 256 << 10, "{st}");
+    // Back to its size; the rows that held the windows read as zeros.
+    assert_eq!(e.nbd_size(), Some(big));
+    assert!(e.volume()[..] == data[..]);
+    e.stop("cv");
+    e.serve("cv");
+    assert_eq!(e.status("cv")["chunk"], 256 << 10);
+    assert!(e.volume()[..] == data[..]);
+    let out = e.ok(&["scrub", "cv", "--json"]);
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["mismatches"], 0, "{s}");
+    e.stop("cv");
 }
 
 impl Env {
