@@ -7,7 +7,10 @@
 #   3. clients during a reshape at the default rate: 4K random read IOPS (QD16) and 1M
 #      sequential write MB/s (QD16), fio's nbd engine, against the same jobs just before;
 #   4. the grown array narrowed back (`grow --remove` of the members added, --force: the
-#      volume is full), idle: its time and rate per member.
+#      volume is full), idle: its time and rate per member;
+#   5. the narrowed array's chunk doubled (`grow --chunk`, --force), idle: its time and
+#      rate per member (every window written aside first: every byte is written twice or
+#      more).
 # Prints a table; docs/PERFORMANCE.md ("Grow and reshape") records runs with their command.
 # Not part of the test suite.
 #
@@ -132,13 +135,20 @@ t0=$(now)
 t1=$(now)
 narrow_s=$(python3 -c "print($t1 - $t0)")
 NARROWVOL=$(nbdinfo --size "$URI")
+# 5: a new chunk (twice the one it has), idle.
+chunk=$("$SBOD" status g --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["chunk"])')
+t0=$(now)
+"$SBOD" grow g --chunk $((chunk * 2)) --force --wait >/dev/null
+t1=$(now)
+rechunk_s=$(python3 -c "print($t1 - $t0)")
 member_bytes=$("$SBOD" status g --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["size"]//(s["width"]-s["redundancy"])//s["groups"])')
 
 python3 - "$LEVEL" "$MEMBERS" "$ADD" "$SIZE_EACH" "$VOL" "$NEWVOL" "$reshape_s" "$rebuild_s" \
   "$member_bytes" "$ri_before" "$ri_during" "$sw_before" "$sw_during" "$during_state" "${DRIVES:-files}" \
-  "$narrow_s" "$NARROWVOL" <<'EOF'
+  "$narrow_s" "$NARROWVOL" "$rechunk_s" "$chunk" <<'EOF'
 import sys
-(level, n, add, size, vol, newvol, rs, rb, mb, rib, rid, swb, swd, st, kind, ns, nvol) = sys.argv[1:]
+(level, n, add, size, vol, newvol, rs, rb, mb, rib, rid, swb, swd, st, kind, ns, nvol, cs, ch) = sys.argv[1:]
+cs, ch = float(cs), int(ch)
 vol, newvol, rs, rb, mb, ns, nvol = int(vol), int(newvol), float(rs), float(rb), int(mb), float(ns), int(nvol)
 print(f"sbod grow: {level} of {n} -> {int(n)+int(add)}, members {size} ({kind})")
 print(f"  volume {vol/2**20:.0f} MiB -> {newvol/2**20:.0f} MiB")
@@ -150,4 +160,6 @@ print(f"  1M sequential write QD16 MB/s: {swb} before, {swd} during ({float(swd)
 print(f"  (the array was {st} at the end of the jobs run during the reshape)")
 print(f"  narrowed back  {ns:7.2f} s   {nvol/ns/1e6:8.1f} MB/s of volume moved, {mb/ns/1e6:7.1f} MB/s per member "
       f"(volume {nvol/2**20:.0f} MiB); narrowing/rebuild per member: {rb/ns:.2f}")
+print(f"  chunk {ch >> 10}K -> {ch >> 9}K {cs:7.2f} s   {nvol/cs/1e6:8.1f} MB/s of volume moved, {mb/cs/1e6:7.1f} MB/s per member; "
+      f"new chunk/rebuild per member: {rb/cs:.2f}")
 EOF
