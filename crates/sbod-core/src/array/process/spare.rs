@@ -26,6 +26,7 @@
 use super::{ProcessKind, Throttle};
 use crate::array::{Array, State};
 use crate::buf::AlignedBuf;
+use crate::datapath::WriteFault;
 use crate::dev::IoClass;
 use crate::error::{Error, Result};
 use crate::placement::StripeAddr;
@@ -296,7 +297,8 @@ impl Array {
 
     /// Write one chunk of `addr` (its stripe locked) from its place `old` to `new`: read
     /// from `old` where that member can be read, else rebuilt from the stripe. A new place
-    /// out of service is passed over (its member's own sparing rebuilds it later).
+    /// out of service is passed over (its member's own sparing rebuilds it later); one
+    /// whose file system is full fails the window (NoSpace), so its boundary stays.
     async fn move_chunk(
         &self,
         addr: StripeAddr,
@@ -339,7 +341,13 @@ impl Array {
             }
         };
         if let Err(e) = dp.mwrite(&dst, base, buf, false, IoClass::Background).await {
-            dp.write_failed(&dst, &e, reason::REBUILD_WRITE).await;
+            if dp.write_failed(&dst, &e, reason::REBUILD_WRITE).await == WriteFault::NoSpace {
+                // Out of space, the member still in service: the chunk is not at its new
+                // place, which reads below the boundary would take it from. The window
+                // stops here (its boundary does not move) and the supervisor tries again,
+                // as a rebuild out of space does.
+                return Err(dp.nospace_error(&[dst]));
+            }
         }
         Ok(len)
     }
