@@ -121,7 +121,11 @@ fn a_transition_out_of_space_moves_no_chunk_it_could_not_write() {
             matches!(r, Err(Error::NoSpace(_))),
             "a copy-back with no space to write into: {r:?}"
         );
-        assert_eq!(spared(&a).1, true, "the copy-back waits, under way");
+        assert_eq!(
+            spared(&a),
+            (vec![3], true),
+            "the copy-back waits, under way"
+        );
 
         pool.set_free(1 << 40);
         a.rebuild_now().await.unwrap();
