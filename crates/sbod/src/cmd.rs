@@ -188,9 +188,9 @@ pub struct GrowArgs {
     pub remove: Vec<String>,
     /// A new chunk (a power of two from 4K to 16M): raid0, raid5, raid6, ec and raid10
     /// are restriped onto the same members online (md's `--grow --chunk`). Every window
-    /// is written aside first, in the members' last rows: the volume's last part (4 MiB
-    /// or more of every member) is out of it while the data moves and back, as zeros,
-    /// when it ends; refused while it holds data (or --force to drop it).
+    /// is written aside first, in the members' last rows: the volume's last part (64 MiB
+    /// of every member, a quarter of a small one) is out of it while the data moves and
+    /// back, as zeros, when it ends; refused while it holds data (or --force to drop it).
     #[arg(long, value_name = "SIZE", value_parser = size_arg, conflicts_with_all = ["add", "drop", "remove"])]
     pub chunk: Option<u64>,
     /// Add the members as whole new groups of the array's width, not wider groups.

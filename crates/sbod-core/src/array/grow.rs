@@ -943,16 +943,18 @@ impl Array {
                 ));
             }
         }
-        // The backup area: room for one window of whole rows of both chunks (every
-        // member's bytes of it, written aside whole), at least 4 MiB (fewer windows, each
-        // a flush and two superblock writes), at most a quarter of a member.
+        // The backup area: room for one window of whole rows of both chunks (its bytes
+        // are written aside whole), else as large as a reshape's largest window (each
+        // window costs a flush and two superblock writes: on modelled HDDs 4 MiB windows
+        // moved at 0.09 of a rebuild's rate per member, 32 MiB at 0.29), at most a quarter
+        // of a member.
         let (co, cn) = (g.chunk as u64, chunk as u64);
         let l = co.max(cn); // both powers of two: their least common multiple
         let data_per_row = (g.stripe_data() / co) * g.groups as u64;
         let least = l * data_per_row;
         let ms = g.member_size;
         let room = least
-            .max((4u64 << 20).max(data_per_row * (512 << 10)).min(ms / 4))
+            .max(super::process::reshape::MAX_WINDOW.min(ms / 4))
             .div_ceil(l)
             * l;
         if room > ms / 2 || ms - room < l {

@@ -235,7 +235,7 @@ function arrayActions(s) {
       onclick: () => run(s.name, "grow", `New chunk for ${s.name}?`,
         `The data is restriped onto the same members with the new chunk while ${s.name} serves. ` +
         `Every window is first written aside in the members' last rows, so the volume's last part ` +
-        `(4 MiB or more of every member) is out of it until the data has moved, and comes back as zeros ` +
+        `(64 MiB of every member, a quarter of a small one) is out of it until the data has moved, and comes back as zeros ` +
         `(refused while it holds data). It moves every byte twice: expect about twice a rebuild's time.`,
         [{ name: "chunk", label: "New chunk (a power of two, 4K to 16M)", placeholder: "e.g. 128K" }],
         (f) => ({ chunk: f.chunk })),
