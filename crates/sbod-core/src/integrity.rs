@@ -263,6 +263,9 @@ pub struct MemberTags {
 /// the data, which waits for it); a read of 64 KiB costs about what one of 4 KiB does.
 const READ_AHEAD_BLOCKS: u64 = 16;
 
+/// Most adjacent tag blocks [`MemberTags::write_back`] writes as one command (1 MiB).
+const WRITE_BACK_RUN: usize = 256;
+
 /// How the tag cache fares (for the cache benchmark and tests).
 #[derive(Default, Debug)]
 pub struct CacheStats {
@@ -637,26 +640,58 @@ impl MemberTags {
     }
 
     /// Write every changed tag block to the member (not durably: a flush follows).
-    /// Returns how many were written.
+    /// Returns how many were written. Adjacent blocks go as one write (up to
+    /// [`WRITE_BACK_RUN`] of them), and the writes are issued together: on a drive a
+    /// stream's tags are one command per 1 MiB of tags, queued at once, instead of one
+    /// 4 KiB write a revolution after another (40 dirty blocks took a third of a second on
+    /// a drive with its write cache off).
     pub async fn write_back(
         &self,
         dev: &Arc<dyn BlockDev>,
         layout: &TagLayout,
     ) -> io::Result<usize> {
-        let mut n = 0;
+        let mut runs: Vec<Vec<(u64, Arc<TagBlock>)>> = Vec::new();
         for (idx, blk) in self.dirty_blocks() {
-            // Cleared before the image is taken: a change after it marks it again.
-            blk.dirty.store(false, Ordering::Release);
-            let img = blk.image().into_shared();
-            let off = layout.offset + idx * TAG_BLOCK as u64;
-            if let Err(e) = dev::write_at(dev, off, img, false, IoClass::Foreground).await {
-                blk.dirty.store(true, Ordering::Release);
-                return Err(e);
+            match runs.last_mut() {
+                Some(r)
+                    if r.last().is_some_and(|(i, _)| i + 1 == idx) && r.len() < WRITE_BACK_RUN =>
+                {
+                    r.push((idx, blk))
+                }
+                _ => runs.push(vec![(idx, blk)]),
             }
-            self.stats.writebacks.fetch_add(1, Ordering::Relaxed);
-            n += 1;
         }
-        Ok(n)
+        let writes = runs.iter().map(|run| async move {
+            let mut img = AlignedBuf::zeroed(TAG_BLOCK * run.len());
+            for (k, (_, blk)) in run.iter().enumerate() {
+                // Cleared before the image is taken: a change after it marks it again.
+                blk.dirty.store(false, Ordering::Release);
+                img[k * TAG_BLOCK..(k + 1) * TAG_BLOCK].copy_from_slice(&blk.image()[..]);
+            }
+            let off = layout.offset + run[0].0 * TAG_BLOCK as u64;
+            let r = dev::write_at(dev, off, img.into_shared(), false, IoClass::Foreground).await;
+            if r.is_err() {
+                for (_, blk) in run {
+                    blk.dirty.store(true, Ordering::Release);
+                }
+            }
+            r.map(|()| run.len())
+        });
+        let mut n = 0;
+        let mut first_err = None;
+        for r in futures::future::join_all(writes).await {
+            match r {
+                Ok(k) => n += k,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        self.stats.writebacks.fetch_add(n as u64, Ordering::Relaxed);
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
     }
 }
 

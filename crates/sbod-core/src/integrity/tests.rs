@@ -365,16 +365,21 @@ proptest! {
     }
 }
 
-/// A member that notes the length of every read.
+/// A member that notes the offset and length of every read and write.
 struct Counting {
     inner: Arc<dyn BlockDev>,
     reads: Mutex<Vec<(u64, usize)>>,
+    writes: Mutex<Vec<(u64, usize)>>,
 }
 
 impl BlockDev for Counting {
     fn submit(&self, req: crate::dev::IoReq, done: crate::dev::Done) {
-        if let crate::dev::IoKind::Read { buf } = &req.kind {
-            self.reads.lock().push((req.offset, buf.len()));
+        match &req.kind {
+            crate::dev::IoKind::Read { buf } => self.reads.lock().push((req.offset, buf.len())),
+            crate::dev::IoKind::Write { buf, .. } => {
+                self.writes.lock().push((req.offset, buf.len()))
+            }
+            _ => {}
         }
         self.inner.submit(req, done)
     }
@@ -418,6 +423,7 @@ async fn tag_images() -> (Arc<Counting>, TagLayout) {
     let c = Arc::new(Counting {
         inner: dev,
         reads: Mutex::new(Vec::new()),
+        writes: Mutex::new(Vec::new()),
     });
     (c, layout)
 }
@@ -512,5 +518,51 @@ fn read_ahead_never_replaces_newer_tags() {
         let gone = t.gone.load(Ordering::Acquire);
         assert!(t.adopt(20, &img, gone));
         assert_eq!(t.cached(), 1);
+    });
+}
+
+/// Write-back sends adjacent changed tag blocks as one write (a drive streams them), and
+/// what lands is every block's tags: a fresh cache reads back what was set.
+#[test]
+fn write_back_merges_adjacent_blocks() {
+    rt().block_on(async {
+        let (c, layout) = tag_images().await;
+        let dev: Arc<dyn BlockDev> = c.clone();
+        let t = MemberTags::with_capacity(1 << 20);
+        // Blocks 2..=41 (a stream), 50 and 52 change.
+        let changed: Vec<u64> = (2..42).chain([50, 52]).collect();
+        for &i in &changed {
+            let w = t
+                .set(&dev, &layout, i * SPAN + BLOCK, NewTags::Data(&block_of(i)))
+                .await
+                .unwrap();
+            t.settle(w, true);
+        }
+        c.writes.lock().clear();
+        assert_eq!(t.write_back(&dev, &layout).await.unwrap(), 42);
+        let mut writes = c.writes.lock().clone();
+        writes.sort();
+        let at = |i: u64| i * TAG_BLOCK as u64;
+        assert_eq!(
+            writes,
+            vec![
+                (at(2), 40 * TAG_BLOCK),
+                (at(50), TAG_BLOCK),
+                (at(52), TAG_BLOCK)
+            ]
+        );
+        // Nothing left to write.
+        assert_eq!(t.write_back(&dev, &layout).await.unwrap(), 0);
+        let fresh = MemberTags::with_capacity(1 << 20);
+        for i in 0..64u64 {
+            let got = fresh.get(&dev, &layout, i * SPAN, 2 * BLOCK).await.unwrap();
+            let b = i * TAGS_PER_BLOCK;
+            let second = if changed.contains(&i) {
+                tag(b + 1, &block_of(i))
+            } else {
+                known_tag(b + 1)
+            };
+            assert_eq!(got, vec![known_tag(b), second], "tag block {i}");
+        }
     });
 }
