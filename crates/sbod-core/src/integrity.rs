@@ -142,6 +142,16 @@ pub(crate) fn mismatch(blocks: Vec<u64>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, Mismatch { blocks })
 }
 
+/// Tags from a tag block's image on the member.
+fn fill(tags: &[AtomicU32], img: &[u8]) {
+    for (i, t) in tags.iter().enumerate() {
+        t.store(
+            u32::from_le_bytes(img[i * 4..i * 4 + 4].try_into().unwrap()),
+            Ordering::Release,
+        );
+    }
+}
+
 /// One cached tag block.
 struct TagBlock {
     tags: Box<[AtomicU32]>,
@@ -241,7 +251,20 @@ pub struct MemberTags {
     /// Clean tag blocks each shard may keep.
     cap: usize,
     pub(crate) stats: CacheStats,
+    /// Bumped whenever a block leaves the cache (evicted, dropped after a failed load,
+    /// cleared): a read-ahead adopts the blocks it read only if none left while it ran
+    /// (see [`MemberTags::adopt`]).
+    gone: AtomicU64,
 }
+
+/// Tag blocks a load reads at once when the block before it is cached (a stream moving
+/// forward): 64 KiB of tags, the tags of 64 MiB of member data. On a drive, a stream's
+/// tags cost one positioning per 64 MiB instead of one per 4 MiB (each a seek away from
+/// the data, which waits for it); a read of 64 KiB costs about what one of 4 KiB does.
+const READ_AHEAD_BLOCKS: u64 = 16;
+
+/// Most adjacent tag blocks [`MemberTags::write_back`] writes as one command (1 MiB).
+const WRITE_BACK_RUN: usize = 256;
 
 /// How the tag cache fares (for the cache benchmark and tests).
 #[derive(Default, Debug)]
@@ -267,6 +290,7 @@ impl MemberTags {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             cap: blocks.div_ceil(SHARDS),
             stats: CacheStats::default(),
+            gone: AtomicU64::new(0),
         }
     }
 
@@ -291,7 +315,7 @@ impl MemberTags {
                 }
                 None => {
                     if map.len() >= self.cap {
-                        Self::evict(&mut map, self.cap - 1, &self.stats);
+                        self.evict(&mut map, self.cap - 1);
                     }
                     let b = Arc::new(TagBlock::new());
                     map.insert(idx, b.clone());
@@ -305,16 +329,19 @@ impl MemberTags {
         let r = b
             .loaded
             .get_or_try_init(|| async {
-                let buf = AlignedBuf::zeroed(TAG_BLOCK).into_shared();
+                let n = self.ahead(layout, idx);
+                let gone = self.gone.load(Ordering::Acquire);
+                let buf = AlignedBuf::zeroed(TAG_BLOCK * n as usize).into_shared();
                 let off = layout.offset + idx * TAG_BLOCK as u64;
                 dev::read_at(dev, off, buf.clone(), IoClass::Foreground).await?;
                 // SAFETY: the read completed; this task is the buffer's only user.
                 let s = unsafe { buf.as_slice() };
-                for (i, t) in b.tags.iter().enumerate() {
-                    t.store(
-                        u32::from_le_bytes(s[i * 4..i * 4 + 4].try_into().unwrap()),
-                        Ordering::Release,
-                    );
+                fill(&b.tags, &s[..TAG_BLOCK]);
+                for j in 1..n {
+                    let at = j as usize * TAG_BLOCK;
+                    if !self.adopt(idx + j, &s[at..at + TAG_BLOCK], gone) {
+                        break;
+                    }
                 }
                 self.stats.loads.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), io::Error>(())
@@ -327,6 +354,7 @@ impl MemberTags {
                 let mut map = self.shard(idx).lock();
                 if map.get(&idx).is_some_and(|x| Arc::ptr_eq(x, &b)) {
                     map.remove(&idx);
+                    self.gone.fetch_add(1, Ordering::AcqRel);
                 }
                 Err(e)
             }
@@ -336,7 +364,54 @@ impl MemberTags {
     /// Drop clean, loaded blocks nobody holds, second-chance by their clock bit. Dirty
     /// blocks stay until written back (the next flush), so a shard may pass its share for
     /// a while under many writes.
-    fn evict(map: &mut HashMap<u64, Arc<TagBlock>>, target: usize, stats: &CacheStats) {
+    /// How many tag blocks to read for a miss on block `idx`: one, or where the block
+    /// before is cached and loaded (a stream moving forward) up to [`READ_AHEAD_BLOCKS`],
+    /// within the tag region and short of the next block already cached.
+    fn ahead(&self, layout: &TagLayout, idx: u64) -> u64 {
+        let streaming = idx > 0
+            && self
+                .shard(idx - 1)
+                .lock()
+                .get(&(idx - 1))
+                .is_some_and(|b| b.loaded.initialized());
+        if !streaming {
+            return 1;
+        }
+        let end = (layout.bytes / TAG_BLOCK as u64).min(idx + READ_AHEAD_BLOCKS);
+        let mut n = 1;
+        while idx + n < end && !self.shard(idx + n).lock().contains_key(&(idx + n)) {
+            n += 1;
+        }
+        n
+    }
+
+    /// Cache tag block `idx` as read ahead (`img`, read from the member after `gone` was
+    /// taken), unless it is cached already (being loaded, or changed since: the cached one
+    /// is newer) or a block left the cache since `gone` (it may have been this one, changed
+    /// and written back while the read ran, which may have seen the old image). Never
+    /// evicts for it (a full shard skips it). False: stop adopting.
+    fn adopt(&self, idx: u64, img: &[u8], gone: u64) -> bool {
+        let mut map = self.shard(idx).lock();
+        // Blocks leave a shard under its lock, and `gone` is bumped there: a departure
+        // before this lock was taken is seen here.
+        if self.gone.load(Ordering::Acquire) != gone {
+            return false;
+        }
+        if map.contains_key(&idx) || map.len() >= self.cap {
+            return true;
+        }
+        let b = TagBlock::new();
+        fill(&b.tags, img);
+        b.loaded.set(()).expect("a new block");
+        // Not used yet: the first to go if the stream does not come.
+        b.used.store(false, Ordering::Relaxed);
+        map.insert(idx, Arc::new(b));
+        self.stats.loads.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    fn evict(&self, map: &mut HashMap<u64, Arc<TagBlock>>, target: usize) {
+        let stats = &self.stats;
         for pass in 0..2 {
             let victims: Vec<u64> = map
                 .iter()
@@ -353,6 +428,7 @@ impl MemberTags {
             for i in victims {
                 map.remove(&i);
                 stats.evictions.fetch_add(1, Ordering::Relaxed);
+                self.gone.fetch_add(1, Ordering::AcqRel);
             }
             if map.len() <= target {
                 return;
@@ -392,6 +468,7 @@ impl MemberTags {
     pub fn clear(&self) {
         for s in &self.shards {
             s.lock().clear();
+            self.gone.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -563,26 +640,58 @@ impl MemberTags {
     }
 
     /// Write every changed tag block to the member (not durably: a flush follows).
-    /// Returns how many were written.
+    /// Returns how many were written. Adjacent blocks go as one write (up to
+    /// [`WRITE_BACK_RUN`] of them), and the writes are issued together: on a drive a
+    /// stream's tags are one command per 1 MiB of tags, queued at once, instead of one
+    /// 4 KiB write a revolution after another (40 dirty blocks took a third of a second on
+    /// a drive with its write cache off).
     pub async fn write_back(
         &self,
         dev: &Arc<dyn BlockDev>,
         layout: &TagLayout,
     ) -> io::Result<usize> {
-        let mut n = 0;
+        let mut runs: Vec<Vec<(u64, Arc<TagBlock>)>> = Vec::new();
         for (idx, blk) in self.dirty_blocks() {
-            // Cleared before the image is taken: a change after it marks it again.
-            blk.dirty.store(false, Ordering::Release);
-            let img = blk.image().into_shared();
-            let off = layout.offset + idx * TAG_BLOCK as u64;
-            if let Err(e) = dev::write_at(dev, off, img, false, IoClass::Foreground).await {
-                blk.dirty.store(true, Ordering::Release);
-                return Err(e);
+            match runs.last_mut() {
+                Some(r)
+                    if r.last().is_some_and(|(i, _)| i + 1 == idx) && r.len() < WRITE_BACK_RUN =>
+                {
+                    r.push((idx, blk))
+                }
+                _ => runs.push(vec![(idx, blk)]),
             }
-            self.stats.writebacks.fetch_add(1, Ordering::Relaxed);
-            n += 1;
         }
-        Ok(n)
+        let writes = runs.iter().map(|run| async move {
+            let mut img = AlignedBuf::zeroed(TAG_BLOCK * run.len());
+            for (k, (_, blk)) in run.iter().enumerate() {
+                // Cleared before the image is taken: a change after it marks it again.
+                blk.dirty.store(false, Ordering::Release);
+                img[k * TAG_BLOCK..(k + 1) * TAG_BLOCK].copy_from_slice(&blk.image()[..]);
+            }
+            let off = layout.offset + run[0].0 * TAG_BLOCK as u64;
+            let r = dev::write_at(dev, off, img.into_shared(), false, IoClass::Foreground).await;
+            if r.is_err() {
+                for (_, blk) in run {
+                    blk.dirty.store(true, Ordering::Release);
+                }
+            }
+            r.map(|()| run.len())
+        });
+        let mut n = 0;
+        let mut first_err = None;
+        for r in futures::future::join_all(writes).await {
+            match r {
+                Ok(k) => n += k,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        self.stats.writebacks.fetch_add(n as u64, Ordering::Relaxed);
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
     }
 }
 

@@ -38,7 +38,9 @@ pub struct Op {
 /// A drive's timing.
 pub trait Model: Send {
     /// A command arrives at `now` (not before the model's last time). Its completion is
-    /// reported by a later [`Model::advance`] (possibly at `now` itself).
+    /// reported by a later [`Model::advance`] (possibly at `now` itself). Call
+    /// [`Model::advance`] to `now` first: events due before `now` must happen at their own
+    /// times, not at the command's arrival.
     fn submit(&mut self, now: u64, id: u64, op: Op);
     /// Run up to `now`; push the ids of the commands that completed.
     fn advance(&mut self, now: u64, done: &mut Vec<u64>);

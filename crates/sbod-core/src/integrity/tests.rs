@@ -364,3 +364,205 @@ proptest! {
         })?;
     }
 }
+
+/// A member that notes the offset and length of every read and write.
+struct Counting {
+    inner: Arc<dyn BlockDev>,
+    reads: Mutex<Vec<(u64, usize)>>,
+    writes: Mutex<Vec<(u64, usize)>>,
+}
+
+impl BlockDev for Counting {
+    fn submit(&self, req: crate::dev::IoReq, done: crate::dev::Done) {
+        match &req.kind {
+            crate::dev::IoKind::Read { buf } => self.reads.lock().push((req.offset, buf.len())),
+            crate::dev::IoKind::Write { buf, .. } => {
+                self.writes.lock().push((req.offset, buf.len()))
+            }
+            _ => {}
+        }
+        self.inner.submit(req, done)
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+/// The tag of block `b` as [`tag_images`] writes it: never 0 or 1.
+fn known_tag(b: u64) -> u32 {
+    (b as u32).wrapping_mul(2_654_435_761) | 2
+}
+
+/// A member whose tag region (64 blocks) holds [`known_tag`] for every data block.
+async fn tag_images() -> (Arc<Counting>, TagLayout) {
+    let layout = TagLayout {
+        offset: 0,
+        bytes: 64 * TAG_BLOCK as u64,
+        zeroed: false,
+    };
+    let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("t", layout.bytes));
+    for i in 0..64u64 {
+        let mut img = AlignedBuf::zeroed(TAG_BLOCK);
+        for j in 0..TAGS_PER_BLOCK {
+            let t = known_tag(i * TAGS_PER_BLOCK + j);
+            img[j as usize * 4..j as usize * 4 + 4].copy_from_slice(&t.to_le_bytes());
+        }
+        dev::write_at(
+            &dev,
+            i * TAG_BLOCK as u64,
+            img.into_shared(),
+            false,
+            IoClass::Foreground,
+        )
+        .await
+        .unwrap();
+    }
+    let c = Arc::new(Counting {
+        inner: dev,
+        reads: Mutex::new(Vec::new()),
+        writes: Mutex::new(Vec::new()),
+    });
+    (c, layout)
+}
+
+/// A stream's tags are read ahead: a miss on the block after a cached one reads up to 16
+/// blocks at once, and every tag read so is the member's; misses elsewhere read one block.
+#[test]
+fn a_stream_reads_its_tags_ahead() {
+    rt().block_on(async {
+        let (c, layout) = tag_images().await;
+        let dev: Arc<dyn BlockDev> = c.clone();
+        let t = MemberTags::with_capacity(1 << 20);
+        // The tags of the first 4 KiB of every 4 MiB, in order (a stream over 160 MiB).
+        for i in 0..40u64 {
+            let got = t.get(&dev, &layout, i * SPAN, 2 * BLOCK).await.unwrap();
+            let b = i * TAGS_PER_BLOCK;
+            assert_eq!(got, vec![known_tag(b), known_tag(b + 1)], "block {i}");
+        }
+        let reads = c.reads.lock().clone();
+        // Block 0 alone (nothing before it), then 1..=16, 17..=32, 33..=48.
+        let at = |i: u64| i * TAG_BLOCK as u64;
+        assert_eq!(
+            reads,
+            vec![
+                (at(0), TAG_BLOCK),
+                (at(1), 16 * TAG_BLOCK),
+                (at(17), 16 * TAG_BLOCK),
+                (at(33), 16 * TAG_BLOCK)
+            ]
+        );
+        // Every tag of those blocks is the member's.
+        let all = t.get(&dev, &layout, 0, 49 * SPAN).await.unwrap();
+        assert!(all
+            .iter()
+            .enumerate()
+            .all(|(b, &x)| x == known_tag(b as u64)));
+        // Not a stream: one block per miss.
+        c.reads.lock().clear();
+        let t = MemberTags::with_capacity(1 << 20);
+        for i in [30u64, 10, 50] {
+            assert_eq!(
+                t.get(&dev, &layout, i * SPAN, BLOCK).await.unwrap(),
+                vec![known_tag(i * TAGS_PER_BLOCK)]
+            );
+        }
+        assert!(c.reads.lock().iter().all(|&(_, n)| n == TAG_BLOCK));
+        // The region's end bounds a read-ahead: 63 is the last tag block.
+        t.get(&dev, &layout, 61 * SPAN, BLOCK).await.unwrap();
+        t.get(&dev, &layout, 62 * SPAN, BLOCK).await.unwrap();
+        assert_eq!(*c.reads.lock().last().unwrap(), (at(62), 2 * TAG_BLOCK));
+    });
+}
+
+/// A block read ahead never replaces a cached one (changed since, not written back), nor
+/// is it adopted once any block left the cache while the read ran (it may have been that
+/// block, changed and written back after the read saw its old image).
+#[test]
+fn read_ahead_never_replaces_newer_tags() {
+    rt().block_on(async {
+        let (c, layout) = tag_images().await;
+        let dev: Arc<dyn BlockDev> = c.clone();
+        let t = MemberTags::with_capacity(1 << 20);
+        t.get(&dev, &layout, 0, BLOCK).await.unwrap();
+        // Block 3 changes in the cache (dirty, not written back).
+        let d = block_of(9);
+        let w = t
+            .set(&dev, &layout, 3 * SPAN, NewTags::Data(&d))
+            .await
+            .unwrap();
+        t.settle(w, true);
+        // A stream reaches block 1: the read-ahead stops short of block 3.
+        t.get(&dev, &layout, SPAN, BLOCK).await.unwrap();
+        assert_eq!(
+            *c.reads.lock().last().unwrap(),
+            (TAG_BLOCK as u64, 2 * TAG_BLOCK)
+        );
+        assert_eq!(
+            t.get(&dev, &layout, 3 * SPAN, BLOCK).await.unwrap(),
+            vec![tag(3 * TAGS_PER_BLOCK, &d)]
+        );
+        assert_eq!(
+            t.get(&dev, &layout, 2 * SPAN, BLOCK).await.unwrap(),
+            vec![known_tag(2 * TAGS_PER_BLOCK)]
+        );
+        // A departure while a read-ahead ran: nothing it read is adopted.
+        let img = vec![0u8; TAG_BLOCK];
+        let gone = t.gone.load(Ordering::Acquire);
+        t.clear();
+        assert!(!t.adopt(20, &img, gone));
+        assert_eq!(t.cached(), 0);
+        // With none: adopted, and never over the shard's bound.
+        let gone = t.gone.load(Ordering::Acquire);
+        assert!(t.adopt(20, &img, gone));
+        assert_eq!(t.cached(), 1);
+    });
+}
+
+/// Write-back sends adjacent changed tag blocks as one write (a drive streams them), and
+/// what lands is every block's tags: a fresh cache reads back what was set.
+#[test]
+fn write_back_merges_adjacent_blocks() {
+    rt().block_on(async {
+        let (c, layout) = tag_images().await;
+        let dev: Arc<dyn BlockDev> = c.clone();
+        let t = MemberTags::with_capacity(1 << 20);
+        // Blocks 2..=41 (a stream), 50 and 52 change.
+        let changed: Vec<u64> = (2..42).chain([50, 52]).collect();
+        for &i in &changed {
+            let w = t
+                .set(&dev, &layout, i * SPAN + BLOCK, NewTags::Data(&block_of(i)))
+                .await
+                .unwrap();
+            t.settle(w, true);
+        }
+        c.writes.lock().clear();
+        assert_eq!(t.write_back(&dev, &layout).await.unwrap(), 42);
+        let mut writes = c.writes.lock().clone();
+        writes.sort();
+        let at = |i: u64| i * TAG_BLOCK as u64;
+        assert_eq!(
+            writes,
+            vec![
+                (at(2), 40 * TAG_BLOCK),
+                (at(50), TAG_BLOCK),
+                (at(52), TAG_BLOCK)
+            ]
+        );
+        // Nothing left to write.
+        assert_eq!(t.write_back(&dev, &layout).await.unwrap(), 0);
+        let fresh = MemberTags::with_capacity(1 << 20);
+        for i in 0..64u64 {
+            let got = fresh.get(&dev, &layout, i * SPAN, 2 * BLOCK).await.unwrap();
+            let b = i * TAGS_PER_BLOCK;
+            let second = if changed.contains(&i) {
+                tag(b + 1, &block_of(i))
+            } else {
+                known_tag(b + 1)
+            };
+            assert_eq!(got, vec![known_tag(b), second], "tag block {i}");
+        }
+    });
+}
