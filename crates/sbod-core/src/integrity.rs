@@ -44,6 +44,10 @@ pub use sbod_types::Integrity as Kind;
 // The record's format (where the tags live, their granularity) is the superblock's.
 pub use crate::superblock::{TagLayout, BLOCK, SPAN, TAGS_PER_BLOCK, TAG_BLOCK};
 const SHARDS: usize = 16;
+
+/// Tag blocks [`MemberTags::read_ahead`] reads at most at once: 256 KiB of tags, those of
+/// 256 MiB of member data.
+pub const READ_AHEAD: usize = 64;
 /// Reads of a block whose tags changed meanwhile, before a mismatch counts.
 pub(crate) const REREADS: usize = 4;
 
@@ -358,6 +362,78 @@ impl MemberTags {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Tag read-ahead for a reader going forward through a member (the background
+    /// processes: rebuild, distributed rebuild, scrub): the tag blocks from the one of
+    /// member data offset `off` on that are not cached, up to [`READ_AHEAD`] of them (and a
+    /// quarter of the cache), read from the member in one I/O, where the reads would load
+    /// them one at a time as they reach them: on a disk each such load is a seek to the tag
+    /// region and back, which costs a rebuild more than the tags' bytes. Nothing is read
+    /// when the block of `off` is cached. An error here is left to the reads (they load
+    /// what they need again, and report what fails).
+    pub async fn read_ahead(&self, dev: &Arc<dyn BlockDev>, layout: &TagLayout, off: u64) {
+        let first = off / SPAN;
+        let total = layout.bytes / TAG_BLOCK as u64;
+        if first >= total
+            || self
+                .shard(first)
+                .lock()
+                .get(&first)
+                .is_some_and(|b| b.loaded.initialized())
+        {
+            return;
+        }
+        let most = (READ_AHEAD as u64)
+            .min((self.cap * SHARDS / 4).max(1) as u64)
+            .min(total - first);
+        // The run of blocks not loaded from `first` on, each in the cache (held here, so
+        // none is evicted) before the read: a block loaded meanwhile by another reader
+        // keeps what it has (`get_or_try_init` runs once), and one not loaded cannot have
+        // changed on the member since (tags change only in loaded blocks).
+        let mut run: Vec<Arc<TagBlock>> = Vec::new();
+        for idx in first..first + most {
+            let mut map = self.shard(idx).lock();
+            let b = match map.get(&idx) {
+                Some(b) if b.loaded.initialized() => break,
+                Some(b) => b.clone(),
+                None => {
+                    if map.len() >= self.cap {
+                        Self::evict(&mut map, self.cap - 1, &self.stats);
+                    }
+                    let b = Arc::new(TagBlock::new());
+                    map.insert(idx, b.clone());
+                    b
+                }
+            };
+            run.push(b);
+        }
+        let buf = AlignedBuf::zeroed(run.len() * TAG_BLOCK).into_shared();
+        let at = layout.offset + first * TAG_BLOCK as u64;
+        if dev::read_at(dev, at, buf.clone(), IoClass::Background)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        // SAFETY: the read completed; this task is the buffer's only user.
+        let s = unsafe { buf.as_slice() };
+        for (n, b) in run.iter().enumerate() {
+            let _ = b
+                .loaded
+                .get_or_try_init(|| async {
+                    let s = &s[n * TAG_BLOCK..(n + 1) * TAG_BLOCK];
+                    for (i, t) in b.tags.iter().enumerate() {
+                        t.store(
+                            u32::from_le_bytes(s[i * 4..i * 4 + 4].try_into().unwrap()),
+                            Ordering::Release,
+                        );
+                    }
+                    self.stats.loads.fetch_add(1, Ordering::Relaxed);
+                    Ok::<(), io::Error>(())
+                })
+                .await;
         }
     }
 

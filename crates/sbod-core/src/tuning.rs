@@ -33,6 +33,16 @@ pub const IO_BACKEND: &str = "SBOD_IO";
 /// Bytes of checksum tags each member keeps cached.
 pub const TAG_CACHE: &str = "SBOD_TAG_CACHE";
 
+/// Windows of rows a declustered layout's distributed rebuild or copy-back keeps under way.
+pub const DECL_WINDOWS: &str = "SBOD_DECL_WINDOWS";
+/// A declustered transition's chunks in flight on one member while clients are busy.
+pub const DECL_ROOM: &str = "SBOD_DECL_ROOM";
+
+/// Default of [`DECL_WINDOWS`].
+pub const DECL_WINDOWS_DEFAULT: usize = 2;
+/// Default of [`DECL_ROOM`].
+pub const DECL_ROOM_DEFAULT: usize = 4;
+
 /// Default of [`COALESCE_WAIT`], in microseconds.
 pub const COALESCE_WAIT_DEFAULT_US: u64 = 1000;
 /// Default of [`TAG_CACHE`]: 16 MiB of tags per member, the tags of 16 GiB of its data.
@@ -101,6 +111,30 @@ pub fn tag_cache_bytes() -> u64 {
     })
 }
 
+/// Windows of rows a declustered transition keeps under way (1: one at a time, each
+/// window's chunks all written before the next one's are read). Out of range or
+/// unparsable values give the default.
+pub fn decl_windows() -> usize {
+    static V: OnceLock<usize> = OnceLock::new();
+    *V.get_or_init(|| {
+        var(DECL_WINDOWS)
+            .and_then(|v| v.parse().ok())
+            .filter(|n| (1..=8).contains(n))
+            .unwrap_or(DECL_WINDOWS_DEFAULT)
+    })
+}
+
+/// A declustered transition's chunks that may touch one member at once while clients are
+/// busy (0: no limit). Unparsable values give the default.
+pub fn decl_room() -> usize {
+    static V: OnceLock<usize> = OnceLock::new();
+    *V.get_or_init(|| {
+        var(DECL_ROOM)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DECL_ROOM_DEFAULT)
+    })
+}
+
 /// Every knob with the value in force, in the order of docs/ENGINE.md's table.
 pub fn knobs() -> Vec<Knob> {
     vec![
@@ -148,6 +182,23 @@ pub fn knobs() -> Vec<Knob> {
             meaning: "checksum tags each member keeps cached (16 MiB covers 16 GiB of its \
                       data)",
             value: tag_cache_bytes().to_string(),
+        },
+        Knob {
+            name: DECL_WINDOWS,
+            default: "2",
+            range: "1 to 8",
+            meaning: "windows of rows a declustered layout's distributed rebuild or copy-back \
+                      keeps under way (the next one's reads while the last one's writes \
+                      finish; the boundary still moves in order); 1: one at a time",
+            value: decl_windows().to_string(),
+        },
+        Knob {
+            name: DECL_ROOM,
+            default: "4",
+            range: "0 (no limit) and up",
+            meaning: "a declustered transition's chunks that may touch one member at once \
+                      while clients are busy (the rest of the member's queue is theirs)",
+            value: decl_room().to_string(),
         },
     ]
 }

@@ -13,10 +13,11 @@
 mod torture_util;
 
 use sbod_core::dev::mem::MemDev;
-use sbod_core::dev::BlockDev;
+use sbod_core::dev::{BlockDev, Done, IoClass, IoKind, IoReq};
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Level, MemberSpec};
 use sbod_testkit::fault::{PowerCutDev, PowerSupply, Rng};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 use torture_util::*;
@@ -485,4 +486,207 @@ fn power_cuts_during_the_distributed_rebuild_and_the_copy_back() {
         "cut_mid_distributed_rebuild": mid[0],
         "cut_mid_copy_back": mid[1],
     }));
+}
+
+/// A member that holds back the transition's writes (background class) to the member
+/// rows `hold` until `release` (or until it is dropped in a "crash": they never land),
+/// and counts those beyond them that it let through.
+struct HoldDev {
+    inner: Arc<MemDev>,
+    hold: parking_lot::Mutex<std::ops::Range<u64>>,
+    held: parking_lot::Mutex<Vec<(IoReq, Done)>>,
+    beyond: AtomicU64,
+}
+
+impl HoldDev {
+    fn new(inner: Arc<MemDev>) -> Arc<HoldDev> {
+        Arc::new(HoldDev {
+            inner,
+            hold: parking_lot::Mutex::new(0..0),
+            held: parking_lot::Mutex::new(Vec::new()),
+            beyond: AtomicU64::new(0),
+        })
+    }
+
+    fn release(&self) {
+        *self.hold.lock() = 0..0;
+        let held = std::mem::take(&mut *self.held.lock());
+        for (req, done) in held {
+            self.inner.submit(req, done);
+        }
+    }
+
+    /// The held writes fail (after a crash nobody waits for them; nothing lands).
+    fn drop_held(&self) {
+        let held = std::mem::take(&mut *self.held.lock());
+        for (_, done) in held {
+            done(Err(std::io::Error::other("the process was killed")));
+        }
+    }
+}
+
+impl BlockDev for HoldDev {
+    fn submit(&self, req: IoReq, done: Done) {
+        if req.class == IoClass::Background && matches!(req.kind, IoKind::Write { .. }) {
+            let hold = self.hold.lock().clone();
+            if hold.contains(&req.offset) {
+                self.held.lock().push((req, done));
+                return;
+            }
+            if !hold.is_empty() && req.offset >= hold.end {
+                self.beyond.fetch_add(1, AtomicOrdering::Relaxed);
+            }
+        }
+        self.inner.submit(req, done)
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+/// The array on held members, filled, with the first window of the distributed rebuild's
+/// writes held on every member; `x` failed. Returns once a write of a later window has
+/// reached a member while the first window's are held (the windows are pipelined): the
+/// boundary, in memory and recorded, has not moved.
+async fn pipelined(x: usize, seed: u64) -> (Arc<Array>, Vec<Arc<HoldDev>>, Vec<u8>) {
+    let devs: Vec<Arc<HoldDev>> = mem_members(MEMBERS).into_iter().map(HoldDev::new).collect();
+    let a = Array::create(dspec(), specs(&devs)).await.unwrap();
+    let data = fill(&a, seed).await;
+    // The transition's first window (rows as spare.rs cuts them: at least 16 windows).
+    let g = a.geometry();
+    let rows = g.member_size.div_ceil(g.chunk as u64);
+    let window = rows.div_ceil(16);
+    let first = g.data_offset..g.data_offset + window * g.chunk as u64;
+    for d in &devs {
+        *d.hold.lock() = first.clone();
+    }
+    a.fail(&format!("m{x}"), false).await.unwrap();
+    let mut waited = 0;
+    loop {
+        let held: usize = devs.iter().map(|d| d.held.lock().len()).sum();
+        let beyond: u64 = devs
+            .iter()
+            .map(|d| d.beyond.load(AtomicOrdering::Relaxed))
+            .sum();
+        if held > 0 && beyond > 0 {
+            break;
+        }
+        waited += 1;
+        assert!(
+            waited < 3000,
+            "no write of a later window while the first one's are held ({held} held): \
+             the windows are not pipelined"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sp = a.placement().spared();
+    assert_eq!(
+        sp.to.as_deref(),
+        Some(&[x][..]),
+        "the transition is under way"
+    );
+    assert_eq!(
+        sp.boundary.load(AtomicOrdering::Acquire),
+        0,
+        "the boundary moved past a window with a write in flight"
+    );
+    assert_eq!(sp.recorded.load(AtomicOrdering::Acquire), 0);
+    (a, devs, data)
+}
+
+/// Two windows in flight (the second one's writes done, the first one's held): a member
+/// failing then is handled as any degraded stripe's, the held writes land, the boundary
+/// passes both windows in order, and the second member is spared after the first.
+#[test]
+fn a_failure_while_windows_are_pipelined() {
+    rt(2).block_on(async {
+        let (a, devs, data) = pipelined(3, 11).await;
+        a.fail("m7", false).await.unwrap();
+        for d in &devs {
+            d.release();
+        }
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![3, 7], false));
+        assert_eq!(a.status().state, "optimal");
+        check(&a, &data, "m7 failed while m3's windows were pipelined").await;
+        scrub_check(&a, "two spared").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// The process killed with two windows in flight (the second one's writes done, the
+/// first one's never landed): the members recorded no boundary past the first window, so
+/// the array comes back, resumes the rebuild from the first row (its writes there are
+/// held again, and the boundary waits for them), and ends spared with every byte.
+#[test]
+fn killed_while_windows_are_pipelined() {
+    rt(2).block_on(async {
+        let (a, devs, data) = pipelined(5, 12).await;
+        let first = devs[0].hold.lock().clone();
+        a.abandon().await;
+        drop(a);
+        for d in &devs {
+            d.drop_held();
+        }
+        // What the members hold now (held writes never landed), the failed one gone.
+        let copies: Vec<Arc<HoldDev>> = devs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 5)
+            .map(|(_, d)| {
+                let c = Arc::new(MemDev::new(d.name().to_string(), MEMBER_SIZE));
+                let bytes = d.inner.with_data(|v| v.clone());
+                c.with_data(|v| *v = bytes);
+                let c = HoldDev::new(c);
+                *c.hold.lock() = first.clone();
+                c
+            })
+            .collect();
+        let a = match Array::assemble(specs(&copies), AssembleOptions::default()).await {
+            Ok(a) => a,
+            Err(e) => {
+                assert!(
+                    e.to_string().contains("not shut down cleanly"),
+                    "refused for another reason: {e}"
+                );
+                let force = AssembleOptions {
+                    force: true,
+                    ..Default::default()
+                };
+                Array::assemble(specs(&copies), force).await.unwrap()
+            }
+        };
+        let run = tokio::spawn({
+            let a = a.clone();
+            async move { a.rebuild_now().await }
+        });
+        let mut waited = 0;
+        while copies.iter().all(|d| d.held.lock().is_empty()) {
+            waited += 1;
+            assert!(
+                waited < 3000,
+                "the resumed rebuild wrote nothing in the first window: it started past it"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let sp = a.placement().spared();
+        assert_eq!(sp.to.as_deref(), Some(&[5][..]), "the transition resumed");
+        assert_eq!(
+            sp.boundary.load(AtomicOrdering::Acquire),
+            0,
+            "a boundary past a window whose writes never landed was recorded"
+        );
+        for d in &copies {
+            d.release();
+        }
+        run.await.unwrap().unwrap();
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![5], false));
+        check(&a, &data, "killed with two windows in flight, spared after").await;
+        scrub_check(&a, "spared after the kill").await;
+        a.close().await.unwrap();
+    });
 }

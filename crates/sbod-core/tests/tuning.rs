@@ -19,7 +19,9 @@ fn defaults_match_the_engine() {
             tuning::PLUG,
             tuning::URING_MERGE,
             tuning::IO_BACKEND,
-            tuning::TAG_CACHE
+            tuning::TAG_CACHE,
+            tuning::DECL_WINDOWS,
+            tuning::DECL_ROOM
         ]
     );
 }

@@ -527,6 +527,10 @@ impl DataPath {
         if check && off + len >= m.size {
             self.check_size(m)?;
         }
+        if let (IoClass::Background, Some(layout)) = (class, &self.integrity) {
+            // A process writing forward through the member (a rebuild's target).
+            m.tags.read_ahead(&m.dev, layout, off).await;
+        }
         // SAFETY: the buffer is not written while it is being written to the member.
         let new = crate::integrity::NewTags::Data(unsafe { buf.as_slice() });
         let tags = self.tags_begin_write(m, off, new).await?;

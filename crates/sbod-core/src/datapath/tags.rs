@@ -47,6 +47,10 @@ impl DataPath {
         class: IoClass,
         layout: &TagLayout,
     ) -> io::Result<()> {
+        if class == IoClass::Background {
+            // A process going forward through the member: its tags in one read ahead.
+            m.tags.read_ahead(&m.dev, layout, off).await;
+        }
         let mut check = m
             .tags
             .read_check(&m.dev, layout, off, buf.len() as u64)

@@ -193,6 +193,65 @@ fn the_cache_is_bounded_and_evicts_only_clean_blocks() {
     });
 }
 
+/// The read-ahead loads the run of tag blocks not cached in one read, each as a load
+/// of its own would have it; it keeps a cached block's tags (one changed in memory and
+/// not yet written back is not read over), stops at one, and respects the cache's bound.
+#[test]
+fn read_ahead_loads_the_blocks_ahead_in_one_read_and_keeps_what_is_cached() {
+    rt().block_on(async {
+        let layout = TagLayout {
+            offset: 0,
+            bytes: 256 * TAG_BLOCK as u64,
+            zeroed: false,
+        };
+        let mem = Arc::new(MemDev::new("t", layout.bytes));
+        let dev: Arc<dyn BlockDev> = mem.clone();
+        // Tags on the member for blocks 0..100 (written back by one cache)...
+        let w1 = MemberTags::with_capacity(1 << 20);
+        for i in 0..100u64 {
+            let w = w1
+                .set(&dev, &layout, i * SPAN, NewTags::Data(&block_of(i)))
+                .await
+                .unwrap();
+            w1.settle(w, true);
+        }
+        w1.write_back(&dev, &layout).await.unwrap();
+        // ...and, in another, block 40 changed in memory only.
+        let t = MemberTags::with_capacity(1 << 20);
+        let w = t
+            .set(&dev, &layout, 40 * SPAN, NewTags::Data(&block_of(1000)))
+            .await
+            .unwrap();
+        t.settle(w, true);
+        let reads = mem.reads.load(Ordering::Relaxed);
+        t.read_ahead(&dev, &layout, 2 * SPAN + 5).await;
+        assert_eq!(mem.reads.load(Ordering::Relaxed), reads + 1, "one read");
+        assert_eq!(t.cached(), 39, "blocks 2..40 loaded, and 40 as it was");
+        for i in 2..100u64 {
+            let want = if i == 40 { 1000 } else { i };
+            assert!(
+                t.check(&dev, &layout, i * SPAN, &block_of(want))
+                    .await
+                    .unwrap()
+                    .is_empty(),
+                "block {i}"
+            );
+        }
+        // Cached at `off`: nothing read.
+        let reads = mem.reads.load(Ordering::Relaxed);
+        t.read_ahead(&dev, &layout, 3 * SPAN).await;
+        assert_eq!(mem.reads.load(Ordering::Relaxed), reads);
+        // Past the tag region: nothing; near its end: what is left of it.
+        t.read_ahead(&dev, &layout, 256 * SPAN).await;
+        t.read_ahead(&dev, &layout, 250 * SPAN).await;
+        assert_eq!(mem.reads.load(Ordering::Relaxed), reads + 1);
+        // A small cache: a quarter of it at most.
+        let small = MemberTags::with_capacity(32 * TAG_BLOCK as u64);
+        small.read_ahead(&dev, &layout, 0).await;
+        assert_eq!(small.cached(), 8);
+    });
+}
+
 /// One step of the tag store's life.
 #[derive(Clone, Debug)]
 enum Op {

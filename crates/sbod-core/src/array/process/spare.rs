@@ -3,18 +3,24 @@
 //! spare space of every row (reading from and writing to every survivor), and the
 //! **copy-back**, which copies them from there onto the slot's replacement. Both are one
 //! transition of the spared list `L -> L'` (`placement::Spared`), walked in member row
-//! order a window of rows at a time:
+//! order a window of rows at a time, `SBOD_DECL_WINDOWS` windows under way (the next
+//! window's reads and rebuilds issued while the last one's writes finish: no barrier
+//! between windows leaves the members idle):
 //!
-//! 1. every stripe of the window is locked (client requests to it wait);
+//! 1. every stripe of the window is locked, in row order behind the windows already held
+//!    (client requests to it wait);
 //! 2. every chunk whose member differs between `L` and `L'` is written to its new place:
-//!    read from its old place, else rebuilt from its stripe (`Family::recover`), all the
-//!    window's chunks at once;
-//! 3. the row boundary moves past the window in memory, before the locks are let go. A
+//!    read from its old place, else rebuilt from its stripe (`Family::recover`), at most
+//!    `IN_FLIGHT` chunks at once over all the windows under way (and, while clients are
+//!    busy, at most `SBOD_DECL_ROOM` of them touching any one member: [`Room`]);
+//! 3. the row boundary moves past the window in memory once every chunk of it **and of
+//!    every window before it** is written, before the window's locks are let go. A
 //!    copy-back first flushes the members and records the boundary in the superblocks
 //!    (with `mgmt` held, so no other superblock write records an older one): after it,
 //!    writes go to the new places only. A distributed rebuild records it every few
-//!    seconds (flushed first): its old places are on the failed member, so below a
-//!    boundary not yet recorded a crash simply rebuilds those chunks from parity again.
+//!    seconds (flushed first, the boundary as it was before the flush): its old places are
+//!    on the failed member, so below a boundary not yet recorded a crash simply rebuilds
+//!    those chunks from parity again.
 //!
 //! So a crash at any point leaves the recorded boundary below every row whose new places
 //! were not yet all durable, and rows at and above it are read in `L`, whose places the
@@ -29,12 +35,21 @@ use crate::buf::AlignedBuf;
 use crate::datapath::WriteFault;
 use crate::dev::IoClass;
 use crate::error::{Error, Result};
+use crate::layout::Geometry;
+use crate::locks::StripeGuard;
+use crate::placement::Decl;
 use crate::placement::StripeAddr;
 use crate::reason;
 use crate::superblock::{OutReason, SlotState};
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Member bytes a window of rows spans (on each member). Windows end in a barrier (every
 /// chunk written before the boundary moves), so larger ones keep the members busier: on
@@ -42,8 +57,152 @@ use std::time::{Duration, Instant};
 /// (docs/PERFORMANCE.md).
 const WINDOW_BYTES: u64 = 16 << 20;
 
-/// Chunks a transition moves at once (each holds its stripe's reads).
+/// Chunks a transition moves at once (each holds its stripe's reads), over all the
+/// windows under way.
 const IN_FLIGHT: usize = 64;
+
+/// A window of rows under way: its stripes locked until the boundary passes it.
+struct Window<'a> {
+    /// The row after its last.
+    end: u64,
+    guards: Vec<StripeGuard<'a>>,
+    /// Chunks issued and not yet written.
+    left: usize,
+    /// Every chunk of it issued.
+    issued: bool,
+    bytes: u64,
+}
+
+/// One chunk to move: its stripe, old and new place, and every member it may touch (the
+/// stripe's members in the old list, which a rebuild reads, and the new place).
+struct Move {
+    addr: StripeAddr,
+    old: Option<usize>,
+    new: Option<usize>,
+    members: Vec<usize>,
+}
+
+/// Why a transition stops before its last row.
+enum Stop {
+    /// Cancelled, or the array closing: resumed at the next start.
+    Quit,
+    /// The array failed.
+    Failed(String),
+    /// A copy-back's replacement is out.
+    TargetOut,
+}
+
+/// The chunks of rows `rows` whose place differs between the lists `from` and `to`, in row
+/// order (and within a row, by column).
+fn window_moves(
+    d: &Decl,
+    g: &Geometry,
+    rows: Range<u64>,
+    from: &[usize],
+    to: &[usize],
+) -> Vec<Move> {
+    let w = g.width as usize;
+    let cols = g.groups as usize * w;
+    let mut moves = Vec::new();
+    for row in rows {
+        let old = d.resolved_row(row, cols, from);
+        let new = d.resolved_row(row, cols, to);
+        for c in 0..cols {
+            if old[c] != new[c] {
+                let group = c / w;
+                let mut members: Vec<usize> = old[group * w..(group + 1) * w]
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .chain(new[c])
+                    .collect();
+                members.sort_unstable();
+                members.dedup();
+                moves.push(Move {
+                    addr: StripeAddr { group, stripe: row },
+                    old: old[c],
+                    new: new[c],
+                    members,
+                });
+            }
+        }
+    }
+    moves
+}
+
+/// Per-member room for clients (docs/ENGINE.md, "Declustered layouts"): while client
+/// requests reach the members, a chunk of the transition enters only with a place on each
+/// member it touches, `SBOD_DECL_ROOM` of them a member, so a client request to a member
+/// waits behind at most that many of the transition's I/Os there, not behind its whole
+/// depth. Idle, it takes no places (the transition keeps every member as busy as it can).
+struct Room {
+    places: Vec<Arc<Semaphore>>,
+    fg_last: u64,
+    checked: Instant,
+    busy: bool,
+}
+
+impl Room {
+    /// How often whether clients are busy is looked at again.
+    const LOOK: Duration = Duration::from_millis(50);
+
+    fn new(a: &Array, slots: usize) -> Room {
+        let share = crate::tuning::decl_room();
+        Room {
+            places: if share == 0 {
+                Vec::new()
+            } else {
+                (0..slots)
+                    .map(|_| Arc::new(Semaphore::new(share)))
+                    .collect()
+            },
+            fg_last: Self::fg(a),
+            checked: Instant::now(),
+            busy: false,
+        }
+    }
+
+    /// Client requests the members have had.
+    fn fg(a: &Array) -> u64 {
+        a.dp()
+            .state
+            .load()
+            .live_members()
+            .iter()
+            .map(|m| m.stats.fg_ops.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The places `mv` needs, once they are free (none while clients are idle). Taken in
+    /// slot order, as every chunk takes them, so no two chunks wait on each other.
+    fn enter(
+        &mut self,
+        a: &Array,
+        mv: &Move,
+    ) -> impl Future<Output = Vec<OwnedSemaphorePermit>> + Send + 'static {
+        if !self.places.is_empty() && self.checked.elapsed() >= Self::LOOK {
+            let fg = Self::fg(a);
+            self.busy = fg != self.fg_last;
+            self.fg_last = fg;
+            self.checked = Instant::now();
+        }
+        let sems: Vec<Arc<Semaphore>> = if self.busy {
+            mv.members
+                .iter()
+                .filter_map(|&m| self.places.get(m).cloned())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        async move {
+            let mut held = Vec::with_capacity(sems.len());
+            for s in sems {
+                held.push(s.acquire_owned().await.expect("never closed"));
+            }
+            held
+        }
+    }
+}
 
 impl Array {
     /// The transition of the distributed spare space due now, if any: the list to go to.
@@ -119,7 +278,6 @@ impl Array {
     ) -> Result<()> {
         let g = self.dp().geometry.clone();
         let chunk = g.chunk as u64;
-        let cols = g.groups as usize * g.width as usize;
         let sp = self.dp().map.spared();
         if sp.to.as_ref() != Some(&to) {
             // Recorded before any chunk moves. Requests in flight drain first: a read that
@@ -153,22 +311,119 @@ impl Array {
         // Windows of at most 16 MiB a member, and at least 16 of them: the boundary moves
         // often enough for a small array to show its progress (and be cut anywhere).
         let window = (WINDOW_BYTES / chunk).min(rows.div_ceil(16)).max(1);
+        let dp = self.dp();
+        let d = dp.map.declustered().expect("declustered");
+        let windows = crate::tuning::decl_windows();
         let mut throttle = Throttle::new();
+        let mut room = Room::new(self, self.dp().state.load().slots.len());
         let mut last_record = Instant::now();
+        // The windows locked, in row order (the first ends at the next boundary), the
+        // chunks not yet issued (row order), and those in flight (with their window's
+        // sequence number: `first` is the front window's).
+        let mut wins: VecDeque<Window<'_>> = VecDeque::new();
+        let mut first: u64 = 0;
+        let mut queued: VecDeque<(u64, Move)> = VecDeque::new();
+        let mut flying = FuturesUnordered::new();
+        let mut next_row = sp.boundary.load(Ordering::Acquire);
+        let mut stop: Option<Stop> = None;
         loop {
-            let t = sp.boundary.load(Ordering::Acquire);
-            handle.done.store(t * chunk, Ordering::Relaxed);
-            if t >= rows {
+            // The front windows whose chunks are all written: the boundary moves past each
+            // in order (never past a window with a chunk still in flight before it).
+            // (Not once stopped: a stopped copy-back records nothing more.)
+            while stop.is_none() && wins.front().is_some_and(|w| w.left == 0 && w.issued) {
+                let w = wins.pop_front().expect("front");
+                first += 1;
+                if copyback {
+                    // Durable, and recorded, before a write can go to the new places only:
+                    // the old ones (still holding the chunks) are what a crash would read.
+                    dp.flush().await?;
+                    let st = self.dp().state.load_full();
+                    self.record_spares(|| {
+                        sp.boundary.store(w.end, Ordering::Release);
+                        sp.recorded.store(w.end, Ordering::Release);
+                        st.slots[target]
+                            .recovery
+                            .store((w.end * chunk).min(g.member_size), Ordering::Release);
+                    })
+                    .await?;
+                } else {
+                    // A distributed rebuild's old places are on the failed member: below a
+                    // boundary not yet recorded, a crash reads the chunks rebuilt from
+                    // parity again, as the stripes held them. Recorded every few seconds,
+                    // flushed first: the boundary recorded is the one before the flush, so
+                    // it covers only windows whose writes had all completed.
+                    sp.boundary.store(w.end, Ordering::Release);
+                    if last_record.elapsed() > Duration::from_secs(2) {
+                        dp.flush().await?;
+                        self.record_spares(|| sp.recorded.store(w.end, Ordering::Release))
+                            .await?;
+                        last_record = Instant::now();
+                    }
+                }
+                drop(w.guards);
+                handle.done.store(w.end * chunk, Ordering::Relaxed);
+                throttle.pace(self, w.bytes).await;
+            }
+            if stop.is_none() {
+                stop = self.spare_stop(handle, copyback, target);
+            }
+            // Issue: the queued chunks, then the next window (locked in row order behind
+            // those already held), while fewer than IN_FLIGHT chunks and `SBOD_DECL_WINDOWS`
+            // are under way. The next window's reads start while the last ones' finish.
+            while stop.is_none() && flying.len() < IN_FLIGHT {
+                if let Some((seq, mv)) = queued.pop_front() {
+                    let w: &mut Window<'_> = &mut wins[(seq - first) as usize];
+                    w.issued = queued.front().is_none_or(|(s, _)| *s != seq);
+                    let permits = room.enter(self, &mv);
+                    flying.push(async move {
+                        let _p = permits.await;
+                        (seq, self.move_chunk(mv.addr, mv.old, mv.new).await)
+                    });
+                } else if wins.len() < windows && next_row < rows {
+                    let end = (next_row + window).min(rows);
+                    let mut guards =
+                        Vec::with_capacity(((end - next_row) as usize) * g.groups as usize);
+                    for row in next_row..end {
+                        for group in 0..g.groups as usize {
+                            guards.push(dp.locks.lock(group, row).await);
+                        }
+                    }
+                    let seq = first + wins.len() as u64;
+                    let moves = window_moves(d, &g, next_row..end, &from, &to);
+                    wins.push_back(Window {
+                        end,
+                        guards,
+                        left: moves.len(),
+                        issued: moves.is_empty(),
+                        bytes: 0,
+                    });
+                    queued.extend(moves.into_iter().map(|m| (seq, m)));
+                    next_row = end;
+                } else {
+                    break;
+                }
+            }
+            if flying.is_empty()
+                && (stop.is_some() || wins.front().is_none_or(|w| w.left > 0 || !w.issued))
+            {
+                // Nothing in flight and no window to close: done, or stopped (the chunks
+                // in flight drained first: none is left half done).
                 break;
             }
-            if handle.cancelled() || self.dp().closing.load(Ordering::Acquire) {
-                return Ok(());
+            if let Some((seq, r)) = flying.next().await {
+                let w = &mut wins[(seq - first) as usize];
+                w.left -= 1;
+                w.bytes += r?;
             }
-            let st = self.dp().state.load_full();
-            if let Some(why) = &st.failed {
-                return Err(Error::Failed(why.clone().into()));
-            }
-            if copyback && st.slots[target].state != SlotState::Rebuilding {
+        }
+        drop(flying);
+        // Windows left locked when stopped: never finished, their rows stay above the
+        // boundary (moved again at the next start).
+        drop(wins);
+        match stop {
+            Some(Stop::Quit) => return Ok(()),
+            Some(Stop::Failed(why)) => return Err(Error::Failed(why.into())),
+            Some(Stop::TargetOut) => {
                 // The replacement failed (or went): the rows copied back lose their copy
                 // on it, which their stripes' parity still has. The slot is simply out
                 // again, as before the copy-back, and is spared anew from the start.
@@ -184,73 +439,9 @@ impl Array {
                 }
                 return Ok(());
             }
-            let end = (t + window).min(rows);
-            let dp = self.dp();
-            let mut guards = Vec::with_capacity(((end - t) as usize) * g.groups as usize);
-            for row in t..end {
-                for group in 0..g.groups as usize {
-                    guards.push(dp.locks.lock(group, row).await);
-                }
-            }
-            let d = dp.map.declustered().expect("declustered");
-            let mut moves = Vec::new();
-            for row in t..end {
-                let old = d.resolved_row(row, cols, &from);
-                let new = d.resolved_row(row, cols, &to);
-                for c in 0..cols {
-                    if old[c] != new[c] {
-                        let addr = StripeAddr {
-                            group: c / g.width as usize,
-                            stripe: row,
-                        };
-                        moves.push((addr, old[c], new[c]));
-                    }
-                }
-            }
-            // The window's chunks IN_FLIGHT at a time: each survivor gets the reads of
-            // many stripes it shares with the failed member queued together (its queue
-            // and the drive reorder them by offset), and what is in flight stays bounded.
-            use futures::StreamExt;
-            let mut done = futures::stream::iter(
-                moves
-                    .into_iter()
-                    .map(|(addr, old, new)| self.move_chunk(addr, old, new)),
-            )
-            .buffer_unordered(IN_FLIGHT);
-            let mut bytes = 0;
-            while let Some(r) = done.next().await {
-                bytes += r?;
-            }
-            drop(done);
-            if copyback {
-                // Durable, and recorded, before a write can go to the new places only: the
-                // old ones (still holding the chunks) are what a crash would read.
-                dp.flush().await?;
-                let st = self.dp().state.load_full();
-                self.record_spares(|| {
-                    sp.boundary.store(end, Ordering::Release);
-                    sp.recorded.store(end, Ordering::Release);
-                    st.slots[target]
-                        .recovery
-                        .store((end * chunk).min(g.member_size), Ordering::Release);
-                })
-                .await?;
-            } else {
-                // A distributed rebuild's old places are on the failed member: below a
-                // boundary not yet recorded, a crash reads the chunks rebuilt from parity
-                // again, as the stripes held them. Recorded every few seconds, flushed first.
-                sp.boundary.store(end, Ordering::Release);
-                if last_record.elapsed() > Duration::from_secs(2) {
-                    dp.flush().await?;
-                    self.record_spares(|| sp.recorded.store(end, Ordering::Release))
-                        .await?;
-                    last_record = Instant::now();
-                }
-            }
-            drop(guards);
-            handle.done.store(end * chunk, Ordering::Relaxed);
-            throttle.pace(self, bytes).await;
+            None => {}
         }
+        handle.done.store(rows * chunk, Ordering::Relaxed);
         // Every row moved (and durable): `to` is the list, and a slot copied back is in
         // service.
         self.dp().flush().await?;
@@ -276,6 +467,26 @@ impl Array {
         }
         self.kick();
         Ok(())
+    }
+
+    /// Whether the transition must stop now, and why.
+    fn spare_stop(
+        &self,
+        handle: &super::ProcessHandle,
+        copyback: bool,
+        target: usize,
+    ) -> Option<Stop> {
+        if handle.cancelled() || self.dp().closing.load(Ordering::Acquire) {
+            return Some(Stop::Quit);
+        }
+        let st = self.dp().state.load_full();
+        if let Some(why) = &st.failed {
+            return Some(Stop::Failed(why.to_string()));
+        }
+        if copyback && st.slots[target].state != SlotState::Rebuilding {
+            return Some(Stop::TargetOut);
+        }
+        None
     }
 
     /// Record the spare state on the members after `change` (with `mgmt` held, so no
