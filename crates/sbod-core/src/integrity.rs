@@ -400,7 +400,7 @@ impl MemberTags {
                 Some(b) => b.clone(),
                 None => {
                     if map.len() >= self.cap {
-                        Self::evict(&mut map, self.cap - 1, &self.stats);
+                        self.evict(&mut map, self.cap - 1);
                     }
                     let b = Arc::new(TagBlock::new());
                     map.insert(idx, b.clone());
