@@ -170,6 +170,16 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Wait (a while at most) for the reshape a grow started to end.
+async fn reshaped(a: &Array) {
+    for _ in 0..20_000 {
+        if a.status().state != sbod_core::array::ArrayState::Reshaping {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
 fn pattern(len: usize, seed: u8, off: u64) -> Vec<u8> {
     (0..len)
         .map(|i| (((off as usize + i) * 31) as u8).wrapping_add(seed) ^ (i / 4096) as u8)
@@ -387,12 +397,7 @@ proptest! {
                         grown += 1;
                         // The volume is the new size at once: the tail is gone.
                         model.truncate(a.size() as usize);
-                        for _ in 0..20_000 {
-                            if a.status().state != sbod_core::array::ArrayState::Reshaping {
-                                break;
-                            }
-                            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                        }
+                        reshaped(&a).await;
                         prop_assert_eq!(a.geometry().width as usize, w - 1);
                         if let Level::Ec { k, m } = level {
                             level = Level::Ec { k: k - 1, m };
@@ -428,12 +433,7 @@ proptest! {
                         grown += 1;
                         // The backup area is out of the volume at once: its data is gone.
                         model.truncate(a.size() as usize);
-                        for _ in 0..20_000 {
-                            if a.status().state != sbod_core::array::ArrayState::Reshaping {
-                                break;
-                            }
-                            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                        }
+                        reshaped(&a).await;
                         prop_assert_eq!(a.geometry().chunk, chunk);
                         // And back, as zeros.
                         model.resize(a.size() as usize, 0);

@@ -324,7 +324,16 @@ impl Array {
                     p.wait().await;
                 }
                 if let Err(e) = self.spare_transition().await {
-                    tracing::error!(array = %self.dp().name, error = %e, "distributed spare transition stopped");
+                    // A full file system is waited out (it resumes every second), not an
+                    // error of the array.
+                    match &e {
+                        Error::NoSpace(_) => {
+                            tracing::warn!(array = %self.dp().name, error = %e, "distributed spare transition waits for space")
+                        }
+                        _ => {
+                            tracing::error!(array = %self.dp().name, error = %e, "distributed spare transition stopped")
+                        }
+                    }
                     let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }
                 continue;
@@ -339,7 +348,14 @@ impl Array {
                     p.wait().await;
                 }
                 if let Err(e) = self.rebuild().await {
-                    tracing::error!(array = %self.dp().name, error = %e, "rebuild stopped");
+                    match &e {
+                        Error::NoSpace(_) => {
+                            tracing::warn!(array = %self.dp().name, error = %e, "rebuild waits for space")
+                        }
+                        _ => {
+                            tracing::error!(array = %self.dp().name, error = %e, "rebuild stopped")
+                        }
+                    }
                     // Try again in a while, or at once when woken (a close, a new member).
                     let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
                 }

@@ -159,10 +159,13 @@ impl Reshape {
     }
 
     /// The old layout's rows over the member bytes of the new layout's row `row`: the
-    /// same row, unless the chunk changes.
+    /// same row, unless the chunk changes; none past the old layout's last row (a larger
+    /// chunk's last row reaches past it where the members' size is not a multiple of it).
     pub fn old_rows(&self, row: u64) -> std::ops::Range<u64> {
-        let (oc, nc) = (self.old.dp.geometry.chunk as u64, self.new.chunk as u64);
-        row * nc / oc..((row + 1) * nc).div_ceil(oc)
+        let o = &self.old.dp.geometry;
+        let (oc, nc) = (o.chunk as u64, self.new.chunk as u64);
+        let end = ((row + 1) * nc).div_ceil(oc).min(o.stripes());
+        (row * nc / oc).min(end)..end
     }
 
     /// The end (exclusive) of the old data at member row `row` of new group `g`: what
@@ -170,22 +173,22 @@ impl Reshape {
     /// layout does not have).
     fn old_end(&self, g: u64, row: u64) -> u64 {
         let o = &self.old.dp.geometry;
-        let last = self.old_rows(row).end - 1;
-        if g >= o.groups as u64 || self.old_rows(row).start >= o.stripes() {
+        let rows = self.old_rows(row);
+        if g >= o.groups as u64 || rows.is_empty() {
             return 0;
         }
-        (last.min(o.stripes() - 1) * o.groups as u64 + g + 1) * o.stripe_data()
+        ((rows.end - 1) * o.groups as u64 + g + 1) * o.stripe_data()
     }
 
     /// Narrowing: where the old data at member row `row` of group `g` starts in the
     /// volume (`u64::MAX`: the old layout has no such row).
     fn old_start(&self, g: u64, row: u64) -> u64 {
         let o = &self.old.dp.geometry;
-        let first = self.old_rows(row).start;
-        if g >= o.groups as u64 || first >= o.stripes() {
+        let rows = self.old_rows(row);
+        if g >= o.groups as u64 || rows.is_empty() {
             return u64::MAX;
         }
-        (first * o.groups as u64 + g) * o.stripe_data()
+        (rows.start * o.groups as u64 + g) * o.stripe_data()
     }
 
     /// Narrowing: the start of the lowest old data that writing the new stripes of
@@ -263,6 +266,11 @@ impl Reshape {
             } else {
                 RowIn::Neither
             };
+        }
+        if self.rechunk && row >= self.new.stripes() {
+            // The backup area (old data there let go): a check there would rewrite the
+            // windows written aside as if they were stripes.
+            return RowIn::Neither;
         }
         if (s + 1) * self.unit() <= pos {
             RowIn::New
@@ -942,6 +950,9 @@ mod tests {
             }
             assert_eq!(pos, r.new_cap);
             assert!(windows < 400, "{windows} windows");
+            // The backup area is no layout's: no check rewrites the windows set aside.
+            r.pos.store(0, Ordering::Release);
+            assert_eq!(r.layout_of(0, r.new.stripes()), RowIn::Neither);
         }
     }
 
