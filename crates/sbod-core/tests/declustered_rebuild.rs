@@ -51,12 +51,6 @@ fn one<D: BlockDev + 'static>(d: &Arc<D>) -> MemberSpec {
     specs(std::slice::from_ref(d)).remove(0)
 }
 
-/// The spared list, and whether a transition is under way.
-fn spared(a: &Array) -> (Vec<usize>, bool) {
-    let s = a.placement().spared();
-    (s.from.clone(), s.to.is_some())
-}
-
 /// The uuid of the member recorded in a slot (replaced by it when its disk is gone).
 fn uuid_of(a: &Array, slot: usize) -> String {
     a.status()
@@ -91,24 +85,6 @@ async fn fill(a: &Array, seed: u64) -> Vec<u8> {
     data
 }
 
-async fn check(a: &Array, data: &[u8], what: &str) {
-    for (i, c) in data.chunks(1 << 20).enumerate() {
-        let off = i as u64 * (1 << 20);
-        let got = a
-            .read(off, c.len())
-            .await
-            .unwrap_or_else(|e| panic!("{what}: read at {off}: {e}"));
-        if &got[..] != c {
-            let b = got
-                .iter()
-                .zip(c)
-                .position(|(x, y)| x != y)
-                .unwrap_or_default();
-            panic!("{what}: wrong bytes at volume offset {}", off + b as u64);
-        }
-    }
-}
-
 fn throttle(a: &Array, rate: u64) {
     a.update_settings(|s| {
         s.rebuild_max_rate = rate;
@@ -134,7 +110,7 @@ fn failures_are_rebuilt_into_the_spare_space_and_copied_back() {
         assert!(reason_of(&a, 3).contains("spared"), "{}", reason_of(&a, 3));
         // Nothing reads the spared member any more.
         devs[3].with_data(|v| v[(1 << 20)..].fill(0xEE));
-        check(&a, &data, "m3 spared").await;
+        check_volume(&a, &data, "m3 spared").await;
         scrub_check(&a, "m3 spared").await;
         // Writes while spared land in the spare space.
         let half = pattern(a.size() as usize / 2, 2);
@@ -142,13 +118,13 @@ fn failures_are_rebuilt_into_the_spare_space_and_copied_back() {
             .await
             .unwrap();
         data[4096 * 3..4096 * 3 + half.len()].copy_from_slice(&half);
-        check(&a, &data, "written while spared").await;
+        check_volume(&a, &data, "written while spared").await;
 
         a.fail("m5", false).await.unwrap();
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a), (vec![3, 5], false));
         devs[5].with_data(|v| v[(1 << 20)..].fill(0xEE));
-        check(&a, &data, "m3 and m5 spared").await;
+        check_volume(&a, &data, "m3 and m5 spared").await;
         scrub_check(&a, "m3 and m5 spared").await;
 
         // The spare space is full: the next failure runs degraded, and status says so.
@@ -158,7 +134,7 @@ fn failures_are_rebuilt_into_the_spare_space_and_copied_back() {
         assert_eq!(a.status().state, "degraded");
         let r = reason_of(&a, 7);
         assert!(r.contains("distributed spare space is full"), "{r}");
-        check(&a, &data, "m7 out, spare space full").await;
+        check_volume(&a, &data, "m7 out, spare space full").await;
         a.close().await.unwrap();
 
         // Recorded: a restart (without the failed disks: one back would be re-added and
@@ -173,7 +149,7 @@ fn failures_are_rebuilt_into_the_spare_space_and_copied_back() {
             .await
             .unwrap();
         assert_eq!(spared(&a), (vec![3, 5], false));
-        check(&a, &data, "restarted").await;
+        check_volume(&a, &data, "restarted").await;
 
         // m7 is replaced as in any layout (rebuilt, it holds chunks of its own).
         let r7 = Arc::new(MemDev::new("r7", MEMBER_SIZE));
@@ -198,7 +174,7 @@ fn failures_are_rebuilt_into_the_spare_space_and_copied_back() {
             "{:?}",
             st.members
         );
-        check(&a, &data, "copied back").await;
+        check_volume(&a, &data, "copied back").await;
         // Parity matches the copied chunks everywhere.
         scrub_check(&a, "copied back").await;
         a.close().await.unwrap();
@@ -225,7 +201,7 @@ fn failures_during_the_transitions() {
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a), (vec![2, 9], false));
         assert_eq!(a.status().state, "optimal");
-        check(&a, &data, "m9 failed during m2's distributed rebuild").await;
+        check_volume(&a, &data, "m9 failed during m2's distributed rebuild").await;
         scrub_check(&a, "two spared").await;
 
         // Copy-back of m9 with m4 failing meanwhile.
@@ -240,7 +216,7 @@ fn failures_during_the_transitions() {
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a), (vec![2, 4], false));
         assert_eq!(a.status().state, "optimal");
-        check(&a, &data, "m4 failed during m9's copy-back").await;
+        check_volume(&a, &data, "m4 failed during m9's copy-back").await;
         scrub_check(&a, "m4 failed during copy-back").await;
 
         // The replacement itself fails during its copy-back.
@@ -254,7 +230,7 @@ fn failures_during_the_transitions() {
         throttle(&a, 0);
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a), (vec![2, 4], false));
-        check(&a, &data, "the replacement failed during its copy-back").await;
+        check_volume(&a, &data, "the replacement failed during its copy-back").await;
         scrub_check(&a, "replacement failed").await;
         a.close().await.unwrap();
     });
@@ -293,7 +269,7 @@ fn hot_spares_wait_for_the_spare_space() {
             "{:?}",
             st.members
         );
-        check(&a, &data, "hot spare after the distributed rebuild").await;
+        check_volume(&a, &data, "hot spare after the distributed rebuild").await;
         scrub_check(&a, "hot spare").await;
         a.close().await.unwrap();
     });
@@ -611,7 +587,7 @@ fn a_failure_while_windows_are_pipelined() {
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a), (vec![3, 7], false));
         assert_eq!(a.status().state, "optimal");
-        check(&a, &data, "m7 failed while m3's windows were pipelined").await;
+        check_volume(&a, &data, "m7 failed while m3's windows were pipelined").await;
         scrub_check(&a, "two spared").await;
         a.close().await.unwrap();
     });
@@ -685,7 +661,7 @@ fn killed_while_windows_are_pipelined() {
         run.await.unwrap().unwrap();
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a), (vec![5], false));
-        check(&a, &data, "killed with two windows in flight, spared after").await;
+        check_volume(&a, &data, "killed with two windows in flight, spared after").await;
         scrub_check(&a, "spared after the kill").await;
         a.close().await.unwrap();
     });

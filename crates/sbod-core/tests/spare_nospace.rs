@@ -15,7 +15,7 @@ use sbod_core::dev::{BlockDev, IoClass, MemDev};
 use sbod_core::{AlignedBuf, Array, CreateSpec, Error, Level, MemberSpec};
 use sbod_testkit::fault::{FaultDev, SpacePool};
 use std::sync::Arc;
-use torture_util::{pattern, rt, scrub_check};
+use torture_util::{check_volume, pattern, rt, scrub_check, spared};
 
 const MEMBERS: usize = 10;
 const CHUNK: u32 = 16 << 10;
@@ -29,24 +29,6 @@ fn thin(name: &str, pool: &Arc<SpacePool>, seed: u64) -> MemberSpec {
         path: name.to_string(),
         is_file: true,
         domain: String::new(),
-    }
-}
-
-fn spared(a: &Array) -> (Vec<usize>, bool) {
-    let s = a.placement().spared();
-    (s.from.clone(), s.to.is_some())
-}
-
-async fn check(a: &Array, data: &[u8], what: &str) {
-    let got = a
-        .read(0, data.len())
-        .await
-        .unwrap_or_else(|e| panic!("{what}: read: {e}"));
-    if let Some(b) = got.iter().zip(data).position(|(x, y)| x != y) {
-        panic!(
-            "{what}: wrong bytes at volume offset {b} (block {})",
-            b / 4096
-        );
     }
 }
 
@@ -84,7 +66,7 @@ fn a_transition_out_of_space_moves_no_chunk_it_could_not_write() {
         pool.set_free(0);
         a.fail("m3", false).await.unwrap();
         let r = a.rebuild_now().await;
-        check(&a, &data, "distributed rebuild out of space").await;
+        check_volume(&a, &data, "distributed rebuild out of space").await;
         assert!(
             matches!(r, Err(Error::NoSpace(_))),
             "a distributed rebuild with no space to write into: {r:?}"
@@ -101,7 +83,7 @@ fn a_transition_out_of_space_moves_no_chunk_it_could_not_write() {
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a), (vec![3], false));
         assert_eq!(a.status().state, "optimal");
-        check(&a, &data, "rebuilt into the spare space").await;
+        check_volume(&a, &data, "rebuilt into the spare space").await;
         scrub_check(&a, "rebuilt into the spare space").await;
 
         // The copy-back onto a replacement (a new file) out of space alike: its metadata
@@ -116,7 +98,7 @@ fn a_transition_out_of_space_moves_no_chunk_it_could_not_write() {
         let uuid = a.status().members[3].uuid.clone().unwrap();
         a.replace(&uuid, r3, false).await.unwrap();
         let r = a.rebuild_now().await;
-        check(&a, &data, "copy-back out of space").await;
+        check_volume(&a, &data, "copy-back out of space").await;
         assert!(
             matches!(r, Err(Error::NoSpace(_))),
             "a copy-back with no space to write into: {r:?}"
@@ -137,7 +119,7 @@ fn a_transition_out_of_space_moves_no_chunk_it_could_not_write() {
             "{:?}",
             st.members
         );
-        check(&a, &data, "copied back").await;
+        check_volume(&a, &data, "copied back").await;
         scrub_check(&a, "copied back").await;
         a.close().await.unwrap();
     });

@@ -356,3 +356,29 @@ pub fn rt(threads: usize) -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// A declustered array's spared slots, and whether a transition is under way.
+pub fn spared(a: &Array) -> (Vec<usize>, bool) {
+    let s = a.placement().spared();
+    (s.from.clone(), s.to.is_some())
+}
+
+/// The whole volume reads back as `data` (in 1 MiB reads), or panic naming the first
+/// wrong byte.
+pub async fn check_volume(a: &Array, data: &[u8], what: &str) {
+    for (i, c) in data.chunks(1 << 20).enumerate() {
+        let off = i as u64 * (1 << 20);
+        let got = a
+            .read(off, c.len())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: read at {off}: {e}"));
+        if &got[..] != c {
+            let b = got
+                .iter()
+                .zip(c)
+                .position(|(x, y)| x != y)
+                .unwrap_or_default();
+            panic!("{what}: wrong bytes at volume offset {}", off + b as u64);
+        }
+    }
+}
