@@ -49,6 +49,9 @@ struct State {
 
 struct Core {
     state: Mutex<State>,
+    /// Slow motion (`slow=K`): the model's clock runs K times slower than the wall's, so
+    /// every time the drive takes is K times longer (see `Spec::slow`).
+    slow: u64,
     next_id: AtomicU64,
     stats: Stats,
 }
@@ -75,7 +78,7 @@ impl Core {
     /// event. Returns the callbacks to run (outside the lock).
     fn run(self: &Arc<Core>, st: &mut State, now: u64, ready: &mut Ready) {
         let mut done = Vec::new();
-        st.model.advance(now, &mut done);
+        st.model.advance(now / self.slow, &mut done);
         for id in done {
             if let Some(s) = st.slots.get_mut(&id) {
                 s.timed = true;
@@ -88,6 +91,7 @@ impl Core {
             }
         }
         if let Some(t) = st.model.next_event() {
+            let t = t.saturating_mul(self.slow);
             if t < st.armed {
                 st.armed = t;
                 timer().arm(t, Arc::downgrade(self));
@@ -131,7 +135,13 @@ pub struct ModelDev {
 }
 
 impl ModelDev {
-    pub fn new(name: String, inner: Arc<dyn BlockDev>, model: Box<dyn Model>) -> ModelDev {
+    /// `slow`: the model's clock runs that many times slower than the wall's (1: real time).
+    pub fn new(
+        name: String,
+        inner: Arc<dyn BlockDev>,
+        model: Box<dyn Model>,
+        slow: u64,
+    ) -> ModelDev {
         ModelDev {
             name,
             inner,
@@ -144,6 +154,7 @@ impl ModelDev {
                 }),
                 next_id: AtomicU64::new(1),
                 stats: Stats::default(),
+                slow: slow.max(1),
             }),
         }
     }
@@ -202,7 +213,7 @@ impl BlockDev for ModelDev {
             if !late_submit() {
                 self.core.run(&mut st, now, &mut ready);
             }
-            st.model.submit(now, id, op);
+            st.model.submit(now / self.core.slow, id, op);
             self.core.run(&mut st, now, &mut ready);
         }
         for (d, r) in ready {

@@ -53,5 +53,5 @@ pub fn wrap(name: String, spec: &Spec, inner: Arc<dyn BlockDev>) -> io::Result<A
         .unwrap_or(Path::new("."));
     let links = links_of(spec, dir)?;
     let model = model_for(spec, inner.size(), links);
-    Ok(Arc::new(ModelDev::new(name, inner, model)))
+    Ok(Arc::new(ModelDev::new(name, inner, model, spec.slow)))
 }

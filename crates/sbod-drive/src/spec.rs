@@ -18,6 +18,13 @@
 //!   same link in the same directory shares it, across processes (its state is the file
 //!   `.sbod-link-NAME` beside the member file). Give several for a chain.
 //!
+//! - `slow=K` (1 to 1000, default 1): the drive in slow motion, every time it takes (seek,
+//!   rotation, transfer, queueing, its links' transfers) K times longer, so each drive
+//!   moves 1/K of its bytes per second and the ratios between layouts stay those of the
+//!   real drive. For labs whose CPUs cannot keep up with the drives at full speed (a few
+//!   dozen HDDs on two cores): the drives, not the CPU, stay the limit. Drives that share a
+//!   link must share K too.
+//!
 //! Example: `model:hdd-nearline,link=exp0@2.4G:/srv/lab/m0.img`.
 
 use crate::profile::{self, Profile};
@@ -36,6 +43,8 @@ pub struct Spec {
     /// The options as written (kept for the canonical name).
     pub options: Vec<String>,
     pub full_span: bool,
+    /// Slow motion: the model's clock runs this many times slower than the wall's.
+    pub slow: u64,
     /// (name, bytes/s).
     pub links: Vec<(String, f64)>,
     pub path: String,
@@ -100,6 +109,7 @@ impl Spec {
             profile: prof.clone(),
             options: Vec::new(),
             full_span: true,
+            slow: 1,
             links: Vec::new(),
             path: path.to_string(),
         };
@@ -115,6 +125,13 @@ impl Spec {
                         "size" => false,
                         _ => return Err(format!("'{name}': span is full or size")),
                     }
+                }
+                ("slow", _) => {
+                    spec.slow = v
+                        .parse()
+                        .ok()
+                        .filter(|k| (1..=1000).contains(k))
+                        .ok_or_else(|| format!("'{name}': slow=K takes K from 1 to 1000"))?
                 }
                 ("link", _) => {
                     let (ln, rate) = v.split_once('@').ok_or_else(|| {
@@ -151,11 +168,9 @@ impl Spec {
                         _ => return Err(bad()),
                     }
                 }
-                _ => {
-                    return Err(format!(
-                        "'{name}': unknown option '{k}' for {pname} (span, wce, qd, sched, link)"
-                    ))
-                }
+                _ => return Err(format!(
+                    "'{name}': unknown option '{k}' for {pname} (span, wce, qd, sched, link, slow)"
+                )),
             }
             spec.options.push(o.to_string());
         }

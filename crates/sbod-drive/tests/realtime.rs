@@ -127,17 +127,20 @@ fn an_array_on_modelled_drives() {
     });
 }
 
-/// A model that notes how it is called: each command completes an hour after it arrives
-/// (so nothing completes during the test but what it says).
+/// A model that notes how it is called: each command completes `delay` ns of the model's
+/// clock after it arrives (an hour: nothing completes during the test but what it says).
 struct Notes {
     log: Arc<parking_lot::Mutex<Vec<(&'static str, u64)>>>,
     due: Vec<(u64, u64)>,
+    delay: u64,
 }
+
+const HOUR: u64 = 3_600_000_000_000;
 
 impl sbod_drive::model::Model for Notes {
     fn submit(&mut self, now: u64, id: u64, _op: sbod_drive::model::Op) {
         self.log.lock().push(("submit", now));
-        self.due.push((now + 3_600_000_000_000, id));
+        self.due.push((now + self.delay, id));
     }
     fn advance(&mut self, now: u64, done: &mut Vec<u64>) {
         self.log.lock().push(("advance", now));
@@ -165,12 +168,14 @@ fn a_command_arrives_after_what_was_due_before_it() {
         let model = Notes {
             log: log.clone(),
             due: Vec::new(),
+            delay: HOUR,
         };
         let inner: Arc<dyn BlockDev> = Arc::new(MemDev::new("n0", MIB));
         let d: Arc<dyn BlockDev> = Arc::new(sbod_drive::ModelDev::new(
             "n0".into(),
             inner,
             Box::new(model),
+            1,
         ));
         for i in 0..4u64 {
             let d = d.clone();
@@ -194,6 +199,59 @@ fn a_command_arrives_after_what_was_due_before_it() {
             assert!(
                 i > 0 && log[i - 1] == ("advance", log[i].1),
                 "command {i} reached the model before it ran to the command's arrival: {log:?}"
+            );
+        }
+        d.close();
+    });
+}
+
+/// `slow=K`: the model runs on a clock K times slower than the wall's, so a command the
+/// model completes after 1 ms is answered no sooner than K ms later, and the model is
+/// handed its own clock (the wall's divided by K), never the wall's.
+#[test]
+fn slow_motion_runs_the_model_on_a_slower_clock() {
+    rt().block_on(async {
+        assert_eq!(Spec::parse("model:hdd-nearline,slow=8:/x").unwrap().slow, 8);
+        for bad in ["slow=0", "slow=1001", "slow=fast"] {
+            let e = Spec::parse(&format!("model:hdd-nearline,{bad}:/x")).unwrap_err();
+            assert!(e.contains("slow=K"), "{e}");
+        }
+        let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let model = Notes {
+            log: log.clone(),
+            due: Vec::new(),
+            delay: 1_000_000,
+        };
+        let inner: Arc<dyn BlockDev> = Arc::new(MemDev::new("s0", MIB));
+        let d: Arc<dyn BlockDev> = Arc::new(sbod_drive::ModelDev::new(
+            "s0".into(),
+            inner,
+            Box::new(model),
+            200,
+        ));
+        let before = sbod_drive::dev::now_ns();
+        let t = Instant::now();
+        for i in 0..3u64 {
+            dev::write_at(
+                &d,
+                i * 4096,
+                pattern(i, 4096).into_shared(),
+                false,
+                IoClass::Foreground,
+            )
+            .await
+            .unwrap();
+        }
+        let took = t.elapsed();
+        let after = sbod_drive::dev::now_ns();
+        // Three commands one after the other, 1 ms each on the model's clock: 600 ms.
+        assert!(took >= Duration::from_millis(600), "took {took:?}");
+        for &(what, at) in log.lock().iter() {
+            assert!(
+                at >= before / 200 && at <= after / 200,
+                "{what} at {at}: not the wall's clock / 200 ({} ..= {})",
+                before / 200,
+                after / 200
             );
         }
         d.close();
