@@ -39,7 +39,7 @@
 use crate::layout::{Geometry, Level, Scheme};
 use arc_swap::ArcSwap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Rows of a declustered layout's permutation table.
@@ -127,6 +127,23 @@ impl Decl {
         out
     }
 
+    /// Do slots `x` and `y` hold chunks of one stripe (of groups `width` wide) in row
+    /// `row`, resolved through `spared`? (The rows a distributed rebuild's first pass
+    /// walks: see [`Spared`].)
+    pub fn shares_stripe(
+        &self,
+        row: u64,
+        cols: usize,
+        width: usize,
+        spared: &[usize],
+        x: usize,
+        y: usize,
+    ) -> bool {
+        let r = self.resolved_row(row, cols, spared);
+        let at = |s: usize| r.iter().position(|&m| m == Some(s));
+        matches!((at(x), at(y)), (Some(a), Some(b)) if a / width == b / width)
+    }
+
     /// The checksum of the map this table gives (recorded in the superblocks): a crc32c
     /// of the member of every column of the first `TABLE_ROWS + 1` rows (the table, and
     /// the first shifted row).
@@ -146,7 +163,14 @@ impl Decl {
 /// another list (`to`): rows below `boundary` are resolved through `to`, the rest
 /// through `from`. A new `Spared` is swapped in for every transition (its boundary is
 /// its own), and the boundary moves only with the locks of the rows it passes held.
-#[derive(Debug, Default)]
+///
+/// A distributed rebuild (`to` = `from` + the slot `x` it spares) may take a **first
+/// pass** (docs/ENGINE.md, "Order"): while another slot `y` is out too, it first walks
+/// only the rows where `x` and `y` hold chunks of one stripe (the stripes that lost two
+/// chunks), moving `first_boundary`; such a row below `first_boundary` is resolved
+/// through `to` as well. `first_slot` is set before `first_boundary` first moves past
+/// `boundary`, and both only with the rows' locks held.
+#[derive(Debug)]
 pub struct Spared {
     pub from: Vec<usize>,
     pub to: Option<Vec<usize>>,
@@ -154,10 +178,35 @@ pub struct Spared {
     /// The boundary the superblocks may record: at most `boundary`, and only where what
     /// the transition wrote below it is durable.
     pub recorded: AtomicU64,
+    /// The first pass's other slot out (`NO_FIRST`: none).
+    pub first_slot: AtomicUsize,
+    /// How far the first pass got (rows where both slots hold a chunk of one stripe
+    /// below it are resolved through `to`).
+    pub first_boundary: AtomicU64,
+    /// What the superblocks may record of it (as `recorded`).
+    pub first_recorded: AtomicU64,
+}
+
+/// `Spared::first_slot` when there is no first pass.
+pub const NO_FIRST: usize = usize::MAX;
+
+impl Default for Spared {
+    fn default() -> Spared {
+        Spared {
+            from: Vec::new(),
+            to: None,
+            boundary: AtomicU64::new(0),
+            recorded: AtomicU64::new(0),
+            first_slot: AtomicUsize::new(NO_FIRST),
+            first_boundary: AtomicU64::new(0),
+            first_recorded: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Spared {
-    /// The list row `row` is resolved through.
+    /// The list row `row` is resolved through, not counting a first pass (see
+    /// [`Placement`]'s resolution, which does).
     pub fn list_at(&self, row: u64) -> &[usize] {
         match &self.to {
             Some(to) if row < self.boundary.load(Ordering::Acquire) => to,
@@ -173,6 +222,19 @@ impl Spared {
     /// Is `slot` spared, or being spared or copied back?
     pub fn involves(&self, slot: usize) -> bool {
         self.from.contains(&slot) || self.to.as_ref().is_some_and(|t| t.contains(&slot))
+    }
+
+    /// The slot a distributed rebuild spares (None: no transition, or a copy-back).
+    pub fn sparing(&self) -> Option<usize> {
+        match &self.to {
+            Some(to) if to.len() > self.from.len() => to.last().copied(),
+            _ => None,
+        }
+    }
+
+    /// The first pass's other slot, if one was started.
+    pub fn first(&self) -> Option<usize> {
+        Some(self.first_slot.load(Ordering::Acquire)).filter(|&y| y != NO_FIRST)
     }
 }
 
@@ -269,19 +331,58 @@ impl Placement {
     /// Use another distributed spare state (assembly, and a transition's start and end:
     /// see [`Spared`]).
     pub fn set_spared(&self, from: Vec<usize>, to: Option<Vec<usize>>, boundary: u64) {
+        self.set_spared_first(from, to, boundary, None);
+    }
+
+    /// [`Placement::set_spared`] with a distributed rebuild's first pass: its other slot
+    /// and how far it got (assembly, from the superblocks).
+    pub fn set_spared_first(
+        &self,
+        from: Vec<usize>,
+        to: Option<Vec<usize>>,
+        boundary: u64,
+        first: Option<(usize, u64)>,
+    ) {
+        let (slot, fb) = first.unwrap_or((NO_FIRST, 0));
         self.spared.store(Arc::new(Spared {
             from,
             to,
             boundary: AtomicU64::new(boundary),
             recorded: AtomicU64::new(boundary),
+            first_slot: AtomicUsize::new(slot),
+            first_boundary: AtomicU64::new(fb),
+            first_recorded: AtomicU64::new(fb),
         }));
+    }
+
+    /// Is row `row` one of the first pass's (its two slots hold chunks of one stripe),
+    /// under the transition `sp`? False when there is no first pass.
+    pub fn first_pass_row(&self, sp: &Spared, row: u64) -> bool {
+        let (Some(d), Some(x), Some(y)) = (self.decl.as_deref(), sp.sparing(), sp.first()) else {
+            return false;
+        };
+        d.shares_stripe(row, self.groups * self.width, self.width, &sp.from, x, y)
+    }
+
+    /// The list row `row` is resolved through under `sp`: `to` below the boundary, and
+    /// below the first pass's boundary in the rows it walks; else `from`.
+    fn list_of<'a>(&self, sp: &'a Spared, row: u64) -> &'a [usize] {
+        let Some(to) = &sp.to else {
+            return &sp.from;
+        };
+        if row < sp.boundary.load(Ordering::Acquire)
+            || (row < sp.first_boundary.load(Ordering::Acquire) && self.first_pass_row(sp, row))
+        {
+            return to;
+        }
+        &sp.from
     }
 
     /// Row `row` of a declustered layout with spared slots: the member of each of the
     /// groups' columns (None: no spared slot in this row's list, the plain permutation).
     fn resolved(&self, d: &Decl, row: u64) -> Option<Vec<Option<usize>>> {
         let sp = self.spared.load();
-        let list = sp.list_at(row);
+        let list = self.list_of(&sp, row);
         (!list.is_empty()).then(|| d.resolved_row(row, self.groups * self.width, list))
     }
 
@@ -786,6 +887,7 @@ mod tests {
             picks in proptest::collection::vec(0usize..1000, 3),
             grow in proptest::bool::ANY,
             boundary in 0u64..40,
+            first in proptest::option::of((0usize..1000, 0u64..41)),
         ) {
             let rows = 40;
             let g = declustered(Level::Raid6, width, groups, spares, rows);
@@ -802,13 +904,25 @@ mod tests {
             } else {
                 (list.clone(), list[..list.len() - 1].to_vec())
             };
-            p.set_spared(from.clone(), Some(to.clone()), boundary);
+            // A distributed rebuild may have a first pass: another slot out, the rows
+            // where both hold chunks of one stripe moved up to its own boundary.
+            let first = first.filter(|_| grow).map(|(y, fb)| {
+                let y = (0..n).map(|i| (y + i) % n).find(|m| !list.contains(m)).unwrap();
+                (y, fb.max(boundary))
+            });
+            p.set_spared_first(from.clone(), Some(to.clone()), boundary, first);
+            let d = p.declustered().unwrap();
+            let cols = (groups * width) as usize;
+            let x_slot = to.last().copied().unwrap_or(0);
             let mut seen = std::collections::HashSet::new();
             for x in p.map(0, g.capacity()) {
                 proptest::prop_assert!(seen.insert((x.slot, x.moff)), "two blocks at one place");
                 proptest::prop_assert_eq!(p.locate(x.slot, x.moff), Some(x.buf_off));
                 let row = x.addr.stripe;
-                let l = if row < boundary { &to } else { &from };
+                let moved_first = first.is_some_and(|(y, fb)| {
+                    row < fb && d.shares_stripe(row, cols, width as usize, &from, x_slot, y)
+                });
+                let l = if row < boundary || moved_first { &to } else { &from };
                 proptest::prop_assert!(!l.contains(&x.slot));
                 let slots = p.stripe_slots(x.addr);
                 let mut uniq = slots.clone();

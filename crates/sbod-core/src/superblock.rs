@@ -315,11 +315,15 @@ pub struct Superblock {
 /// the members record it (docs/ENGINE.md, "Declustered layouts"): `list` in the order
 /// they were spared; `next`, a transition under way to another list (a distributed
 /// rebuild adds a slot, a copy-back removes one), with the member row below which it
-/// holds. Empty for every array with nothing spared (the record's version 1).
+/// holds. Empty for every array with nothing spared (the record's version 1). `first`: a
+/// distributed rebuild's first pass (`placement::Spared`): the other slot out, and the
+/// row below which the rows where both hold chunks of one stripe are moved (the
+/// transition flag 2; only with `next`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct SpareRec {
     pub list: Vec<u16>,
     pub next: Option<(Vec<u16>, u64)>,
+    pub first: Option<(u16, u64)>,
 }
 
 impl SpareRec {
@@ -707,13 +711,17 @@ impl Superblock {
                     }
                 };
                 list(&mut x, &self.spared.list);
-                match &self.spared.next {
-                    Some((l, row)) => {
-                        x.u8(1);
+                match (&self.spared.next, &self.spared.first) {
+                    (Some((l, row)), first) => {
+                        x.u8(if first.is_some() { 2 } else { 1 });
                         list(&mut x, l);
                         x.u64(*row);
+                        if let Some((slot, frow)) = first {
+                            x.u16(*slot);
+                            x.u64(*frow);
+                        }
                     }
-                    None => x.u8(0),
+                    (None, _) => x.u8(0),
                 }
             }
             record(TAG_DECLUSTER, EXT_INCOMPAT, &x.0);
@@ -904,7 +912,8 @@ impl Superblock {
             .spared
             .list
             .iter()
-            .chain(known.spared.next.iter().flat_map(|(l, _)| l.iter()));
+            .chain(known.spared.next.iter().flat_map(|(l, _)| l.iter()))
+            .chain(known.spared.first.iter().map(|(s, _)| s));
         if let Some(s) = spared_slots.clone().find(|&&s| s as usize >= nslots) {
             return Err(SbError::Malformed(format!(
                 "the declustered record spares slot {s} of {nslots}"
@@ -1150,9 +1159,13 @@ impl Known {
                     self.spared.list = list(&mut r)?;
                     self.spared.next = match r.u8()? {
                         0 => None,
-                        1 => {
+                        f @ (1 | 2) => {
                             let l = list(&mut r)?;
-                            Some((l, r.u64()?))
+                            let row = r.u64()?;
+                            if f == 2 {
+                                self.spared.first = Some((r.u16()?, r.u64()?));
+                            }
+                            Some((l, row))
                         }
                         _ => {
                             return Err(SbError::Malformed(
@@ -1434,11 +1447,21 @@ mod tests {
         sb.spared = SpareRec {
             list: vec![3],
             next: Some((vec![3, 7], 17)),
+            first: None,
         };
         let v2 = sb.encode();
         // A count and a slot, a flag, a count and two slots, a row.
         assert_eq!(v2.len(), v1.len() + 3 + 1 + 5 + 8);
         assert_eq!(Superblock::decode(&v2).unwrap(), sb);
+        // A first pass: its slot and row too.
+        sb.spared.first = Some((9, 40));
+        let v3 = sb.encode();
+        assert_eq!(v3.len(), v2.len() + 2 + 8);
+        assert_eq!(Superblock::decode(&v3).unwrap(), sb);
+        sb.spared.first = Some((12, 40));
+        let e = Superblock::decode(&sb.encode()).unwrap_err().to_string();
+        assert!(e.contains("spares slot 12"), "{e}");
+        sb.spared.first = None;
         sb.spared.next = None;
         assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
         sb.spared.list = vec![3, 9];

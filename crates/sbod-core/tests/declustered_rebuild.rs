@@ -236,6 +236,155 @@ fn failures_during_the_transitions() {
     });
 }
 
+/// Rows of the array (16 KiB chunks over 2 MiB of data a member).
+fn rows_of(a: &Array) -> u64 {
+    // 2 groups of 3 data chunks a row.
+    a.size() / (2 * 3 * CHUNK as u64)
+}
+
+/// The stripes missing a chunk on both `x` and `y` at or above `from_row`, as the map
+/// resolves them now.
+fn doubly_lost(a: &Array, x: usize, y: usize, from_row: u64) -> Vec<(u64, usize)> {
+    let p = a.placement();
+    (from_row..rows_of(a))
+        .flat_map(|row| (0..2).map(move |group| (row, group)))
+        .filter(|&(row, group)| {
+            let slots = p.stripe_slots(sbod_core::placement::StripeAddr { group, stripe: row });
+            slots.contains(&x) && slots.contains(&y)
+        })
+        .collect()
+}
+
+/// Two members out at once: the distributed rebuild of the first takes the stripes that
+/// lost a chunk on both first (docs/ENGINE.md, "Order"), so that when that first pass
+/// ends no stripe misses two chunks, long before the whole rebuild ends; status says so
+/// while it runs. Then the rest, then the second member: the array ends with both
+/// spared, every byte in place.
+#[test]
+fn stripes_that_lost_two_chunks_first() {
+    rt(2).block_on(async {
+        let devs = mem_members(MEMBERS);
+        let a = Array::create(dspec(), specs(&devs)).await.unwrap();
+        let data = fill(&a, 7).await;
+        let rows = rows_of(&a);
+        // Stripes missing a chunk on both m2 and m9 before anything moves: what the
+        // first pass is for (the test would prove nothing without them).
+        let lost = doubly_lost(&a, 2, 9, 0).len();
+        assert!(
+            lost > 10,
+            "only {lost} stripes hold chunks on both m2 and m9"
+        );
+        throttle(&a, 1 << 20);
+        a.fail("m2", false).await.unwrap();
+        a.fail("m9", false).await.unwrap();
+        let mut said = false;
+        let p = a.placement();
+        let boundary = loop {
+            let sp = p.spared();
+            let fb = sp.first_boundary.load(AtomicOrdering::Acquire);
+            if sp.first() == Some(9) && fb >= rows {
+                break sp.boundary.load(AtomicOrdering::Acquire);
+            }
+            if sp.first() == Some(9) && !said {
+                let r = reason_of(&a, 2);
+                said = r.contains("first the stripes that also lost a chunk on slot 9");
+            }
+            assert!(
+                sp.to.is_some() || sp.from.is_empty(),
+                "the distributed rebuild ended before its first pass was seen: {:?}",
+                sp.from
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        assert!(said, "status never told of the first pass");
+        // The first pass is done: no stripe misses both, though the main walk has rows
+        // left that held such stripes before.
+        assert!(
+            boundary < rows / 2,
+            "the main walk got to row {boundary} of {rows}"
+        );
+        assert_eq!(doubly_lost(&a, 2, 9, 0), vec![], "after the first pass");
+        check_volume(&a, &data, "after the first pass").await;
+        throttle(&a, 0);
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a), (vec![2, 9], false));
+        assert_eq!(a.status().state, "optimal");
+        devs[2].with_data(|v| v[(1 << 20)..].fill(0xEE));
+        devs[9].with_data(|v| v[(1 << 20)..].fill(0xEE));
+        check_volume(&a, &data, "m2 and m9 spared").await;
+        scrub_check(&a, "m2 and m9 spared").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// Power cuts at random points of a distributed rebuild with a second member out (the
+/// first pass, then the rest, then the second's): every acknowledged write reads back
+/// after each, and the array ends with both spared.
+#[test]
+fn power_cuts_during_the_first_pass() {
+    let seed0 = seed();
+    let rng = Rng::new(seed0);
+    let mut mid = 0u64;
+    rt(2).block_on(async {
+        for trial in 0..iters(4) {
+            let what = |p: &str| format!("trial {trial} {p} (SBOD_TORTURE_SEED={seed0})");
+            let supply = PowerSupply::new();
+            let devs = power_members(blank(MEMBERS), &supply, Duration::from_micros(20), |_| {
+                rng.next()
+            });
+            let a = Array::create(dspec(), specs(&devs)).await.unwrap();
+            let mut m = Blocks {
+                base: rng.next() | 1,
+                over: BTreeMap::new(),
+            };
+            let blocks = a.size() / BLOCK;
+            for first in (0..blocks).step_by(64) {
+                let x: Vec<u8> = (first..first + 64).flat_map(|b| m.expect(b)).collect();
+                a.write(first * BLOCK, AlignedBuf::from_slice(&x), true)
+                    .await
+                    .unwrap();
+            }
+            let x = rng.below(MEMBERS as u64) as usize;
+            let y = (x + 1 + rng.below(MEMBERS as u64 - 1) as usize) % MEMBERS;
+            throttle(&a, 4 << 20);
+            a.fail(&format!("m{x}"), false).await.unwrap();
+            write_blocks(&a, &mut m, &rng, rng.below(20) as usize).await;
+            a.fail(&format!("m{y}"), false).await.unwrap();
+            write_blocks(&a, &mut m, &rng, rng.below(20) as usize).await;
+            tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
+            supply.cut(rng.next());
+            a.abandon().await;
+            drop(a);
+            // Both disks are gone.
+            let devs: Vec<(String, Arc<PowerCutDev>)> = devs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != x && *i != y)
+                .map(|(i, d)| (format!("m{i}"), d.clone()))
+                .collect();
+            let (a, _devs) = after_cut(&devs, &rng).await;
+            mid += a.placement().spared().first().is_some() as u64;
+            check_blocks(
+                &a,
+                &m,
+                &what(&format!("cut while m{x} was spared, m{y} out")),
+            )
+            .await;
+            a.rebuild_now().await.unwrap();
+            assert_eq!(spared(&a), (vec![x, y], false), "{}", what("spared"));
+            check_blocks(&a, &m, &what("both spared after the cut")).await;
+            scrub_check(&a, &what("both spared")).await;
+            a.close().await.unwrap();
+        }
+    });
+    report(serde_json::json!({
+        "test": "declustered_first_pass_powercut",
+        "seed": seed0,
+        "trials": iters(4),
+        "cut_with_a_first_pass_recorded": mid,
+    }));
+}
+
 /// A hot spare is not needed while the spare space has room; it takes the slot once the
 /// distributed rebuild is done (copied back at once), and a failure beyond the spare
 /// space is rebuilt onto it as in any layout.

@@ -168,9 +168,11 @@ impl Spec {
                         _ => return Err(bad()),
                     }
                 }
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "'{name}': unknown option '{k}' for {pname} (span, wce, qd, sched, link, slow)"
-                )),
+                ))
+                }
             }
             spec.options.push(o.to_string());
         }

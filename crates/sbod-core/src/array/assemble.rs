@@ -397,10 +397,13 @@ impl Array {
         // supervisor from its recorded row).
         let sp = &newest.spared;
         let l = |v: &[u16]| v.iter().map(|&x| x as usize).collect::<Vec<usize>>();
-        array.dp().map.set_spared(
+        array.dp().map.set_spared_first(
             l(&sp.list),
             sp.next.as_ref().map(|(t, _)| l(t)),
             sp.next.as_ref().map_or(0, |(_, b)| *b),
+            sp.first
+                .filter(|_| sp.next.is_some())
+                .map(|(y, b)| (y as usize, b)),
         );
         array.sync.restore(&newest, logs);
         if let Some(rec) = &newest.reshape {

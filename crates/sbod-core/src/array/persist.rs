@@ -77,6 +77,11 @@ impl Array {
                 .to
                 .as_ref()
                 .map(|t| (l(t), s.recorded.load(Ordering::Acquire))),
+            first: s
+                .to
+                .as_ref()
+                .and(s.first())
+                .map(|y| (y as u16, s.first_recorded.load(Ordering::Acquire))),
         }
     }
 

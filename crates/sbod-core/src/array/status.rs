@@ -244,7 +244,15 @@ impl Array {
             let why = if sp.from.contains(&i) && sp.to.is_some() && !into {
                 format!("copy-back from the distributed spare space: row {at} of {rows}")
             } else if !sp.from.contains(&i) && into {
-                format!("being rebuilt into the distributed spare space: row {at} of {rows}")
+                let fb = sp.first_boundary.load(Ordering::Relaxed);
+                match sp.first() {
+                    Some(y) if fb < rows => format!(
+                        "being rebuilt into the distributed spare space, first the stripes that also lost a chunk on slot {y}: row {fb} of {rows}"
+                    ),
+                    _ => format!(
+                        "being rebuilt into the distributed spare space: row {at} of {rows}"
+                    ),
+                }
             } else if sp.from.contains(&i) && s.state == SlotState::Rebuilding {
                 let last = sp.from.last().copied().unwrap_or(i);
                 format!(

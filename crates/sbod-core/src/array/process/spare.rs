@@ -90,6 +90,33 @@ enum Stop {
     Failed(String),
     /// A copy-back's replacement is out.
     TargetOut,
+    /// Another slot went out during a distributed rebuild: its first pass is due.
+    First(usize),
+}
+
+/// Which walk of a distributed rebuild (see `placement::Spared`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    /// Only the rows where the slot spared and the first pass's other slot hold chunks
+    /// of one stripe, moving `first_boundary`.
+    First,
+    /// Every row (but those the first pass moved), moving `boundary`.
+    Main,
+}
+
+/// The slot a distributed rebuild of `target` takes its first pass for: another slot out
+/// (not in service, not spared), the one out first.
+fn first_candidate(st: &State, sp: &crate::placement::Spared, target: usize) -> Option<usize> {
+    (0..st.slots.len())
+        .filter(|&i| i != target && st.slots[i].state != SlotState::Active && !sp.involves(i))
+        .min_by_key(|&i| st.slots[i].out.map_or(0, |o| o.event))
+}
+
+/// The first pass done: flushed, and its end recorded.
+async fn dp_flush_and_record(a: &Array, sp: &crate::placement::Spared, rows: u64) -> Result<()> {
+    a.dp().flush().await?;
+    a.record_spares(|| sp.first_recorded.store(rows, Ordering::Release))
+        .await
 }
 
 /// The chunks of rows `rows` whose place differs between the lists `from` and `to`, in row
@@ -308,6 +335,119 @@ impl Array {
             "{}",
             if copyback { "copy-back from the distributed spare space" } else { "distributed rebuild into the spare space" }
         );
+        // The first pass (docs/ENGINE.md, "Order"): while another slot is out, the
+        // stripes that lost a chunk on both are rebuilt before the rest. Resumed if one
+        // was recorded; started now if a slot is out already.
+        let mut pass = Pass::Main;
+        if !copyback {
+            if sp.first().is_none() {
+                let st = self.dp().state.load_full();
+                if let Some(y) = first_candidate(&st, &sp, target) {
+                    self.begin_first(&sp, y).await?;
+                }
+            }
+            if sp.first().is_some() && sp.first_boundary.load(Ordering::Acquire) < rows {
+                pass = Pass::First;
+            }
+        }
+        let stop = loop {
+            match self
+                .spare_pass(handle, &sp, &to, rows, pass, copyback, target)
+                .await?
+            {
+                None if pass == Pass::First => {
+                    // Durable and recorded at once: every stripe that lost two chunks is
+                    // back to one.
+                    dp_flush_and_record(self, &sp, rows).await?;
+                    tracing::info!(array = %self.dp().name, slot = target, "distributed rebuild: the stripes that lost two chunks are back to one; the rest follows");
+                    pass = Pass::Main;
+                }
+                None => break None,
+                Some(Stop::First(y)) => {
+                    self.begin_first(&sp, y).await?;
+                    pass = Pass::First;
+                }
+                Some(s) => break Some(s),
+            }
+        };
+        match stop {
+            Some(Stop::Quit) => return Ok(()),
+            Some(Stop::Failed(why)) => return Err(Error::Failed(why.into())),
+            Some(Stop::TargetOut) => {
+                // The replacement failed (or went): the rows copied back lose their copy
+                // on it, which their stripes' parity still has. The slot is simply out
+                // again, as before the copy-back, and is spared anew from the start.
+                tracing::warn!(array = %self.dp().name, slot = target, "copy-back stopped: its member is out");
+                let _g = self.mgmt.lock().await;
+                self.dp().map.set_spared(to.clone(), None, 0);
+                let mut new = (*self.dp().state.load_full()).clone();
+                self.decide_failed(&mut new);
+                let lost = self.commit(new).await;
+                drop(_g);
+                for m in lost {
+                    self.fail_member(&m, OutReason::MetadataWrite).await;
+                }
+                return Ok(());
+            }
+            // Taken by the loop above.
+            Some(Stop::First(_)) | None => {}
+        }
+        handle.done.store(rows * chunk, Ordering::Relaxed);
+        // Every row moved (and durable): `to` is the list, and a slot copied back is in
+        // service.
+        self.dp().flush().await?;
+        let _g = self.mgmt.lock().await;
+        self.dp().map.set_spared(to.clone(), None, 0);
+        let mut new = (*self.dp().state.load_full()).clone();
+        let s = &mut new.slots[target];
+        if copyback && s.state == SlotState::Rebuilding {
+            s.state = SlotState::Active;
+            s.out = None;
+            s.note = None;
+            s.bitmap_recovery = false;
+            s.recovery = Arc::new(AtomicU64::new(g.member_size));
+        }
+        // A hot spare, if any, takes the slot now spared: copied back at once.
+        self.take_spares(&mut new);
+        self.decide_failed(&mut new);
+        let lost = self.commit(new).await;
+        drop(_g);
+        tracing::info!(array = %self.dp().name, slot = target, "{}", if copyback { "copy-back complete" } else { "distributed rebuild complete: full redundancy" });
+        for m in lost {
+            self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
+        self.kick();
+        Ok(())
+    }
+
+    /// Start the first pass for slot `y` (at the boundary: the rows below it are moved
+    /// already), recorded before it moves.
+    async fn begin_first(&self, sp: &crate::placement::Spared, y: usize) -> Result<()> {
+        tracing::info!(array = %self.dp().name, slot = y, "distributed rebuild: the stripes that also lost a chunk on slot {y} first");
+        let b = sp.boundary.load(Ordering::Acquire);
+        sp.first_recorded
+            .store(sp.recorded.load(Ordering::Acquire), Ordering::Release);
+        sp.first_boundary.store(b, Ordering::Release);
+        sp.first_slot.store(y, Ordering::Release);
+        self.record_spares(|| {}).await
+    }
+
+    /// One walk of the transition `sp` (see the module's steps): `pass` says which rows
+    /// and which boundary. Returns why it stopped before the last row (None: it got there).
+    #[allow(clippy::too_many_arguments)]
+    async fn spare_pass(
+        self: &Arc<Self>,
+        handle: &super::ProcessHandle,
+        sp: &Arc<crate::placement::Spared>,
+        to: &[usize],
+        rows: u64,
+        pass: Pass,
+        copyback: bool,
+        target: usize,
+    ) -> Result<Option<Stop>> {
+        let g = self.dp().geometry.clone();
+        let chunk = g.chunk as u64;
+        let from = sp.from.clone();
         // Windows of at most 16 MiB a member, and at least 16 of them: the boundary moves
         // often enough for a small array to show its progress (and be cut anywhere).
         let window = (WINDOW_BYTES / chunk).min(rows.div_ceil(16)).max(1);
@@ -317,6 +457,18 @@ impl Array {
         let mut throttle = Throttle::new();
         let mut room = Room::new(self, self.dp().state.load().slots.len());
         let mut last_record = Instant::now();
+        // The boundary this pass moves (and records), and the rows whose chunks it moves:
+        // the first pass's rows; the main pass passes over those the first pass moved.
+        let (boundary, recorded) = match pass {
+            Pass::First => (&sp.first_boundary, &sp.first_recorded),
+            Pass::Main => (&sp.boundary, &sp.recorded),
+        };
+        let first_end = sp.first_boundary.load(Ordering::Acquire);
+        let keep = |row: u64| match pass {
+            Pass::First => dp.map.first_pass_row(sp, row),
+            Pass::Main => !(row < first_end && dp.map.first_pass_row(sp, row)),
+        };
+        let watch_first = pass == Pass::Main && !copyback && sp.first().is_none();
         // The windows locked, in row order (the first ends at the next boundary), the
         // chunks not yet issued (row order), and those in flight (with their window's
         // sequence number: `first` is the front window's).
@@ -324,7 +476,7 @@ impl Array {
         let mut first: u64 = 0;
         let mut queued: VecDeque<(u64, Move)> = VecDeque::new();
         let mut flying = FuturesUnordered::new();
-        let mut next_row = sp.boundary.load(Ordering::Acquire);
+        let mut next_row = boundary.load(Ordering::Acquire);
         let mut stop: Option<Stop> = None;
         loop {
             // The front windows whose chunks are all written: the boundary moves past each
@@ -339,8 +491,8 @@ impl Array {
                     dp.flush().await?;
                     let st = self.dp().state.load_full();
                     self.record_spares(|| {
-                        sp.boundary.store(w.end, Ordering::Release);
-                        sp.recorded.store(w.end, Ordering::Release);
+                        boundary.store(w.end, Ordering::Release);
+                        recorded.store(w.end, Ordering::Release);
                         st.slots[target]
                             .recovery
                             .store((w.end * chunk).min(g.member_size), Ordering::Release);
@@ -352,20 +504,22 @@ impl Array {
                     // parity again, as the stripes held them. Recorded every few seconds,
                     // flushed first: the boundary recorded is the one before the flush, so
                     // it covers only windows whose writes had all completed.
-                    sp.boundary.store(w.end, Ordering::Release);
+                    boundary.store(w.end, Ordering::Release);
                     if last_record.elapsed() > Duration::from_secs(2) {
                         dp.flush().await?;
-                        self.record_spares(|| sp.recorded.store(w.end, Ordering::Release))
+                        self.record_spares(|| recorded.store(w.end, Ordering::Release))
                             .await?;
                         last_record = Instant::now();
                     }
                 }
                 drop(w.guards);
-                handle.done.store(w.end * chunk, Ordering::Relaxed);
+                if pass == Pass::Main {
+                    handle.done.store(w.end * chunk, Ordering::Relaxed);
+                }
                 throttle.pace(self, w.bytes).await;
             }
             if stop.is_none() {
-                stop = self.spare_stop(handle, copyback, target);
+                stop = self.spare_stop(handle, copyback, target, watch_first);
             }
             // Issue: the queued chunks, then the next window (locked in row order behind
             // those already held), while fewer than IN_FLIGHT chunks and `SBOD_DECL_WINDOWS`
@@ -389,7 +543,12 @@ impl Array {
                         }
                     }
                     let seq = first + wins.len() as u64;
-                    let moves = window_moves(d, &g, next_row..end, &from, &to);
+                    let mut moves = window_moves(d, &g, next_row..end, &from, to);
+                    if pass == Pass::First || sp.first().is_some() {
+                        let rows_kept: std::collections::HashSet<u64> =
+                            (next_row..end).filter(|&r| keep(r)).collect();
+                        moves.retain(|m| rows_kept.contains(&m.addr.stripe));
+                    }
                     wins.push_back(Window {
                         end,
                         guards,
@@ -420,53 +579,7 @@ impl Array {
         // Windows left locked when stopped: never finished, their rows stay above the
         // boundary (moved again at the next start).
         drop(wins);
-        match stop {
-            Some(Stop::Quit) => return Ok(()),
-            Some(Stop::Failed(why)) => return Err(Error::Failed(why.into())),
-            Some(Stop::TargetOut) => {
-                // The replacement failed (or went): the rows copied back lose their copy
-                // on it, which their stripes' parity still has. The slot is simply out
-                // again, as before the copy-back, and is spared anew from the start.
-                tracing::warn!(array = %self.dp().name, slot = target, "copy-back stopped: its member is out");
-                let _g = self.mgmt.lock().await;
-                self.dp().map.set_spared(to.clone(), None, 0);
-                let mut new = (*self.dp().state.load_full()).clone();
-                self.decide_failed(&mut new);
-                let lost = self.commit(new).await;
-                drop(_g);
-                for m in lost {
-                    self.fail_member(&m, OutReason::MetadataWrite).await;
-                }
-                return Ok(());
-            }
-            None => {}
-        }
-        handle.done.store(rows * chunk, Ordering::Relaxed);
-        // Every row moved (and durable): `to` is the list, and a slot copied back is in
-        // service.
-        self.dp().flush().await?;
-        let _g = self.mgmt.lock().await;
-        self.dp().map.set_spared(to.clone(), None, 0);
-        let mut new = (*self.dp().state.load_full()).clone();
-        let s = &mut new.slots[target];
-        if copyback && s.state == SlotState::Rebuilding {
-            s.state = SlotState::Active;
-            s.out = None;
-            s.note = None;
-            s.bitmap_recovery = false;
-            s.recovery = Arc::new(AtomicU64::new(g.member_size));
-        }
-        // A hot spare, if any, takes the slot now spared: copied back at once.
-        self.take_spares(&mut new);
-        self.decide_failed(&mut new);
-        let lost = self.commit(new).await;
-        drop(_g);
-        tracing::info!(array = %self.dp().name, slot = target, "{}", if copyback { "copy-back complete" } else { "distributed rebuild complete: full redundancy" });
-        for m in lost {
-            self.fail_member(&m, OutReason::MetadataWrite).await;
-        }
-        self.kick();
-        Ok(())
+        Ok(stop)
     }
 
     /// Whether the transition must stop now, and why.
@@ -475,6 +588,7 @@ impl Array {
         handle: &super::ProcessHandle,
         copyback: bool,
         target: usize,
+        watch_first: bool,
     ) -> Option<Stop> {
         if handle.cancelled() || self.dp().closing.load(Ordering::Acquire) {
             return Some(Stop::Quit);
@@ -485,6 +599,9 @@ impl Array {
         }
         if copyback && st.slots[target].state != SlotState::Rebuilding {
             return Some(Stop::TargetOut);
+        }
+        if watch_first {
+            return first_candidate(&st, &self.dp().map.spared(), target).map(Stop::First);
         }
         None
     }
