@@ -328,22 +328,7 @@ fn power_cuts_during_the_first_pass() {
     rt(2).block_on(async {
         for trial in 0..iters(4) {
             let what = |p: &str| format!("trial {trial} {p} (SBOD_TORTURE_SEED={seed0})");
-            let supply = PowerSupply::new();
-            let devs = power_members(blank(MEMBERS), &supply, Duration::from_micros(20), |_| {
-                rng.next()
-            });
-            let a = Array::create(dspec(), specs(&devs)).await.unwrap();
-            let mut m = Blocks {
-                base: rng.next() | 1,
-                over: BTreeMap::new(),
-            };
-            let blocks = a.size() / BLOCK;
-            for first in (0..blocks).step_by(64) {
-                let x: Vec<u8> = (first..first + 64).flat_map(|b| m.expect(b)).collect();
-                a.write(first * BLOCK, AlignedBuf::from_slice(&x), true)
-                    .await
-                    .unwrap();
-            }
+            let (supply, devs, a, mut m) = written_on_power(&rng).await;
             let x = rng.below(MEMBERS as u64) as usize;
             let y = (x + 1 + rng.below(MEMBERS as u64 - 1) as usize) % MEMBERS;
             throttle(&a, 4 << 20);
@@ -356,12 +341,7 @@ fn power_cuts_during_the_first_pass() {
             a.abandon().await;
             drop(a);
             // Both disks are gone.
-            let devs: Vec<(String, Arc<PowerCutDev>)> = devs
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != x && *i != y)
-                .map(|(i, d)| (format!("m{i}"), d.clone()))
-                .collect();
+            let devs = named_but(&devs, &[x, y]);
             let (a, _devs) = after_cut(&devs, &rng).await;
             mid += a.placement().spared().first().is_some() as u64;
             check_blocks(
@@ -492,6 +472,39 @@ fn specs_of(devs: &[(String, Arc<PowerCutDev>)]) -> Vec<MemberSpec> {
     devs.iter().map(|(_, d)| one(d)).collect()
 }
 
+/// An array on members that lose what was not flushed when the power is cut, every
+/// block written (FUA) with the model's pattern.
+async fn written_on_power(
+    rng: &Rng,
+) -> (Arc<PowerSupply>, Vec<Arc<PowerCutDev>>, Arc<Array>, Blocks) {
+    let supply = PowerSupply::new();
+    let devs = power_members(blank(MEMBERS), &supply, Duration::from_micros(20), |_| {
+        rng.next()
+    });
+    let a = Array::create(dspec(), specs(&devs)).await.unwrap();
+    let m = Blocks {
+        base: rng.next() | 1,
+        over: BTreeMap::new(),
+    };
+    let blocks = a.size() / BLOCK;
+    for first in (0..blocks).step_by(64) {
+        let x: Vec<u8> = (first..first + 64).flat_map(|b| m.expect(b)).collect();
+        a.write(first * BLOCK, AlignedBuf::from_slice(&x), true)
+            .await
+            .unwrap();
+    }
+    (supply, devs, a, m)
+}
+
+/// The members with their names, but those in `gone` (their disks taken away).
+fn named_but(devs: &[Arc<PowerCutDev>], gone: &[usize]) -> Vec<(String, Arc<PowerCutDev>)> {
+    devs.iter()
+        .enumerate()
+        .filter(|(i, _)| !gone.contains(i))
+        .map(|(i, d)| (format!("m{i}"), d.clone()))
+        .collect()
+}
+
 /// After a cut: assembled (forced past the write hole where the cut left dirty regions
 /// that a member out must be rebuilt from: every write was acknowledged before the cut,
 /// so parity holds).
@@ -530,22 +543,7 @@ fn power_cuts_during_the_distributed_rebuild_and_the_copy_back() {
     rt(2).block_on(async {
         for trial in 0..iters(6) {
             let what = |p: &str| format!("trial {trial} {p} (SBOD_TORTURE_SEED={seed0})");
-            let supply = PowerSupply::new();
-            let devs = power_members(blank(MEMBERS), &supply, Duration::from_micros(20), |_| {
-                rng.next()
-            });
-            let a = Array::create(dspec(), specs(&devs)).await.unwrap();
-            let mut m = Blocks {
-                base: rng.next() | 1,
-                over: BTreeMap::new(),
-            };
-            let blocks = a.size() / BLOCK;
-            for first in (0..blocks).step_by(64) {
-                let x: Vec<u8> = (first..first + 64).flat_map(|b| m.expect(b)).collect();
-                a.write(first * BLOCK, AlignedBuf::from_slice(&x), true)
-                    .await
-                    .unwrap();
-            }
+            let (supply, devs, a, mut m) = written_on_power(&rng).await;
             // The distributed rebuild of a random member, cut at a random point.
             let x = rng.below(MEMBERS as u64) as usize;
             throttle(&a, 4 << 20);
@@ -556,12 +554,7 @@ fn power_cuts_during_the_distributed_rebuild_and_the_copy_back() {
             a.abandon().await;
             drop(a);
             // The failed disk is gone.
-            let devs: Vec<(String, Arc<PowerCutDev>)> = devs
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != x)
-                .map(|(i, d)| (format!("m{i}"), d.clone()))
-                .collect();
+            let devs = named_but(&devs, &[x]);
             let (a, devs) = after_cut(&devs, &rng).await;
             mid[0] += spared(&a).1 as u64;
             check_blocks(&a, &m, &what(&format!("cut while m{x} was spared"))).await;
