@@ -218,6 +218,49 @@ impl Codec {
         Ok(())
     }
 
+    /// [`Codec::encode`] a slice at a time: the parity of bytes `[a, b)` of every shard
+    /// (`slice` bytes each, the last one shorter), then `after(a, data, parity)` with those
+    /// bytes of the data and of the new parity, while they are still in the core's cache.
+    /// The parity is written with cached stores, for a caller that reads it at once (the
+    /// checksum of every block written, fused with the parity pass: one trip of the stripe
+    /// through the cache instead of three). The parity is identical to `encode`'s.
+    pub fn encode_slices(
+        &self,
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+        slice: usize,
+        mut after: impl FnMut(usize, &[&[u8]], &[&[u8]]),
+    ) -> Result<(), CodecError> {
+        self.check_encode_shape(data, parity)?;
+        if slice == 0 {
+            return Err(CodecError::Shape);
+        }
+        let len = data[0].len();
+        // The parity still to do, split off a slice at a time (no allocation per slice).
+        let mut rest: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut **p).collect();
+        let mut outs: Vec<&mut [u8]> = Vec::with_capacity(self.m);
+        let mut ds: Vec<&[u8]> = Vec::with_capacity(self.k);
+        let mut ps: Vec<&[u8]> = Vec::with_capacity(self.m);
+        let mut a = 0;
+        while a < len {
+            let b = (a + slice).min(len);
+            ds.clear();
+            ds.extend(data.iter().map(|d| &d[a..b]));
+            outs.clear();
+            for r in rest.iter_mut() {
+                let (head, tail) = std::mem::take(r).split_at_mut(b - a);
+                *r = tail;
+                outs.push(head);
+            }
+            self.enc.run(&ds, &mut outs, Mode::Set);
+            ps.clear();
+            ps.extend(outs.drain(..).map(|h| &*h));
+            after(a, &ds, &ps);
+            a = b;
+        }
+        Ok(())
+    }
+
     /// [`Codec::encode`] with the byte range split over up to `threads` threads (scoped
     /// threads, started for this call; slices of at least [`PAR_MIN_BYTES`] per shard, so
     /// small stripes stay on the calling thread). The result is identical to `encode`.

@@ -34,7 +34,7 @@
 use crate::buf::AlignedBuf;
 use crate::dev::{self, BlockDev, IoClass};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -107,7 +107,7 @@ pub(crate) fn vouches(cur: u32, t: u32, zt: u32, zeroed: bool) -> bool {
 /// The tag of the 4 KiB `data` at member block `block` (member data offset / 4096).
 pub fn tag(block: u64, data: &[u8]) -> u32 {
     debug_assert_eq!(data.len() as u64, BLOCK);
-    nonzero(crc(data) ^ mix(block))
+    tag_of_crc(block, crc(data))
 }
 
 /// The tag of a block of zeros at `block`.
@@ -291,7 +291,11 @@ impl MemberTags {
     pub fn with_capacity(bytes: u64) -> MemberTags {
         let blocks = (bytes / TAG_BLOCK as u64).max(SHARDS as u64) as usize;
         MemberTags {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            // Fx, not SipHash: the keys are tag block numbers (no hostile input), looked up
+            // twice per member write.
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
             cap: blocks.div_ceil(SHARDS),
             stats: CacheStats::default(),
             gone: AtomicU64::new(0),
@@ -621,6 +625,7 @@ impl MemberTags {
         let len = match &new {
             NewTags::Data(d) => d.len() as u64,
             NewTags::Zeros(n) => *n,
+            NewTags::Crcs(c) => c.len() as u64 * BLOCK,
         };
         let mut b = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
@@ -628,29 +633,38 @@ impl MemberTags {
             let idx = b / TAGS_PER_BLOCK;
             let blk = self.block(dev, layout, idx).await?;
             let stop = end.min((idx + 1) * TAGS_PER_BLOCK);
-            // The sums first, outside the lock readers take.
-            let tags: Vec<u32> = (b..stop)
-                .map(|x| match &new {
-                    NewTags::Data(d) => {
-                        let at = ((x - off / BLOCK) * BLOCK) as usize;
-                        tag(x, &d[at..at + BLOCK as usize])
-                    }
-                    NewTags::Zeros(_) => zero_tag(x),
-                })
-                .collect();
-            let mut alts = blk.alts.lock();
-            alts.0.reserve(tags.len());
-            for (x, t) in (b..stop).zip(tags) {
-                let i = (x % TAGS_PER_BLOCK) as usize;
-                let old = blk.tags[i].swap(t, Ordering::AcqRel);
-                // Writes to a block are ordered by its stripe lock: one in flight at most
-                // (more old tags only after writes that failed).
-                alts.0.push((i as u16, old));
+            // In runs of at most `RUN` blocks, summed on the stack (no allocation per
+            // write), each run's sums first, outside the lock readers take.
+            const RUN: u64 = 64;
+            let mut at = b;
+            while at < stop {
+                let run_end = stop.min(at + RUN);
+                let mut tags = [0u32; RUN as usize];
+                for (x, t) in (at..run_end).zip(tags.iter_mut()) {
+                    *t = match &new {
+                        NewTags::Data(d) => {
+                            let o = ((x - off / BLOCK) * BLOCK) as usize;
+                            tag(x, &d[o..o + BLOCK as usize])
+                        }
+                        NewTags::Zeros(_) => zero_tag(x),
+                        NewTags::Crcs(c) => tag_of_crc(x, c[(x - off / BLOCK) as usize]),
+                    };
+                }
+                let mut alts = blk.alts.lock();
+                alts.0.reserve((run_end - at) as usize);
+                for (x, &t) in (at..run_end).zip(tags.iter()) {
+                    let i = (x % TAGS_PER_BLOCK) as usize;
+                    let old = blk.tags[i].swap(t, Ordering::AcqRel);
+                    // Writes to a block are ordered by its stripe lock: one in flight at
+                    // most (more old tags only after writes that failed).
+                    alts.0.push((i as u16, old));
+                }
+                blk.nalts.store(alts.0.len(), Ordering::Release);
+                blk.gen.fetch_add(1, Ordering::AcqRel);
+                blk.dirty.store(true, Ordering::Release);
+                drop(alts);
+                at = run_end;
             }
-            blk.nalts.store(alts.0.len(), Ordering::Release);
-            blk.gen.fetch_add(1, Ordering::AcqRel);
-            blk.dirty.store(true, Ordering::Release);
-            drop(alts);
             b = stop;
         }
         Ok(TagWrite { off, len })
@@ -824,6 +838,14 @@ impl ReadCheck {
 pub enum NewTags<'a> {
     Data(&'a [u8]),
     Zeros(u64),
+    /// The [`crc`] of each 4 KiB block of the data written, taken by the caller while it
+    /// had the data in cache (the parity write's fused pass, see `family::parity`).
+    Crcs(&'a [u32]),
+}
+
+/// The tag of a block at `block` whose [`crc`] is `crc`: what [`tag`] gives for its data.
+pub fn tag_of_crc(block: u64, crc: u32) -> u32 {
+    nonzero(crc ^ mix(block))
 }
 
 /// A write's tags, set before it is issued; [`MemberTags::settle`] settles them.

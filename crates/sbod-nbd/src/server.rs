@@ -1218,26 +1218,50 @@ where
             _ => 1,
         }
         .min(most);
-        let held = tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            h = async {
-                let c = budget.clone().acquire_many_owned(cost).await;
-                let a = shared.budget.clone().acquire_many_owned(cost).await;
-                (c, a)
-            } => {
-                let (Ok(c), Ok(a)) = h else { break };
-                stats.inflight_bytes.fetch_add(cost as u64, Relaxed);
-                Held { _conn: c, _all: a, stats: stats.clone(), bytes: cost as u64 }
-            }
+        // The fast path first: budget to spare takes no waiting (so no wait for a stop
+        // either: a `changed()` future per request measured as a few percent of the
+        // server's CPU on 4 KiB writes).
+        let fast = match (
+            budget.clone().try_acquire_many_owned(cost),
+            shared.budget.clone().try_acquire_many_owned(cost),
+        ) {
+            (Ok(c), Ok(a)) => Some((c, a)),
+            _ => None,
+        };
+        let (c, a) = match fast {
+            Some(x) => x,
+            None => tokio::select! {
+                biased;
+                _ = stop.changed() => break,
+                h = async {
+                    let c = budget.clone().acquire_many_owned(cost).await;
+                    let a = shared.budget.clone().acquire_many_owned(cost).await;
+                    (c, a)
+                } => {
+                    let (Ok(c), Ok(a)) = h else { break };
+                    (c, a)
+                }
+            },
+        };
+        stats.inflight_bytes.fetch_add(cost as u64, Relaxed);
+        let held = Held {
+            _conn: c,
+            _all: a,
+            stats: stats.clone(),
+            bytes: cost as u64,
         };
         let mut payload = None;
         if req.kind == CMD_WRITE {
             let mut buf = neg.export.alloc(req.length as usize);
-            let got = tokio::select! {
-                biased;
-                _ = stop.changed() => break,
-                x = read_within(&mut r, buf.as_mut(), limits.io_timeout) => x,
+            let got = if r.buffer().len() >= buf.as_ref().len() {
+                // Already here: nothing to wait for.
+                Ok(r.read_exact(buf.as_mut()).await)
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = stop.changed() => break,
+                    x = read_within(&mut r, buf.as_mut(), limits.io_timeout) => x,
+                }
             };
             match got {
                 Err(_) => {
@@ -1570,9 +1594,22 @@ where
             }
             w.flush().await
         };
-        timeout(io_timeout, batch)
-            .await
-            .map_err(|_| timed_out("the client did not take its replies in time"))??;
+        // A batch the socket takes at once needs no timer (arming and disarming one per
+        // batch showed in the profile of 4 KiB writes); one that waits gets its deadline.
+        let mut batch = std::pin::pin!(batch);
+        let first_try = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match batch.as_mut().poll(cx) {
+                std::task::Poll::Ready(r) => Some(r),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await;
+        match first_try {
+            Some(r) => r?,
+            None => timeout(io_timeout, batch)
+                .await
+                .map_err(|_| timed_out("the client did not take its replies in time"))??,
+        }
     }
     w.flush().await?;
     let _ = w.shutdown().await;

@@ -310,6 +310,8 @@ fn rounds_of(targets: Vec<Target>, max: u64) -> Vec<(Vec<Target>, Vec<log::Write
                     member: t.member.clone(),
                     offset: t.offset + at as u64,
                     buf: t.buf.slice(at..end),
+                    // A piece of a buffer: its write sums it.
+                    crcs: None,
                 }
             })
             .collect();
@@ -326,6 +328,10 @@ pub(crate) struct Target {
     pub member: Arc<Member>,
     pub offset: u64,
     pub buf: SharedBuf,
+    /// The crc32c of each 4 KiB block of `buf`, where the caller took them while the
+    /// bytes were in cache (a full-stripe write's fused parity and checksum pass); else
+    /// the member write sums `buf` itself.
+    pub crcs: Option<Arc<[u32]>>,
 }
 
 pub(crate) fn slice_of(b: &SharedBuf) -> &[u8] {
@@ -514,6 +520,20 @@ impl DataPath {
         fua: bool,
         class: IoClass,
     ) -> io::Result<()> {
+        self.mwrite_summed(m, off, buf, None, fua, class).await
+    }
+
+    /// [`DataPath::mwrite`] with the crc32c of each 4 KiB block of `buf` given (taken by
+    /// the caller while the bytes were in cache), where the caller has them.
+    pub(crate) async fn mwrite_summed(
+        &self,
+        m: &Arc<Member>,
+        off: u64,
+        buf: SharedBuf,
+        crcs: Option<&[u32]>,
+        fua: bool,
+        class: IoClass,
+    ) -> io::Result<()> {
         m.stats.writes.fetch_add(1, Ordering::Relaxed);
         let len = buf.len() as u64;
         m.stats.write_bytes.fetch_add(len, Ordering::Relaxed);
@@ -531,8 +551,13 @@ impl DataPath {
             // A process writing forward through the member (a rebuild's target).
             m.tags.read_ahead(&m.dev, layout, off).await;
         }
-        // SAFETY: the buffer is not written while it is being written to the member.
-        let new = crate::integrity::NewTags::Data(unsafe { buf.as_slice() });
+        let new = match crcs {
+            Some(c) if c.len() as u64 * crate::integrity::BLOCK == len => {
+                crate::integrity::NewTags::Crcs(c)
+            }
+            // SAFETY: the buffer is not written while it is being written to the member.
+            _ => crate::integrity::NewTags::Data(unsafe { buf.as_slice() }),
+        };
         let tags = self.tags_begin_write(m, off, new).await?;
         let r = dev::write_at(&m.dev, self.member_off(off), buf, fua, class).await;
         self.tags_end_write(m, tags, r.is_ok()).await;
@@ -753,7 +778,9 @@ impl DataPath {
 
     async fn write_now(&self, targets: Vec<Target>, fua: bool, class: IoClass) -> Written {
         let futs = targets.into_iter().map(|t| async move {
-            let r = self.mwrite(&t.member, t.offset, t.buf, fua, class).await;
+            let r = self
+                .mwrite_summed(&t.member, t.offset, t.buf, t.crcs.as_deref(), fua, class)
+                .await;
             (t.member, t.offset, r)
         });
         let mut out = Written::default();

@@ -149,6 +149,7 @@ async fn write_chunk(
             member: m.clone(),
             offset: moff,
             buf: src.clone(),
+            crcs: None,
         })
         .collect();
     if targets.is_empty() {

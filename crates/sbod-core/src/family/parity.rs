@@ -283,6 +283,28 @@ impl Parity {
         self.codec.encode(&dr, &mut p).map_err(codec_err)
     }
 
+    /// [`Parity::encode`], and the crc32c of every 4 KiB block of each data and parity
+    /// shard (codec order), taken in the same pass: the parity of one block row, then the
+    /// sums of that row's blocks while they are in the core's cache (the checksums of a
+    /// full-stripe write otherwise read the stripe again from memory, the parity twice
+    /// as the codec streams it past the cache). Rows are whole blocks (the caller checks).
+    fn encode_summed(&self, rows: &[SharedBuf], parity: &[SharedBuf]) -> Result<Vec<Arc<[u32]>>> {
+        let dr: Vec<&[u8]> = rows.iter().map(slice_of).collect();
+        let mut p: Vec<&mut [u8]> = parity.iter().map(slice_mut).collect();
+        let blocks = dr.first().map_or(0, |d| d.len()) / BLOCK as usize;
+        let mut sums: Vec<Vec<u32>> = (0..rows.len() + parity.len())
+            .map(|_| Vec::with_capacity(blocks))
+            .collect();
+        self.codec
+            .encode_slices(&dr, &mut p, BLOCK as usize, |_, ds, ps| {
+                for (s, b) in sums.iter_mut().zip(ds.iter().chain(ps)) {
+                    s.push(crate::integrity::crc(b));
+                }
+            })
+            .map_err(codec_err)?;
+        Ok(sums.into_iter().map(Arc::from).collect())
+    }
+
     /// Write new data into one stripe: plan, then execute.
     async fn write_stripe(
         &self,
@@ -392,13 +414,21 @@ impl Parity {
             .map(|_| AlignedBuf::for_overwrite(rl).into_shared())
             .collect();
         let mut from_data = plan.from_data;
+        // The crc32c of every block of each shard written, where the encode took them.
+        let mut sums: Option<Vec<Arc<[u32]>>> = None;
         let done = match plan.strategy {
             Strategy::Full => {
                 let data: Vec<SharedBuf> = by_index
                     .iter()
                     .map(|d| d.expect("full").src.clone())
                     .collect();
-                self.encode(&data, &parity)?;
+                let aligned = (r0.is_multiple_of(BLOCK) && (rl as u64).is_multiple_of(BLOCK))
+                    && new.iter().all(|d| d.chunk_off == r0 && d.src.len() == rl);
+                if dp.integrity.is_some() && aligned {
+                    sums = Some(self.encode_summed(&data, &parity)?);
+                } else {
+                    self.encode(&data, &parity)?;
+                }
                 true
             }
             Strategy::ReadModifyWrite => {
@@ -416,6 +446,7 @@ impl Parity {
         let mut undo: Option<Vec<Target>> = None;
         let mut targets = Vec::new();
         // `buf` to every member that takes writes for `shard`, at `off` in the chunk.
+        let sum_of = |shard: usize| sums.as_ref().map(|s| s[shard].clone());
         let push = |out: &mut Vec<Target>, shard: usize, off: u64, buf: &SharedBuf| {
             let slot = slot_of(shard);
             for mem in st.slots[slot].write_targets() {
@@ -424,6 +455,7 @@ impl Parity {
                     member: mem.clone(),
                     offset: base + off,
                     buf: buf.clone(),
+                    crcs: sum_of(shard),
                 });
             }
         };

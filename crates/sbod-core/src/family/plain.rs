@@ -72,14 +72,15 @@ async fn write_run(
         read_direct(dp, run.slot, run.moff + p.at as u64, old.clone()).await?;
         p.merge(&src, &old);
     }
-    let st = dp.state.load_full();
-    let targets: Vec<Target> = st.slots[run.slot]
+    // A guard, not a clone of the state: nothing here waits while it is held.
+    let targets: Vec<Target> = dp.state.load().slots[run.slot]
         .write_targets()
         .map(|m| Target {
             slot: run.slot,
             member: m.clone(),
             offset: run.moff,
             buf: src.clone(),
+            crcs: None,
         })
         .collect();
     if targets.is_empty() {
