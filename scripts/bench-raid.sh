@@ -94,6 +94,14 @@ while [ $# -gt 0 ]; do
 done
 source scripts/deps.sh
 [ -n "$FILL" ] || { [ -n "$DRIVES" ] && FILL=1 || FILL=0; }
+# Drives in slow motion (slow=K) take K times longer for everything, the owner block's
+# heartbeat included: under a stream a drive's scheduler may hold that read and write back
+# for its aging bound (1 s of the drive's time, K s of the wall's) each, past the lease's
+# patience (half of 5 beats of 1 s), and the lapsed lease refuses writes. The heartbeat
+# runs K times slower with them, unless SBOD_HEARTBEAT_MS is set (docs/LAB.md).
+if [[ ",$DRIVES," =~ ,slow=([0-9]+), ]] && [ -z "${SBOD_HEARTBEAT_MS:-}" ]; then
+  export SBOD_HEARTBEAT_MS=$((1000 * BASH_REMATCH[1]))
+fi
 if [ -z "${SBOD:-}" ]; then
   cargo build --release -q -p sbod
   SBOD=$PWD/target/release/sbod
