@@ -299,7 +299,8 @@ fn live_grid() {
                 continue;
             };
             let row = format!("{} | {} | {}", l.spec, c.phase, c.workload);
-            let measured = c.vs_baseline.as_ref().map(|v| v.bw_bytes);
+            // The ratio of IOPS, as the lab's ideal table takes it (one block size: of bandwidth).
+            let measured = c.vs_baseline.as_ref().map(|v| v.iops);
             match (predict(&l, w, &c.phase), measured) {
                 (Err(e), _) => cannot.push(format!("{row}: {e}")),
                 (Ok(_), None) => cannot.push(format!("{row}: no BASELINE measured")),
