@@ -27,6 +27,8 @@
 #   --dir DIR                   where member files go (default: a temporary folder
 #                               under the repo, i.e. on the repo's disk)
 #   --json-out FILE             also write the summary rows as JSON lines
+#   --reports DIR               keep each level's lab report (bench.json) in DIR, as
+#                               LEVEL.json (scripts/lab-grid.sh compares them to the planner)
 #   --integrity crc32c          checksums of the RAID arrays (crc32c or none; BASELINE has none)
 #   --bitmap-region SIZE        the arrays' write-intent bitmap region (default: sbod's choice
 #                               for the member size)
@@ -57,6 +59,7 @@ WS=1G
 PRECOND=seq
 DIR=
 JSON_OUT=
+REPORTS=
 INTEGRITY=crc32c
 DRIVES=
 REGION=
@@ -78,6 +81,7 @@ while [ $# -gt 0 ]; do
     --precondition) PRECOND=$2; shift 2 ;;
     --dir) DIR=$2; shift 2 ;;
     --json-out) JSON_OUT=$2; shift 2 ;;
+    --reports) REPORTS=$2; shift 2 ;;
     --integrity) INTEGRITY=$2; shift 2 ;;
     --drives) DRIVES=$2; shift 2 ;;
     --bitmap-region) REGION=$2; shift 2 ;;
@@ -90,6 +94,14 @@ while [ $# -gt 0 ]; do
 done
 source scripts/deps.sh
 [ -n "$FILL" ] || { [ -n "$DRIVES" ] && FILL=1 || FILL=0; }
+# Drives in slow motion (slow=K) take K times longer for everything, the owner block's
+# heartbeat included: under a stream a drive's scheduler may hold that read and write back
+# for its aging bound (1 s of the drive's time, K s of the wall's) each, past the lease's
+# patience (half of 5 beats of 1 s), and the lapsed lease refuses writes. The heartbeat
+# runs K times slower with them, unless SBOD_HEARTBEAT_MS is set (docs/LAB.md).
+if [[ ",$DRIVES," =~ ,slow=([0-9]+), ]] && [ -z "${SBOD_HEARTBEAT_MS:-}" ]; then
+  export SBOD_HEARTBEAT_MS=$((1000 * BASH_REMATCH[1]))
+fi
 if [ -z "${SBOD:-}" ]; then
   cargo build --release -q -p sbod
   SBOD=$PWD/target/release/sbod
@@ -153,6 +165,11 @@ for place in "${places[@]}"; do
       tail -20 "$WORK/bench.log" >&2
       exit 1
     }
+    if [ -n "$REPORTS" ]; then
+      mkdir -p "$REPORTS"
+      tag=$place-${level//[:+]/_}${CREATE_ARGS:+-${CREATE_ARGS//[^a-z0-9]/}}
+      cp "$out/bench.json" "$REPORTS/$tag.json"
+    fi
     python3 - "$out/bench.json" "$place" "$level${CREATE_ARGS:+ $CREATE_ARGS}" "$MEMBERS" "${DRIVES:+drives}" >>"$ROWS" <<'PY'
 import json, sys
 rep = json.load(open(sys.argv[1]))

@@ -228,7 +228,11 @@ fn nbd_err(e: sbod_core::Error) -> NbdError {
             tracing::debug!("{msg}");
             NbdError::NoSpc
         }
-        _ => NbdError::Io,
+        // EIO tells the client nothing: the server's log says what failed.
+        e => {
+            tracing::warn!("request failed: {e}");
+            NbdError::Io
+        }
     }
 }
 
