@@ -341,6 +341,8 @@ impl Array {
         let in_flight = IN_FLIGHT
             .max(BLOCKS_IN_FLIGHT * height as usize)
             .min(MAX_IN_FLIGHT);
+        let busy_window = (WINDOW_BYTES / chunk).div_ceil(height).max(1) * height;
+        let busy_windows = crate::tuning::decl_windows();
         let windows = match height {
             1 => crate::tuning::decl_windows(),
             _ => crate::tuning::decl_windows().max(MIN_WINDOWS_TALL),
@@ -410,8 +412,15 @@ impl Array {
                         let _p = permits.await;
                         (seq, self.move_chunk(mv.addr, mv.old, mv.new).await)
                     });
-                } else if wins.len() < windows && next_row < rows {
-                    let end = (next_row + window).min(rows);
+                } else if wins.len() < (if room.busy { busy_windows } else { windows })
+                    && next_row < rows
+                {
+                    // While clients are busy, windows of 16 MiB a member (whole blocks),
+                    // `SBOD_DECL_WINDOWS` of them: a client request to a stripe of a window
+                    // waits until the window is done, and the tall windows above would
+                    // hold half a small array locked.
+                    let span = if room.busy { busy_window } else { window };
+                    let end = (next_row + span).min(rows);
                     let mut guards =
                         Vec::with_capacity(((end - next_row) as usize) * g.groups as usize);
                     for row in next_row..end {
