@@ -66,14 +66,7 @@ const IN_FLIGHT: usize = 64;
 /// with a row height above 1 (where a block's chunks touch only its stripe's members)
 /// every member still has work: each block moves about one chunk a row, and a block's
 /// stripes span a group's members and a spare's.
-const BLOCKS_IN_FLIGHT: usize = 8;
-
-/// Windows under way at least, with a row height above 1 (`SBOD_DECL_WINDOWS` asks for
-/// more): a window's members' shares differ (its blocks' stripes lie on a group's worth of
-/// members each), so a window's busiest member keeps it open while the others go on into
-/// the windows after it. On 48 modelled HDDs of 1 GiB (`slow=8`), 8 windows rebuilt in
-/// 16-17 s where 2 took 22 s (docs/PERFORMANCE.md).
-const MIN_WINDOWS_TALL: usize = 8;
+const BLOCKS_IN_FLIGHT: usize = 6;
 
 /// The most chunks a transition moves at once, whatever the row height.
 const MAX_IN_FLIGHT: usize = 512;
@@ -341,12 +334,7 @@ impl Array {
         let in_flight = IN_FLIGHT
             .max(BLOCKS_IN_FLIGHT * height as usize)
             .min(MAX_IN_FLIGHT);
-        let busy_window = (WINDOW_BYTES / chunk).div_ceil(height).max(1) * height;
-        let busy_windows = crate::tuning::decl_windows();
-        let windows = match height {
-            1 => crate::tuning::decl_windows(),
-            _ => crate::tuning::decl_windows().max(MIN_WINDOWS_TALL),
-        };
+        let windows = crate::tuning::decl_windows();
         let mut throttle = Throttle::new();
         let mut room = Room::new(self, self.dp().state.load().slots.len());
         let mut last_record = Instant::now();
@@ -412,15 +400,8 @@ impl Array {
                         let _p = permits.await;
                         (seq, self.move_chunk(mv.addr, mv.old, mv.new).await)
                     });
-                } else if wins.len() < (if room.busy { busy_windows } else { windows })
-                    && next_row < rows
-                {
-                    // While clients are busy, windows of 16 MiB a member (whole blocks),
-                    // `SBOD_DECL_WINDOWS` of them: a client request to a stripe of a window
-                    // waits until the window is done, and the tall windows above would
-                    // hold half a small array locked.
-                    let span = if room.busy { busy_window } else { window };
-                    let end = (next_row + span).min(rows);
+                } else if wins.len() < windows && next_row < rows {
+                    let end = (next_row + window).min(rows);
                     let mut guards =
                         Vec::with_capacity(((end - next_row) as usize) * g.groups as usize);
                     for row in next_row..end {
