@@ -25,7 +25,9 @@
 #   scripts/bench-declustered.sh --groups 2 --spares 4 --drives none  # tmpfs: CPU-bound
 #
 # Options (defaults): --groups 1 --width 10 --spares 2 --size-each 256M --runtime 3
-#   --drives PROFILE[,OPTS] (hdd-nearline; "none" for plain files) --dir DIR
+#   --drives PROFILE[,OPTS] (hdd-nearline; "none" for plain files; e.g.
+#   hdd-nearline,slow=6,span=size) --dir DIR
+#   --rebuild-only: only the two rebuilds (no copy-back, no clients)
 # Environment: SBOD=path/to/sbod skips the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +38,7 @@ SIZE_EACH=256M
 DRIVES=hdd-nearline
 DIR=
 RUNTIME=3
+REBUILD_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --groups) GROUPS_=$2; shift 2 ;;
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
     --drives) DRIVES=$2; shift 2 ;;
     --dir) DIR=$2; shift 2 ;;
     --runtime) RUNTIME=$2; shift 2 ;;
+    --rebuild-only) REBUILD_ONLY=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -74,6 +78,9 @@ member() { # name -> member path (modelled drive or file)
   if [ "$DRIVES" != none ]; then echo "model:$DRIVES:$WORK/$1.img"; else echo "$WORK/$1.img"; fi
 }
 now() { date +%s.%N; }
+# CPU seconds the server has used (user + system), to tell a drive-bound rebuild from a
+# CPU-bound one (2 cores: near 2 s a second is saturated).
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$SERVER/stat"; }
 serve() { # name
   NAME=$1
   local sock=$WORK/$1.sock
@@ -122,14 +129,16 @@ m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member c$i)"); done
   --size-each "$SIZE_EACH" --assume-clean "${m[@]}" >/dev/null
 serve classic
 wait_optimal classic
-t0=$(now)
+t0=$(now); c0=$(cpu)
 "$SBOD" fail classic "$(member c0)" >/dev/null
 sleep 0.05
 wait_optimal classic
-t1=$(now)
+t1=$(now); c1=$(cpu)
 classic_s=$(python3 -c "print($t1 - $t0)")
+classic_cpu=$(python3 -c "print($c1 - $c0)")
 member_bytes=$("$SBOD" status classic --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["members"][1]["size"])')
-classic_clients=$(clients classic c1)
+classic_clients="0 0 0 0 True"
+[ "$REBUILD_ONLY" = 1 ] || classic_clients=$(clients classic c1)
 unserve
 
 # The declustered array on as many members of the same kind.
@@ -138,19 +147,24 @@ m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member d$i)"); done
   --size-each "$SIZE_EACH" --assume-clean "${m[@]}" >/dev/null
 serve decl
 wait_optimal decl
-t0=$(now)
+t0=$(now); c0=$(cpu)
 "$SBOD" fail decl "$(member d0)" >/dev/null
 sleep 0.05
 wait_optimal decl
-t1=$(now)
+t1=$(now); c1=$(cpu)
 decl_s=$(python3 -c "print($t1 - $t0)")
-# The copy-back onto a replacement (the slot's chunks copied out of the spare space).
-t0=$(now)
-"$SBOD" replace decl "$(member d0)" "$(member r0)" --size "$SIZE_EACH" --wait >/dev/null
-wait_optimal decl
-t1=$(now)
-copy_s=$(python3 -c "print($t1 - $t0)")
-decl_clients=$(clients decl d1)
+decl_cpu=$(python3 -c "print($c1 - $c0)")
+copy_s=0
+decl_clients="0 0 0 0 True"
+if [ "$REBUILD_ONLY" = 0 ]; then
+  # The copy-back onto a replacement (the slot's chunks copied out of the spare space).
+  t0=$(now)
+  "$SBOD" replace decl "$(member d0)" "$(member r0)" --size "$SIZE_EACH" --wait >/dev/null
+  wait_optimal decl
+  t1=$(now)
+  copy_s=$(python3 -c "print($t1 - $t0)")
+  decl_clients=$(clients decl d1)
+fi
 unserve
 
 # A plain write of one member's size to the same file system (the members' raw rate,
@@ -165,9 +179,10 @@ if [ "$DRIVES" = none ]; then
 fi
 
 python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
-  "$classic_s" "$decl_s" "$copy_s" "$raw_s" "$classic_clients" "$decl_clients" <<'EOF'
+  "$classic_s" "$decl_s" "$copy_s" "$raw_s" "$classic_clients" "$decl_clients" \
+  "$classic_cpu" "$decl_cpu" <<'EOF'
 import sys
-n, g, w, s, size, drives, mb, cs, ds, cps, raw, cc, dc = sys.argv[1:]
+n, g, w, s, size, drives, mb, cs, ds, cps, raw, cc, dc, ccpu, dcpu = sys.argv[1:]
 n, g, w, s, mb = int(n), int(g), int(w), int(s), int(mb)
 cs, ds, cps, raw = float(cs), float(ds), float(cps), float(raw)
 d = w - 2
@@ -175,12 +190,16 @@ bound = (n - 1) / (d + 1)
 print(f"time to full redundancy after one failure: {n} members of {size} ({drives})")
 print(f"  raid6 {g} x {w} + {s} hot spares             {cs:8.2f} s  {mb/cs/1e6:8.1f} MB/s of the member")
 print(f"  the same, declustered (distributed rebuild) {ds:8.2f} s  {mb/ds/1e6:8.1f} MB/s of the member")
+print(f"  server CPU during the rebuild: classic {float(ccpu)/cs:.2f}, declustered {float(dcpu)/ds:.2f} cores")
 print(f"  speed-up {cs/ds:.2f} = {cs/ds/bound:.2f} of the bound (N-1)/(D+1) = {bound:.2f}")
-print(f"  declustered copy-back onto a replacement    {cps:8.2f} s  {mb/cps/1e6:8.1f} MB/s")
+if cps > 0:
+    print(f"  declustered copy-back onto a replacement    {cps:8.2f} s  {mb/cps/1e6:8.1f} MB/s")
 if raw > 0:
     print(f"  plain write of one member's size            {raw:8.2f} s  {mb/raw/1e6:8.1f} MB/s")
     print(f"  rebuild rate / raw write rate: classic {raw/cs:.2f}, distributed {raw/ds:.2f}")
 c, dl = cc.split(), dc.split()
+if float(c[0]) == 0:
+    sys.exit(0)
 print("  clients (QD16)                 raid6 groups   declustered   declustered/groups")
 for name, i in (("4K rand read IOPS, nominal", 0), ("1M seq write MB/s, nominal", 1),
                 ("4K rand read IOPS, rebuilding", 2), ("1M seq write MB/s, rebuilding", 3)):

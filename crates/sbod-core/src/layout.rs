@@ -53,6 +53,37 @@ pub struct Geometry {
 pub struct Declustered {
     pub spares: u32,
     pub seed: u64,
+    /// Rows (of one chunk on each member) that share one permutation of the table: the
+    /// stripes of a group stay on the same members for `height` rows, so a survivor's
+    /// share of a lost member's stripes, and the spare space's writes, are runs of
+    /// `height` chunks (OpenZFS dRAID's 16 MiB rows). 1 (one permutation per row) for
+    /// arrays created before it was recorded; new arrays take [`Declustered::height_for`].
+    #[serde(default = "one")]
+    pub height: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Declustered {
+    /// The largest row height: 16 MiB of each member per permutation, as dRAID's rows.
+    pub const MAX_HEIGHT_BYTES: u64 = 16 << 20;
+    /// Permutations a member should see at least, so that each survivor's share of a
+    /// rebuild, and the spare space, stay near the mean on small members too.
+    pub const MIN_PERMUTATIONS: u64 = 256;
+
+    /// The row height a new array of members of `member_size` bytes and chunks of `chunk`
+    /// gets: the largest power of two of rows up to 16 MiB of a member that still leaves
+    /// the member at least [`Declustered::MIN_PERMUTATIONS`] permutations (1 on members
+    /// too small for any more).
+    pub fn height_for(member_size: u64, chunk: u64) -> u32 {
+        let rows = member_size / chunk.max(1);
+        let cap = (Self::MAX_HEIGHT_BYTES / chunk.max(1)).max(1);
+        let want = (rows / Self::MIN_PERMUTATIONS).clamp(1, cap);
+        // The largest power of two at most `want`.
+        (1u64 << (63 - want.leading_zeros())) as u32
+    }
 }
 
 /// The seed of every declustered table this sbod creates.
@@ -192,6 +223,12 @@ impl Geometry {
                     "a declustered layout spans at most 256 members, this one {}",
                     self.members()
                 ));
+            }
+            if self
+                .declustered
+                .is_some_and(|d| d.height == 0 || d.height > 1 << 20)
+            {
+                return Err("a declustered layout's row height is 1 to 2^20 rows".into());
             }
         }
 

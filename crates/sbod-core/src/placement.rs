@@ -29,9 +29,14 @@
 //! `spares` columns are spare space. So addresses stay `(group, stripe)` at one member
 //! offset as in every other layout, and only the slots of a stripe differ from row to row.
 //! The permutations come from a fixed table of [`TABLE_ROWS`] rows drawn from a seed;
-//! row `t` takes table row `t % TABLE_ROWS` with every member number shifted by
-//! `(t / TABLE_ROWS) % n`, so over `TABLE_ROWS * n` rows every member sits in every column
-//! exactly `TABLE_ROWS` times: data, parity and spare space are exactly balanced.
+//! rows come in blocks of `height` (the layout's row height: `Declustered::height`) that
+//! share one permutation, and block `b = t / height` takes table row `b % TABLE_ROWS`
+//! with every member number shifted by `(b / TABLE_ROWS) % n`, so over
+//! `TABLE_ROWS * n` blocks every member sits in every column exactly `TABLE_ROWS *
+//! height` rows: data, parity and spare space are exactly balanced. A height above 1
+//! (dRAID's rows are 16 MiB of a member) makes each member's share of a group's
+//! stripes, and of the spare space, runs of `height` chunks, so a rebuild's reads and
+//! writes stream; arrays created before the height was recorded have 1.
 //!
 //! Shards are numbered in codec order: data `0..k`, then parity `k..k+m`. Mirrors and
 //! concat have one shard per position (a mirror's copies are shards `0..copies`).
@@ -54,6 +59,8 @@ pub struct Decl {
     table: Vec<u16>,
     /// Their inverses: the column of each member.
     inv: Vec<u16>,
+    /// Rows per permutation.
+    height: u64,
 }
 
 /// splitmix64 (Steele, Lea and Flood), written out here rather than taken from a crate:
@@ -68,9 +75,11 @@ fn splitmix64(state: &mut u64) -> u64 {
 }
 
 impl Decl {
-    /// The table for `n` members drawn from `seed` (Fisher-Yates shuffles).
-    pub fn new(n: usize, seed: u64) -> Decl {
+    /// The table for `n` members drawn from `seed` (Fisher-Yates shuffles), `height` rows
+    /// per permutation.
+    pub fn new(n: usize, seed: u64, height: u32) -> Decl {
         assert!((1..=u16::MAX as usize).contains(&n));
+        assert!(height >= 1);
         let mut state = seed ^ (n as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
         let mut table = Vec::with_capacity(TABLE_ROWS * n);
         let mut inv = vec![0u16; TABLE_ROWS * n];
@@ -85,20 +94,36 @@ impl Decl {
             }
             table.extend(p);
         }
-        Decl { n, table, inv }
+        Decl {
+            n,
+            table,
+            inv,
+            height: height as u64,
+        }
+    }
+
+    /// Rows per permutation.
+    pub fn height(&self) -> u64 {
+        self.height
+    }
+
+    /// The member in column `col` of permutation `block` (rows `block * height ..`).
+    fn block_member(&self, block: u64, col: usize) -> usize {
+        let t = (block % TABLE_ROWS as u64) as usize;
+        let shift = ((block / TABLE_ROWS as u64) % self.n as u64) as usize;
+        (self.table[t * self.n + col] as usize + shift) % self.n
     }
 
     /// The member in column `col` of row `row`.
     pub fn member(&self, row: u64, col: usize) -> usize {
-        let t = (row % TABLE_ROWS as u64) as usize;
-        let shift = ((row / TABLE_ROWS as u64) % self.n as u64) as usize;
-        (self.table[t * self.n + col] as usize + shift) % self.n
+        self.block_member(row / self.height, col)
     }
 
     /// The column of member `slot` in row `row` (inverse of [`Decl::member`]).
     pub fn column(&self, row: u64, slot: usize) -> usize {
-        let t = (row % TABLE_ROWS as u64) as usize;
-        let shift = ((row / TABLE_ROWS as u64) % self.n as u64) as usize;
+        let block = row / self.height;
+        let t = (block % TABLE_ROWS as u64) as usize;
+        let shift = ((block / TABLE_ROWS as u64) % self.n as u64) as usize;
         self.inv[t * self.n + (slot + self.n - shift) % self.n] as usize
     }
 
@@ -144,14 +169,16 @@ impl Decl {
         matches!((at(x), at(y)), (Some(a), Some(b)) if a / width == b / width)
     }
 
-    /// The checksum of the map this table gives (recorded in the superblocks): a crc32c
-    /// of the member of every column of the first `TABLE_ROWS + 1` rows (the table, and
-    /// the first shifted row).
+    /// The checksum of the permutations this table gives (recorded in the superblocks): a
+    /// crc32c of the member of every column of the first `TABLE_ROWS + 1` permutations
+    /// (the table, and the first shifted one). The height is recorded beside it, so the
+    /// checksum is the same for every height (and an array of height 1 keeps the one it
+    /// was created with).
     pub fn checksum(&self) -> u32 {
         let mut bytes = Vec::with_capacity((TABLE_ROWS + 1) * self.n * 2);
-        for row in 0..=TABLE_ROWS as u64 {
+        for block in 0..=TABLE_ROWS as u64 {
             for col in 0..self.n {
-                bytes.extend_from_slice(&(self.member(row, col) as u16).to_le_bytes());
+                bytes.extend_from_slice(&(self.block_member(block, col) as u16).to_le_bytes());
             }
         }
         crc32c::crc32c(&bytes)
@@ -318,7 +345,7 @@ impl Placement {
             starts,
             decl: geometry
                 .declustered
-                .map(|d| Arc::new(Decl::new(geometry.members(), d.seed))),
+                .map(|d| Arc::new(Decl::new(geometry.members(), d.seed, d.height))),
             spared: Default::default(),
         }
     }
@@ -744,14 +771,59 @@ mod tests {
     }
 
     fn declustered(level: Level, width: u32, groups: u32, spares: u32, rows: u64) -> Geometry {
+        declustered_h(level, width, groups, spares, rows, 1)
+    }
+
+    fn declustered_h(
+        level: Level,
+        width: u32,
+        groups: u32,
+        spares: u32,
+        rows: u64,
+        height: u32,
+    ) -> Geometry {
         Geometry {
             member_size: 4096 * rows,
             declustered: Some(crate::layout::Declustered {
                 spares,
                 seed: crate::layout::DECLUSTER_SEED,
+                height,
             }),
             ..geo(level, width, groups)
         }
+    }
+
+    /// A row height only stretches the table: row `t` of height `h` is row `t / h` of
+    /// height 1, and the checksum (of the permutations) is the same for every height.
+    #[test]
+    fn a_row_height_repeats_each_permutation() {
+        let one = Decl::new(22, crate::layout::DECLUSTER_SEED, 1);
+        for h in [2u32, 16, 256] {
+            let d = Decl::new(22, crate::layout::DECLUSTER_SEED, h);
+            assert_eq!(d.checksum(), one.checksum());
+            for row in [0u64, 1, h as u64 - 1, h as u64, 64 * h as u64 + 5, 1 << 20] {
+                for col in 0..22 {
+                    assert_eq!(d.member(row, col), one.member(row / h as u64, col));
+                    assert_eq!(d.column(row, d.member(row, col)), col);
+                }
+            }
+        }
+    }
+
+    /// The height new arrays get: 16 MiB of a member at most, at least 256 permutations
+    /// a member, a power of two, 1 on small members.
+    #[test]
+    fn row_heights_for_member_sizes() {
+        use crate::layout::Declustered;
+        const K64: u64 = 64 << 10;
+        assert_eq!(Declustered::height_for(3 << 20, 16 << 10), 1);
+        assert_eq!(Declustered::height_for(256 << 20, K64), 16);
+        assert_eq!(Declustered::height_for(1 << 30, K64), 64);
+        assert_eq!(Declustered::height_for(20_000_000_000_000, K64), 256);
+        assert_eq!(Declustered::height_for(20_000_000_000_000, 1 << 20), 16);
+        assert_eq!(Declustered::height_for(20_000_000_000_000, 16 << 20), 1);
+        assert_eq!(Declustered::height_for(3 << 30, K64), 128);
+        assert_eq!(Declustered::height_for(0, K64), 1);
     }
 
     /// The table is part of the on-disk format: these values are what every declustered
@@ -759,7 +831,7 @@ mod tests {
     /// table changed, and existing arrays would read their data from the wrong places.
     #[test]
     fn declustered_table_is_pinned() {
-        let d = Decl::new(12, crate::layout::DECLUSTER_SEED);
+        let d = Decl::new(12, crate::layout::DECLUSTER_SEED, 1);
         let row0: Vec<usize> = (0..12).map(|c| d.member(0, c)).collect();
         let row65: Vec<usize> = (0..12).map(|c| d.member(65, c)).collect();
         assert_eq!(
@@ -770,19 +842,35 @@ mod tests {
                 3855896868
             )
         );
+        // Height 1 (every array created before the height was recorded) is the map as it
+        // was first written: row `t` is table row `t % 64`, shifted by `t / 64`.
+        let n = d.n;
+        for row in 0..(TABLE_ROWS * n * 2) as u64 {
+            for col in 0..n {
+                let t = (row % TABLE_ROWS as u64) as usize;
+                let shift = ((row / TABLE_ROWS as u64) % n as u64) as usize;
+                assert_eq!(
+                    d.member(row, col),
+                    (d.table[t * n + col] as usize + shift) % n
+                );
+            }
+        }
     }
 
     #[test]
     fn declustered_rows_are_permutations_and_spare_is_exactly_balanced() {
-        for (level, width, groups, spares) in [
-            (Level::Raid6, 10, 2, 2),
-            (Level::Raid5, 4, 1, 1),
-            (Level::Ec { k: 3, m: 2 }, 5, 3, 1),
-            (Level::Raid6, 6, 1, 0),
+        for (level, width, groups, spares, height) in [
+            (Level::Raid6, 10, 2, 2, 1),
+            (Level::Raid5, 4, 1, 1, 1),
+            (Level::Ec { k: 3, m: 2 }, 5, 3, 1, 1),
+            (Level::Raid6, 6, 1, 0, 1),
+            (Level::Raid6, 10, 2, 2, 4),
+            (Level::Raid5, 4, 1, 1, 16),
+            (Level::Ec { k: 3, m: 2 }, 5, 3, 1, 3),
         ] {
             let n = (width * groups + spares) as usize;
-            let rows = (TABLE_ROWS * n) as u64;
-            let g = declustered(level, width, groups, spares, rows);
+            let rows = (TABLE_ROWS * n) as u64 * height as u64;
+            let g = declustered_h(level, width, groups, spares, rows, height);
             g.validate().unwrap();
             let p = Placement::striped(&g);
             let d = p.declustered().unwrap();
@@ -817,9 +905,9 @@ mod tests {
                     }
                 }
             }
-            // Every member holds the same share of each: over TABLE_ROWS * n rows every
-            // member sits in every column TABLE_ROWS times.
-            let per = |share: u64| vec![share * TABLE_ROWS as u64; n];
+            // Every member holds the same share of each: over TABLE_ROWS * n blocks of
+            // `height` rows every member sits in every column TABLE_ROWS * height times.
+            let per = |share: u64| vec![share * TABLE_ROWS as u64 * height as u64; n];
             let k = p.k() as u64;
             assert_eq!(data, per(k * groups as u64), "{level}");
             assert_eq!(parity, per((width as u64 - k) * groups as u64), "{level}");
@@ -850,10 +938,11 @@ mod tests {
             spares in 1usize..4,
             picks in proptest::collection::vec(0usize..1000, 1..4),
             row in 0u64..10_000,
+            height in 1u32..300,
         ) {
             let spares = spares.min(n - 2);
             let cols = n - spares;
-            let d = Decl::new(n, crate::layout::DECLUSTER_SEED);
+            let d = Decl::new(n, crate::layout::DECLUSTER_SEED, height);
             let mut spared: Vec<usize> = Vec::new();
             for p in picks.iter().take(spares) {
                 let x = (0..n).map(|i| (p + i) % n).find(|m| !spared.contains(m)).unwrap();
@@ -888,9 +977,10 @@ mod tests {
             grow in proptest::bool::ANY,
             boundary in 0u64..40,
             first in proptest::option::of((0usize..1000, 0u64..41)),
+            height in 1u32..6,
         ) {
             let rows = 40;
-            let g = declustered(Level::Raid6, width, groups, spares, rows);
+            let g = declustered_h(Level::Raid6, width, groups, spares, rows, height);
             let n = g.members();
             let p = Placement::striped(&g);
             let mut list: Vec<usize> = Vec::new();
@@ -948,13 +1038,14 @@ mod tests {
             spares in 0u32..4,
             parity in 1u32..4,
             rows in 1u64..80,
+            height in 1u32..9,
         ) {
             let level = match parity {
                 1 => Level::Raid5,
                 2 if width >= 4 => Level::Raid6,
                 _ => Level::Ec { k: (width - parity.min(width - 1)) as u16, m: parity.min(width - 1) as u16 },
             };
-            let g = declustered(level, width, groups, spares, rows);
+            let g = declustered_h(level, width, groups, spares, rows, height);
             g.validate().unwrap();
             let p = Placement::striped(&g);
             let mut seen = std::collections::HashSet::new();

@@ -698,12 +698,24 @@ impl Superblock {
         }
         if let Some(d) = &self.geometry.declustered {
             let mut x = W(Vec::with_capacity(17));
-            // Version 1: the layout; version 2 adds the spared slots and a transition.
-            x.u8(if self.spared.is_empty() { 1 } else { 2 });
+            // Version 1: the layout; version 2 adds the spared slots and a transition;
+            // version 3 (the layouts with a row height above 1) the height before them.
+            // An array of height 1 writes what it always did, so older sbods assemble it.
+            let version = match (d.height, self.spared.is_empty()) {
+                (1, true) => 1,
+                (1, false) => 2,
+                _ => 3,
+            };
+            x.u8(version);
             x.u32(d.spares);
             x.u64(d.seed);
-            x.u32(crate::placement::Decl::new(self.geometry.members(), d.seed).checksum());
-            if !self.spared.is_empty() {
+            x.u32(
+                crate::placement::Decl::new(self.geometry.members(), d.seed, d.height).checksum(),
+            );
+            if version == 3 {
+                x.u32(d.height);
+            }
+            if version >= 2 {
                 let list = |x: &mut W, l: &[u16]| {
                     x.u8(l.len() as u8);
                     for &s in l {
@@ -901,7 +913,7 @@ impl Superblock {
         if let Some((d, crc)) = known.decluster {
             geometry.declustered = Some(d);
             geometry.validate().map_err(SbError::Malformed)?;
-            let have = crate::placement::Decl::new(geometry.members(), d.seed).checksum();
+            let have = crate::placement::Decl::new(geometry.members(), d.seed, d.height).checksum();
             if have != crc {
                 return Err(SbError::Malformed(format!(
                     "the declustered layout's permutation table has checksum {crc:08x} on the members but {have:08x} in this sbod: it would place the data elsewhere; assemble with the sbod that created the array"
@@ -1128,7 +1140,7 @@ impl Known {
             TAG_DECLUSTER => {
                 let mut r = R { b: data, pos: 0 };
                 let version = r.u8()?;
-                if !(1..=2).contains(&version) {
+                if !(1..=3).contains(&version) {
                     return Err(SbError::Malformed(
                         "unknown declustered record version".into(),
                     ));
@@ -1136,7 +1148,8 @@ impl Known {
                 let spares = r.u32()?;
                 let seed = r.u64()?;
                 let crc = r.u32()?;
-                if version == 2 {
+                let height = if version == 3 { r.u32()? } else { 1 };
+                if version >= 2 {
                     let list = |r: &mut R| -> Result<Vec<u16>, SbError> {
                         let n = r.u8()? as usize;
                         let mut l = Vec::with_capacity(n);
@@ -1174,12 +1187,19 @@ impl Known {
                         }
                     };
                 }
-                if r.pos != data.len() || spares > 256 {
+                if r.pos != data.len() || spares > 256 || height == 0 || height > 1 << 20 {
                     return Err(SbError::Malformed("bad declustered record".into()));
                 }
                 if self
                     .decluster
-                    .replace((Declustered { spares, seed }, crc))
+                    .replace((
+                        Declustered {
+                            spares,
+                            seed,
+                            height,
+                        },
+                        crc,
+                    ))
                     .is_some()
                 {
                     return Err(twice());
@@ -1397,6 +1417,7 @@ mod tests {
         sb.geometry.declustered = Some(Declustered {
             spares: 1,
             seed: crate::layout::DECLUSTER_SEED,
+            height: 1,
         });
         let mut extra = sb.slots[0].clone();
         extra.member.as_mut().unwrap().uuid = Uuid::new_v4();
@@ -1428,6 +1449,57 @@ mod tests {
         assert!(e.contains("permutation table"), "{e}");
     }
 
+    /// A row height above 1 is recorded (version 3, with or without spared slots) and
+    /// round-trips; height 1 writes version 1 or 2 as before (so an older sbod assembles
+    /// such an array).
+    #[test]
+    fn a_row_height_is_recorded() {
+        let mut sb = sample();
+        sb.geometry.declustered = Some(Declustered {
+            spares: 2,
+            seed: crate::layout::DECLUSTER_SEED,
+            height: 1,
+        });
+        for i in 0..2 {
+            let mut extra = sb.slots[0].clone();
+            extra.member.as_mut().unwrap().uuid = Uuid::from_u128(77 + i);
+            sb.slots.push(extra);
+        }
+        let v1 = sb.encode();
+        let find = |b: &[u8]| {
+            let head: Vec<u8> = [
+                &TAG_DECLUSTER.to_le_bytes()[..],
+                &EXT_INCOMPAT.to_le_bytes(),
+            ]
+            .concat();
+            let at = b
+                .windows(4)
+                .position(|w| w == &head[..])
+                .expect("the record")
+                + 4;
+            let len = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+            b[at + 4..at + 4 + len].to_vec()
+        };
+        assert_eq!(find(&v1)[0], 1);
+        assert_eq!(find(&v1).len(), 17);
+        for height in [16u32, 256] {
+            sb.geometry.declustered.as_mut().unwrap().height = height;
+            sb.spared = SpareRec::default();
+            let b = sb.encode();
+            let rec = find(&b);
+            assert_eq!((rec[0], rec.len()), (3, 17 + 4 + 2));
+            assert_eq!(Superblock::decode(&b).unwrap(), sb);
+            sb.spared = SpareRec {
+                list: vec![3],
+                next: Some((vec![3, 7], 17)),
+                first: Some((9, 20)),
+            };
+            let b = sb.encode();
+            assert_eq!(find(&b)[0], 3);
+            assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        }
+    }
+
     /// The spared slots and a transition round-trip (record version 2); an array with
     /// nothing spared writes version 1, as before; slots out of range are refused.
     #[test]
@@ -1436,6 +1508,7 @@ mod tests {
         sb.geometry.declustered = Some(Declustered {
             spares: 2,
             seed: crate::layout::DECLUSTER_SEED,
+            height: 1,
         });
         for i in 0..2 {
             let mut extra = sb.slots[0].clone();

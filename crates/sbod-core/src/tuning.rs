@@ -38,6 +38,11 @@ pub const DECL_WINDOWS: &str = "SBOD_DECL_WINDOWS";
 /// A declustered transition's chunks in flight on one member while clients are busy.
 pub const DECL_ROOM: &str = "SBOD_DECL_ROOM";
 
+/// The row height (rows per permutation) a declustered array is created with, in place
+/// of the one chosen from its member size (`Declustered::height_for`). Read at create
+/// only: the height is recorded in the superblocks.
+pub const DECL_HEIGHT: &str = "SBOD_DECL_HEIGHT";
+
 /// Default of [`DECL_WINDOWS`].
 pub const DECL_WINDOWS_DEFAULT: usize = 2;
 /// Default of [`DECL_ROOM`].
@@ -122,6 +127,14 @@ pub fn decl_windows() -> usize {
             .filter(|n| (1..=8).contains(n))
             .unwrap_or(DECL_WINDOWS_DEFAULT)
     })
+}
+
+/// The row height [`DECL_HEIGHT`] asks new declustered arrays for (None: chosen from the
+/// member size). Values outside 1 to 65536 or not powers of two are ignored.
+pub fn decl_height() -> Option<u32> {
+    var(DECL_HEIGHT)
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| n.is_power_of_two() && *n <= 1 << 16)
 }
 
 /// A declustered transition's chunks that may touch one member at once while clients are

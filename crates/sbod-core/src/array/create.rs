@@ -194,6 +194,7 @@ impl CreateSpec {
             declustered: self.declustered.then_some(crate::layout::Declustered {
                 spares: self.spares as u32,
                 seed: crate::layout::DECLUSTER_SEED,
+                height: 1,
             }),
         }
         .validate()
@@ -338,6 +339,9 @@ impl Array {
             declustered: spec.declustered.then_some(crate::layout::Declustered {
                 spares: spec.spares as u32,
                 seed: crate::layout::DECLUSTER_SEED,
+                height: crate::tuning::decl_height().unwrap_or_else(|| {
+                    crate::layout::Declustered::height_for(member_size, spec.chunk as u64)
+                }),
             }),
         };
         geometry.validate().map_err(|e| {

@@ -58,8 +58,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 const WINDOW_BYTES: u64 = 16 << 20;
 
 /// Chunks a transition moves at once (each holds its stripe's reads), over all the
-/// windows under way.
+/// windows under way: at least this many, and at least [`BLOCKS_IN_FLIGHT`] row heights
+/// (at most [`MAX_IN_FLIGHT`]).
 const IN_FLIGHT: usize = 64;
+
+/// Permutations (blocks of `height` rows) a transition keeps under way at once, so that
+/// with a row height above 1 (where a block's chunks touch only its stripe's members)
+/// every member still has work: each block moves about one chunk a row, and a block's
+/// stripes span a group's members and a spare's.
+const BLOCKS_IN_FLIGHT: usize = 6;
+
+/// The most chunks a transition moves at once, whatever the row height.
+const MAX_IN_FLIGHT: usize = 512;
 
 /// A window of rows under way: its stripes locked until the boundary passes it.
 struct Window<'a> {
@@ -450,9 +460,20 @@ impl Array {
         let from = sp.from.clone();
         // Windows of at most 16 MiB a member, and at least 16 of them: the boundary moves
         // often enough for a small array to show its progress (and be cut anywhere).
-        let window = (WINDOW_BYTES / chunk).min(rows.div_ceil(16)).max(1);
+        // With a row height above 1, a window holds at least 16 permutations' blocks
+        // (whole ones) so its chunks spread over every member.
         let dp = self.dp();
         let d = dp.map.declustered().expect("declustered");
+        let height = d.height();
+        let window = (WINDOW_BYTES / chunk)
+            .max(16 * height)
+            .min(rows.div_ceil(16))
+            .max(1)
+            .div_ceil(height)
+            * height;
+        let in_flight = IN_FLIGHT
+            .max(BLOCKS_IN_FLIGHT * height as usize)
+            .min(MAX_IN_FLIGHT);
         let windows = crate::tuning::decl_windows();
         let mut throttle = Throttle::new();
         let mut room = Room::new(self, self.dp().state.load().slots.len());
@@ -524,7 +545,7 @@ impl Array {
             // Issue: the queued chunks, then the next window (locked in row order behind
             // those already held), while fewer than IN_FLIGHT chunks and `SBOD_DECL_WINDOWS`
             // are under way. The next window's reads start while the last ones' finish.
-            while stop.is_none() && flying.len() < IN_FLIGHT {
+            while stop.is_none() && flying.len() < in_flight {
                 if let Some((seq, mv)) = queued.pop_front() {
                     let w: &mut Window<'_> = &mut wins[(seq - first) as usize];
                     w.issued = queued.front().is_none_or(|(s, _)| *s != seq);
