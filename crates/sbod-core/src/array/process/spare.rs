@@ -224,8 +224,18 @@ impl Room {
             self.checked = Instant::now();
         }
         let sems: Vec<Arc<Semaphore>> = if self.busy {
+            // Only members in service: a failed one (the slot a distributed rebuild
+            // spares, or another out) takes no I/O, and counting it would hold every
+            // chunk of its stripes to its few places.
+            let st = a.dp().state.load();
             mv.members
                 .iter()
+                .filter(|&&m| {
+                    matches!(
+                        st.slots.get(m).map(|s| s.state),
+                        Some(SlotState::Active | SlotState::Rebuilding)
+                    )
+                })
                 .filter_map(|&m| self.places.get(m).cloned())
                 .collect()
         } else {
