@@ -228,11 +228,68 @@ fn nbd_err(e: sbod_core::Error) -> NbdError {
             tracing::debug!("{msg}");
             NbdError::NoSpc
         }
-        // EIO tells the client nothing: the server's log says what failed.
+        // EIO tells the client nothing: the server's log says what failed (at most one
+        // line a second, with how many more failed since: a failed array answering a
+        // flood of requests must not flood the log).
         e => {
-            tracing::warn!("request failed: {e}");
+            if let Some(more) = EIO_LOG.allow() {
+                if more > 0 {
+                    tracing::warn!(
+                        "request failed: {e} ({more} more failed since the last such line)"
+                    );
+                } else {
+                    tracing::warn!("request failed: {e}");
+                }
+            }
             NbdError::Io
         }
+    }
+}
+
+/// At most one log line a second for requests that failed with EIO.
+static EIO_LOG: LogRate = LogRate::new();
+
+/// A log line at most once a second, counting what it held back.
+struct LogRate {
+    /// The second (since the process's start) of the last line, plus one (0: none yet).
+    last: std::sync::atomic::AtomicU64,
+    held: std::sync::atomic::AtomicU64,
+}
+
+impl LogRate {
+    const fn new() -> LogRate {
+        LogRate {
+            last: std::sync::atomic::AtomicU64::new(0),
+            held: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Some(lines held back since the last one) if a line may go out now.
+    fn allow(&self) -> Option<u64> {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        self.allow_at(
+            START
+                .get_or_init(std::time::Instant::now)
+                .elapsed()
+                .as_secs(),
+        )
+    }
+
+    /// [`LogRate::allow`] at second `sec`.
+    fn allow_at(&self, sec: u64) -> Option<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = sec + 1;
+        let last = self.last.load(Relaxed);
+        if last != now
+            && self
+                .last
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            return Some(self.held.swap(0, Relaxed));
+        }
+        self.held.fetch_add(1, Relaxed);
+        None
     }
 }
 
@@ -557,6 +614,20 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flood of failed requests logs one line, then counts the rest until the next
+    /// second's line says how many.
+    #[test]
+    fn failed_requests_log_at_most_a_line_a_second() {
+        let r = LogRate::new();
+        assert_eq!(r.allow_at(7), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(r.allow_at(7), None);
+        }
+        assert_eq!(r.allow_at(8), Some(1000));
+        assert_eq!(r.allow_at(8), None);
+        assert_eq!(r.allow_at(9), Some(1));
+    }
 
     /// Each engine error reaches the NBD client as the errno its cause deserves: a codec
     /// failure is the engine's fault (EIO), never the request's (EINVAL).
