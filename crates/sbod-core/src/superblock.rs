@@ -1449,11 +1449,8 @@ mod tests {
         assert!(e.contains("permutation table"), "{e}");
     }
 
-    /// A row height above 1 is recorded (version 3, with or without spared slots) and
-    /// round-trips; height 1 writes version 1 or 2 as before (so an older sbod assembles
-    /// such an array).
-    #[test]
-    fn a_row_height_is_recorded() {
+    /// A declustered superblock (two spares' worth, height 1) with two more members.
+    fn declustered_sample() -> Superblock {
         let mut sb = sample();
         sb.geometry.declustered = Some(Declustered {
             spares: 2,
@@ -1465,6 +1462,15 @@ mod tests {
             extra.member.as_mut().unwrap().uuid = Uuid::from_u128(77 + i);
             sb.slots.push(extra);
         }
+        sb
+    }
+
+    /// A row height above 1 is recorded (version 3, with or without spared slots) and
+    /// round-trips; height 1 writes version 1 or 2 as before (so an older sbod assembles
+    /// such an array).
+    #[test]
+    fn a_row_height_is_recorded() {
+        let mut sb = declustered_sample();
         let v1 = sb.encode();
         let find = |b: &[u8]| {
             let head: Vec<u8> = [
@@ -1504,17 +1510,7 @@ mod tests {
     /// nothing spared writes version 1, as before; slots out of range are refused.
     #[test]
     fn spared_slots_are_recorded() {
-        let mut sb = sample();
-        sb.geometry.declustered = Some(Declustered {
-            spares: 2,
-            seed: crate::layout::DECLUSTER_SEED,
-            height: 1,
-        });
-        for i in 0..2 {
-            let mut extra = sb.slots[0].clone();
-            extra.member.as_mut().unwrap().uuid = Uuid::from_u128(77 + i);
-            sb.slots.push(extra);
-        }
+        let mut sb = declustered_sample();
         let v1 = sb.encode();
         assert_eq!(Superblock::decode(&v1).unwrap(), sb);
         sb.spared = SpareRec {
