@@ -80,11 +80,15 @@ fn main() {
     let mut sums = vec![0u32; (k + m) * (chunk / BLOCK)];
     // Where the parity lands (its copy), one chunk per stripe per parity shard.
     let mut pdst = vec![0u8; stripes * m * chunk];
+    // The data chunks of stripe `s`.
+    let shards = |s: usize| -> Vec<&[u8]> {
+        (0..k)
+            .map(|i| &src[s * stripe + i * chunk..s * stripe + (i + 1) * chunk])
+            .collect()
+    };
     let parity_only = best(reps, data_bytes, || {
         for s in 0..stripes {
-            let d: Vec<&[u8]> = (0..k)
-                .map(|i| &src[s * stripe + i * chunk..s * stripe + (i + 1) * chunk])
-                .collect();
+            let d = shards(s);
             let mut p: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
             codec.encode(&d, &mut p).expect("encode");
         }
@@ -92,9 +96,7 @@ fn main() {
     });
     let three = best(reps, data_bytes, || {
         for s in 0..stripes {
-            let d: Vec<&[u8]> = (0..k)
-                .map(|i| &src[s * stripe + i * chunk..s * stripe + (i + 1) * chunk])
-                .collect();
+            let d = shards(s);
             let mut p: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
             codec.encode(&d, &mut p).expect("encode");
             for (n, b) in d
@@ -116,9 +118,7 @@ fn main() {
     });
     let fused = best(reps, data_bytes, || {
         for s in 0..stripes {
-            let d: Vec<&[u8]> = (0..k)
-                .map(|i| &src[s * stripe + i * chunk..s * stripe + (i + 1) * chunk])
-                .collect();
+            let d = shards(s);
             let mut p: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
             let per = chunk / BLOCK;
             codec
