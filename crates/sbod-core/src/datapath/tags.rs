@@ -126,25 +126,21 @@ impl DataPath {
         Ok(())
     }
 
-    /// The crash resync: retag each member's chunk at `off` from what it holds (`bufs`)
-    /// with the rows about to be rewritten (`rewrite`: member position, row offset, data)
-    /// as they will be.
+    /// The crash resync: retag each member's chunk at `off` from what it holds (`bufs`).
+    /// The rows it then rewrites set their own tags as any write does, keeping these as
+    /// the old ones: a rewrite refused for space (a thin member full) leaves each block
+    /// with the tag of what it still holds (see [`DataPath::tags_end_write`]), never a tag
+    /// for bytes that did not land, which reads would blame on the member.
     pub(crate) async fn retag_resynced(
         &self,
         members: &[Arc<Member>],
         off: u64,
         bufs: &[SharedBuf],
-        rewrite: &[(usize, u64, SharedBuf)],
     ) {
-        for (i, (m, b)) in members.iter().zip(bufs).enumerate() {
+        for (m, b) in members.iter().zip(bufs) {
             // SAFETY: the reads completed; the resync holds the stripe lock.
-            let mut data = unsafe { b.as_slice() }.to_vec();
-            for (_, row, fix) in rewrite.iter().filter(|(j, _, _)| *j == i) {
-                // SAFETY: as above.
-                let fix = unsafe { fix.as_slice() };
-                data[*row as usize..*row as usize + fix.len()].copy_from_slice(fix);
-            }
-            if let Err(e) = self.retag(m, off, &data).await {
+            let data = unsafe { b.as_slice() };
+            if let Err(e) = self.retag(m, off, data).await {
                 self.note_read_error(m, &e).await;
             }
         }

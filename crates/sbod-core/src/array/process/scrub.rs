@@ -287,7 +287,7 @@ impl Array {
             .collect();
         if raw {
             self.dp()
-                .retag_resynced(&present, base, &present_bufs, &rewrite)
+                .retag_resynced(&present, base, &present_bufs)
                 .await;
         }
         let mut out = StripeCheck {
@@ -475,11 +475,9 @@ impl Array {
         let mut rewrite = healed;
         rewrite.extend(judged.rewrite);
         if raw {
-            // Checksums agree with what the stripe will hold once rewritten (a rewrite that
-            // cannot land leaves a block its checksum does not vouch for).
-            self.dp()
-                .retag_resynced(&members, base, &bufs, &rewrite)
-                .await;
+            // Checksums agree with what the stripe holds; the rewrites below set their
+            // own, as any write (one refused for space keeps the tag of what stays).
+            self.dp().retag_resynced(&members, base, &bufs).await;
         }
         let mut full = Vec::new();
         for (i, row, buf) in rewrite {
