@@ -9,11 +9,19 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 
-/// Who asked: foreground (client I/O) or a background process (rebuild, scrub, resync).
+/// Who asked: foreground (client I/O), a background process (rebuild, scrub, resync), or
+/// the ownership heartbeat (`Urgent`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoClass {
     Foreground,
     Background,
+    /// Must not wait behind the member's queue: the owner block's reads and writes, whose
+    /// lateness lapses the lease and stops every write (see [`crate::owner`]). Queues
+    /// serve it first: the io_uring member skips its waiting requests and asks the kernel
+    /// for real-time I/O priority (which mq-deadline dispatches first, and SATA drives
+    /// with NCQ priority enabled serve first); the modelled drive serves it next. A few
+    /// requests, far apart: never for data.
+    Urgent,
 }
 
 #[derive(Debug)]

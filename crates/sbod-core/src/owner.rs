@@ -218,7 +218,7 @@ pub(crate) fn unix_ms() -> u64 {
 /// Read a member's owner block.
 pub async fn read_block(dev: &Arc<dyn BlockDev>) -> std::io::Result<Option<Block>> {
     let buf = AlignedBuf::zeroed(BLOCK).into_shared();
-    dev::read_at(dev, OWNER_OFFSET, buf.clone(), IoClass::Foreground).await?;
+    dev::read_at(dev, OWNER_OFFSET, buf.clone(), IoClass::Urgent).await?;
     let b = buf.try_unwrap().expect("sole owner");
     Ok(Block::decode(&b))
 }
@@ -230,7 +230,7 @@ pub async fn write_block(dev: &Arc<dyn BlockDev>, b: &Block) -> std::io::Result<
         OWNER_OFFSET,
         b.encode().into_shared(),
         true,
-        IoClass::Foreground,
+        IoClass::Urgent,
     )
     .await
 }
@@ -267,13 +267,19 @@ impl Lease {
         until == u64::MAX || (process_ms() <= until && !self.fenced.load(Ordering::Acquire))
     }
 
-    /// A heartbeat that began at `began` (process ms) found every member still ours.
+    /// A heartbeat that began at `began` (process ms) found every member still ours. Only
+    /// ever moves the deadline later: beats overlap (see `Array::hold`), and one that
+    /// began earlier may end after a later one.
     pub(crate) fn renew(&self, began: u64, lease: Duration) {
         if self.fenced.load(Ordering::Acquire) {
             return;
         }
-        self.until
-            .store(began + lease.as_millis() as u64, Ordering::Release);
+        let new = began + lease.as_millis() as u64;
+        let _ = self
+            .until
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                (cur == u64::MAX || new > cur).then_some(new)
+            });
     }
 
     pub(crate) fn now() -> u64 {

@@ -486,3 +486,89 @@ fn a_file_and_a_loop_device_over_it_are_one_member() {
         drop(lo);
     });
 }
+
+/// A member whose owner-block I/O (the heartbeat's, `IoClass::Urgent`) takes `delay`, as
+/// behind a drive's deep queue; data I/O goes straight through.
+struct SlowOwnerBlock {
+    inner: Arc<dyn BlockDev>,
+    delay: Duration,
+    held: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl BlockDev for SlowOwnerBlock {
+    fn submit(&self, req: dev::IoReq, done: dev::Done) {
+        if req.class != dev::IoClass::Urgent {
+            return self.inner.submit(req, done);
+        }
+        self.held.fetch_add(1, Ordering::Relaxed);
+        let (inner, delay) = (self.inner.clone(), self.delay);
+        std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            inner.submit(req, done);
+        });
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn current_size(&self) -> std::io::Result<u64> {
+        self.inner.current_size()
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn close(&self) {
+        self.inner.close()
+    }
+}
+
+#[test]
+fn slow_heartbeats_keep_the_lease() {
+    // A lease of 1 s (100 ms beats); every owner-block read and write takes 300 ms, so a
+    // beat takes 0.6 s or more: more than half the lease, and with the next beat an
+    // interval after it ends, more than the lease's renewal could cover. Beats that overlap,
+    // each renewing from when it began, keep the lease: no write is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let paths = make_files(dir.path(), 4);
+    rt().block_on(async {
+        create(&paths).await;
+        let held = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let members: Vec<MemberSpec> = paths
+            .iter()
+            .map(|p| {
+                let m = open(p);
+                MemberSpec {
+                    dev: Arc::new(SlowOwnerBlock {
+                        inner: m.dev,
+                        delay: Duration::from_millis(300),
+                        held: held.clone(),
+                    }),
+                    ..m
+                }
+            })
+            .collect();
+        let a = Array::assemble(
+            members,
+            AssembleOptions {
+                no_processes: true,
+                owner: Some(host("slow")),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let began = std::time::Instant::now();
+        let mut n = 0u64;
+        while began.elapsed() < Duration::from_secs(4) {
+            if let Err(e) = write_tag(&a, n, n % 64).await {
+                panic!("write {n} after {:?} refused: {e}", began.elapsed());
+            }
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(a.status().state != "failed");
+        // Beats ran throughout (two owner-block I/Os per member each).
+        let held = held.load(Ordering::Relaxed);
+        assert!(held >= 4 * 2 * 10, "only {held} owner-block I/Os in 4 s");
+        a.close().await.unwrap();
+    });
+}

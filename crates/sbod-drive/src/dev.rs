@@ -173,6 +173,7 @@ fn op_of(req: &IoReq) -> Op {
         kind,
         offset: req.offset,
         len,
+        urgent: req.class == sbod_core::dev::IoClass::Urgent,
     }
 }
 

@@ -33,6 +33,10 @@ pub struct Op {
     /// Member bytes.
     pub offset: u64,
     pub len: u64,
+    /// High priority (the host's real-time I/O class, a drive's NCQ priority): first out
+    /// of the host queue, and the drive serves it next, before nearer commands. The
+    /// engine's ownership heartbeat asks for it (`IoClass::Urgent`).
+    pub urgent: bool,
 }
 
 /// A drive's timing.
@@ -171,6 +175,8 @@ struct MediaOp {
     seq: u64,
     /// Not to finish before (its data crossed the links).
     not_before: u64,
+    /// Served before the rest (see [`Op::urgent`]).
+    urgent: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -305,6 +311,7 @@ impl HddModel {
                 arrive: t,
                 seq,
                 not_before: 0,
+                urgent: c.op.urgent,
             }),
             Kind::Write { fua } if fua || !self.p.write_cache => {
                 let landed = reserve_path(&self.links, Dir::Down, t, c.op.len);
@@ -316,6 +323,7 @@ impl HddModel {
                     arrive: t,
                     seq,
                     not_before: landed,
+                    urgent: c.op.urgent,
                 })
             }
             Kind::Write { .. } => {
@@ -359,6 +367,7 @@ impl HddModel {
             arrive: landed,
             seq,
             not_before: landed,
+            urgent: false,
         });
         let ack = landed.max(t + self.overhead());
         self.at(ack, Ev::Ack(c.id));
@@ -466,8 +475,18 @@ impl HddModel {
                 consider(&mut best, &mut oldest, end, true, i, op.arrive);
             }
             let Some(b) = best else { continue };
-            let (d, i) = match oldest {
-                Some((arr, d, i)) if self.t.saturating_sub(arr) > AGING_NS => (d, i),
+            // An urgent command goes next (the oldest, if several), then aging, then the
+            // scheduler's choice.
+            let urgent = self
+                .queued
+                .iter()
+                .enumerate()
+                .filter(|(_, op)| op.urgent && self.actuator_of(op.offset) == a)
+                .min_by_key(|(_, op)| op.arrive)
+                .map(|(i, _)| (false, i));
+            let (d, i) = match (urgent, oldest) {
+                (Some(u), _) => u,
+                (None, Some((arr, d, i))) if self.t.saturating_sub(arr) > AGING_NS => (d, i),
                 _ => (b.1, b.2),
             };
             let op = if d {
@@ -564,7 +583,11 @@ impl HddModel {
 impl Model for HddModel {
     fn submit(&mut self, now: u64, id: u64, op: Op) {
         self.t = self.t.max(now);
-        self.host.push_back(Cmd { id, op });
+        if op.urgent {
+            self.host.push_front(Cmd { id, op });
+        } else {
+            self.host.push_back(Cmd { id, op });
+        }
         self.fill();
         self.dispatch();
     }
@@ -663,7 +686,11 @@ impl SsdModel {
 impl Model for SsdModel {
     fn submit(&mut self, now: u64, id: u64, op: Op) {
         self.t = self.t.max(now);
-        self.host.push_back(Cmd { id, op });
+        if op.urgent {
+            self.host.push_front(Cmd { id, op });
+        } else {
+            self.host.push_back(Cmd { id, op });
+        }
         self.fill();
     }
 

@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use uuid::Uuid;
 
+/// Heartbeats under way at once, at most (see [`Array::hold`]).
+const MAX_BEATS: usize = 4;
+
 /// The heartbeat's state.
 #[derive(Default)]
 pub(crate) struct Ownership {
@@ -17,8 +20,9 @@ pub(crate) struct Ownership {
     cfg: parking_lot::Mutex<Option<Config>>,
     session: parking_lot::Mutex<Uuid>,
     seq: AtomicU64,
-    /// One heartbeat at a time (and none while joining members are probed).
-    beat: tokio::sync::Mutex<()>,
+    /// Beats overlap (each takes it shared); a probe of joining members and the release
+    /// at a clean stop take it alone (they write the owner blocks too).
+    beat: tokio::sync::RwLock<()>,
     /// Test hook: the heartbeat task skips its beats (a paused or cut-off head).
     paused: AtomicBool,
     task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -82,17 +86,32 @@ impl Array {
         *self.ownership.session.lock() = claim.session;
         self.dp().lease.renew(Lease::now(), cfg.lease());
         let weak = Arc::downgrade(self);
+        // Beats start on a fixed cadence, not an interval after the last one ended, and
+        // overlap: a beat whose owner-block I/O waits behind a deep member queue (a drive
+        // serving the nearest commands first) still renews the lease from when it began,
+        // and the next one is already under way, so the lease holds as long as a beat
+        // takes less than the lease (with its patience, half of it). At most
+        // `MAX_BEATS` at once; aborting the task (a stop) aborts them all.
         let task = tokio::spawn(async move {
+            let mut beats = tokio::task::JoinSet::new();
+            let start = tokio::time::Instant::now() + cfg.interval;
+            let mut tick = tokio::time::interval_at(start, cfg.interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tokio::time::sleep(cfg.interval).await;
-                let Some(a) = weak.upgrade() else { return };
-                if a.ownership.paused.load(Ordering::Acquire) {
-                    continue;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    Some(_) = beats.join_next(), if !beats.is_empty() => continue,
                 }
-                a.beat().await;
+                let Some(a) = weak.upgrade() else { return };
                 if a.dp().lease.fenced_by().is_some() {
                     return;
                 }
+                if a.ownership.paused.load(Ordering::Acquire) || beats.len() >= MAX_BEATS {
+                    continue;
+                }
+                beats.spawn(async move {
+                    a.beat().await;
+                });
             }
         });
         if let Some(old) = self.ownership.task.lock().replace(task) {
@@ -107,7 +126,7 @@ impl Array {
         let Some(cfg) = self.ownership.cfg.lock().clone() else {
             return false;
         };
-        let _g = self.ownership.beat.lock().await;
+        let _g = self.ownership.beat.read().await;
         if self.dp().lease.fenced_by().is_some() {
             return false;
         }
@@ -115,10 +134,12 @@ impl Array {
         let session = *self.ownership.session.lock();
         let seq = self.ownership.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let members = self.dp().state.load_full().live_members();
-        // A member that does not answer within half the lease is left out of this beat
-        // (the data path judges it by its own I/O): one hung member must not stop every
-        // write by letting the lease lapse. Any other member shows a takeover.
-        let patience = cfg.lease() / 2;
+        // A member that does not answer within the patience is left out of this beat (the
+        // data path judges it by its own I/O): one hung member must not stop every write
+        // by letting the lease lapse. Any other member shows a takeover. The patience
+        // leaves the renewal two intervals of the lease (at least half of it), so that
+        // beats slowed by a deep member queue (they overlap) still keep it.
+        let patience = (cfg.lease() / 2).max(cfg.lease().saturating_sub(2 * cfg.interval));
         let futs = members.iter().map(|m| {
             let cfg = &cfg;
             let one = async move {
@@ -204,7 +225,7 @@ impl Array {
         if self.ownership.cfg.lock().is_none() || self.dp().lease.fenced_by().is_some() {
             return;
         }
-        let _g = self.ownership.beat.lock().await;
+        let _g = self.ownership.beat.write().await;
         let session = *self.ownership.session.lock();
         release(&self.live_devs(), session).await;
     }
@@ -235,7 +256,7 @@ impl Array {
     /// A member joining (added, replacing, a spare): not one already in the array under
     /// another name. The heartbeat waits meanwhile (the probe writes the owner blocks).
     pub(crate) async fn probe_joining(&self, path: &str, dev: &Arc<dyn BlockDev>) -> Result<()> {
-        let _g = self.ownership.beat.lock().await;
+        let _g = self.ownership.beat.write().await;
         let mut devs = self.live_devs();
         devs.push((path.to_string(), dev.clone()));
         owner::probe_identity(&devs).await

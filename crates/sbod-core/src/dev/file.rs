@@ -628,6 +628,10 @@ pub struct FileDev {
     direct: bool,
     probe: SizeProbe,
     tx: crossbeam_channel::Sender<Job>,
+    /// Urgent requests ([`super::IoClass::Urgent`]): the next free worker takes them first.
+    urgent_tx: crossbeam_channel::Sender<Pending>,
+    /// To refuse what is left there at close.
+    urgent_rx: crossbeam_channel::Receiver<Pending>,
     closed: std::sync::atomic::AtomicBool,
     workers: parking_lot::Mutex<Vec<JoinHandle<()>>>,
 }
@@ -635,19 +639,32 @@ pub struct FileDev {
 impl FileDev {
     pub fn new(name: String, opened: Opened, threads: usize) -> FileDev {
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let (urgent_tx, urgent) = crossbeam_channel::unbounded::<Pending>();
         let file = Arc::new(opened.file);
         let block_device = opened.block_device;
         let workers = (0..threads.max(1))
             .map(|i| {
                 let rx = rx.clone();
+                let mut urgent = urgent.clone();
                 let file = file.clone();
                 std::thread::Builder::new()
                     .name(format!("sbod-io-{i}"))
-                    .spawn(move || {
-                        while let Ok(Some(mut p)) = rx.recv() {
-                            let r = execute(&file, block_device, p.req());
-                            p.finish(r);
-                        }
+                    .spawn(move || loop {
+                        let mut p = crossbeam_channel::select_biased! {
+                            recv(urgent) -> j => match j {
+                                Ok(p) => p,
+                                Err(_) => {
+                                    urgent = crossbeam_channel::never();
+                                    continue;
+                                }
+                            },
+                            recv(rx) -> j => match j {
+                                Ok(Some(p)) => p,
+                                _ => break,
+                            },
+                        };
+                        let r = execute(&file, block_device, p.req());
+                        p.finish(r);
                     })
                     .expect("spawn member I/O thread")
             })
@@ -658,6 +675,8 @@ impl FileDev {
             direct: opened.direct,
             probe: SizeProbe::new(file, block_device),
             tx,
+            urgent_tx,
+            urgent_rx: urgent,
             closed: std::sync::atomic::AtomicBool::new(false),
             workers: parking_lot::Mutex::new(workers),
         }
@@ -675,7 +694,11 @@ impl BlockDev for FileDev {
         }
         self.probe.note(&req);
         // A refused job is dropped here, which completes it.
-        let _ = self.tx.send(Some(Pending::new(req, done)));
+        if req.class == super::IoClass::Urgent {
+            let _ = self.urgent_tx.send(Pending::new(req, done));
+        } else {
+            let _ = self.tx.send(Some(Pending::new(req, done)));
+        }
     }
 
     fn size(&self) -> u64 {
@@ -720,6 +743,10 @@ impl BlockDev for FileDev {
             if w.thread().id() != me {
                 let _ = w.join();
             }
+        }
+        // Dropped, each completes with "member is closed".
+        while let Ok(p) = self.urgent_rx.try_recv() {
+            drop(p);
         }
     }
 }

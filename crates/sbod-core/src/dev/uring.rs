@@ -23,7 +23,7 @@
 //! and buffers, while the engine hands us its own buffers and completion callbacks.
 
 use super::file::{self, Opened};
-use super::{closed_err, BlockDev, Done, IoKind, IoReq, Pending};
+use super::{closed_err, BlockDev, Done, IoClass, IoKind, IoReq, Pending};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
@@ -39,6 +39,16 @@ pub const QUEUE_DEPTH: u32 = 256;
 /// One read or write never asks the kernel for more than this; the rest follows as a
 /// resubmitted remainder (io_uring lengths are 32-bit).
 const MAX_CHUNK: usize = 1 << 30;
+/// Slots only urgent requests (the ownership heartbeat's, [`IoClass::Urgent`]) may take:
+/// with every other slot busy, an owner-block read still reaches the kernel at once instead
+/// of waiting in the channel behind the requests a busy member has queued.
+const URGENT_SLOTS: usize = 2;
+/// The I/O priority urgent requests ask for: the real-time class, level 0
+/// (`IOPRIO_PRIO_VALUE(IOPRIO_CLASS_RT, 0)`). mq-deadline dispatches it before the rest,
+/// and a SATA drive with NCQ priority enabled (`ncq_prio_enable`) serves it first. A
+/// process without CAP_SYS_NICE/CAP_SYS_ADMIN is refused (EPERM): the request goes again
+/// without it, and so do the member's later ones.
+const IOPRIO_RT: u16 = 1 << 13;
 /// `user_data` of the eventfd read (slot indices are below QUEUE_DEPTH).
 const WAKE: u64 = u64::MAX;
 /// The most bytes one merged read or write carries.
@@ -63,6 +73,9 @@ struct Shared {
     wake: OwnedFd,
     /// Requests that rode along in another's I/O (see [`UringDev::merged`]).
     merged: AtomicU64,
+    /// The kernel refused real-time I/O priority ([`IOPRIO_RT`]): urgent requests go
+    /// without it.
+    no_rt: AtomicBool,
 }
 
 impl super::plug::Unplug for Shared {
@@ -98,6 +111,8 @@ pub struct UringDev {
     direct: bool,
     probe: file::SizeProbe,
     tx: Sender<Pending>,
+    /// Urgent requests: the ring thread takes them before `tx`'s.
+    urgent_tx: Sender<Pending>,
     shared: Arc<Shared>,
     /// `shared`, as the plug keeps it (see `dev::plug`).
     unplug: Arc<dyn super::plug::Unplug>,
@@ -229,8 +244,10 @@ impl UringDev {
             closed: AtomicBool::new(false),
             wake,
             merged: AtomicU64::new(0),
+            no_rt: AtomicBool::new(false),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
+        let (urgent_tx, urgent) = crossbeam_channel::unbounded();
         let size = opened.size;
         let direct = opened.direct;
         let efd = shared.wake.as_raw_fd();
@@ -238,6 +255,7 @@ impl UringDev {
         let worker = Worker {
             ring,
             rx,
+            urgent,
             shared: shared.clone(),
             file: file.clone(),
             block_device: opened.block_device,
@@ -279,6 +297,7 @@ impl UringDev {
             direct,
             probe: file::SizeProbe::new(file, opened.block_device),
             tx,
+            urgent_tx,
             unplug: shared.clone(),
             shared,
             thread_id: handle.thread().id(),
@@ -303,6 +322,14 @@ impl BlockDev for UringDev {
             return done(Err(closed_err()));
         }
         self.probe.note(&req);
+        if req.class == IoClass::Urgent {
+            // Rare (a heartbeat's two per member): always woken, whatever the ring thread
+            // announced (it sleeps unannounced while only urgent slots are free).
+            if self.urgent_tx.send(Pending::new(req, done)).is_ok() {
+                self.shared.wake();
+            }
+            return;
+        }
         // On a disconnected channel the returned request is dropped, which completes it.
         if self.tx.send(Pending::new(req, done)).is_err() {
             return;
@@ -382,8 +409,11 @@ struct Op {
     progress: usize,
     /// The iovecs of a merged I/O's remainder, while the kernel holds them.
     iov: Iovecs,
-    /// Issued alone: a merged I/O that failed, now retried request by request.
+    /// Issued alone: a merged I/O that failed, now retried request by request, or an
+    /// urgent request.
     alone: bool,
+    /// Sent with real-time I/O priority (urgent, until the kernel refuses it).
+    rt: bool,
 }
 
 /// iovecs point into the requests' buffers, which the op owns; the ring thread alone
@@ -411,6 +441,7 @@ impl Op {
             progress: 0,
             iov: Iovecs::default(),
             alone,
+            rt: false,
         }
     }
 
@@ -474,6 +505,8 @@ struct ZeroHelper {
 struct Worker {
     ring: IoUring,
     rx: Receiver<Pending>,
+    /// Urgent requests, taken first (see [`URGENT_SLOTS`]).
+    urgent: Receiver<Pending>,
     shared: Arc<Shared>,
     file: Arc<File>,
     block_device: bool,
@@ -522,21 +555,20 @@ impl Worker {
                 self.shared.wake();
             }
             let cq_empty = self.ring.completion().is_empty();
-            let can_take = !closing
-                && !self.free.is_empty()
-                && (!self.rx.is_empty() || !self.retry.is_empty());
+            let can_take = !closing && self.can_take();
             let zeroed = self.zero.as_ref().is_some_and(|z| !z.done.is_empty());
             if !cq_empty || !self.ready.is_empty() || can_take || zeroed {
                 self.enter(0);
                 continue;
             }
             // Nothing to do until the kernel completes something or a submitter wakes us.
-            // Announce sleep only if a new request could be taken: with every slot busy a
-            // completion is coming anyway, and submitters need not pay for a wake-up.
-            if !closing && !self.free.is_empty() {
+            // Announce sleep only if a request other than an urgent one could be taken:
+            // with every other slot busy a completion is coming anyway, and submitters
+            // need not pay for a wake-up (urgent ones always wake us).
+            if !closing && self.free_for_any() {
                 self.shared.sleeping.store(true, Ordering::Relaxed);
                 fence(Ordering::SeqCst);
-                if !self.rx.is_empty() || self.shared.closed.load(Ordering::Relaxed) {
+                if self.can_take() || self.shared.closed.load(Ordering::Relaxed) {
                     self.shared.sleeping.store(false, Ordering::Relaxed);
                     continue;
                 }
@@ -571,15 +603,33 @@ impl Worker {
         }
     }
 
-    /// Take new requests while slots are free. Returns false once the device is dropped.
+    /// Slots a request other than an urgent one may take.
+    fn free_for_any(&self) -> bool {
+        self.free.len() > URGENT_SLOTS
+    }
+
+    /// Is there a waiting request a free slot can take now?
+    fn can_take(&self) -> bool {
+        (!self.free.is_empty() && !self.urgent.is_empty())
+            || (self.free_for_any() && (!self.rx.is_empty() || !self.retry.is_empty()))
+    }
+
+    /// Take new requests while slots are free, urgent ones first (and only they into the
+    /// last [`URGENT_SLOTS`]). Returns false once the device is dropped.
     fn accept(&mut self) -> bool {
         while !self.free.is_empty() {
+            let Ok(p) = self.urgent.try_recv() else {
+                break;
+            };
+            self.start(p, true);
+        }
+        while self.free_for_any() {
             let Some(p) = self.retry.pop_front() else {
                 break;
             };
             self.start(p, true);
         }
-        while !self.free.is_empty() {
+        while self.free_for_any() {
             let p = match self.rx.try_recv() {
                 Ok(p) => p,
                 Err(TryRecvError::Empty) => return true,
@@ -611,9 +661,17 @@ impl Worker {
                 }
             }
         }
+        let urgent = p.req().class == IoClass::Urgent;
         let slot = self.free.pop().expect("a free slot");
-        self.slots[slot as usize] = Some(Op::new(p, alone));
-        self.ready.push_back(slot);
+        let mut op = Op::new(p, alone);
+        op.rt = urgent && !self.shared.no_rt.load(Ordering::Relaxed);
+        self.slots[slot as usize] = Some(op);
+        if urgent {
+            // Ahead of the I/Os not yet in the submission queue.
+            self.ready.push_front(slot);
+        } else {
+            self.ready.push_back(slot);
+        }
     }
 
     /// Hand a zeroing request to the helper thread (started on first use).
@@ -671,6 +729,9 @@ impl Worker {
     /// Shutting down: everything not yet in the kernel fails; what is in flight finishes.
     fn refuse_queued(&mut self) {
         while let Ok(p) = self.rx.try_recv() {
+            drop(p);
+        }
+        while let Ok(p) = self.urgent.try_recv() {
             drop(p);
         }
         self.retry.clear();
@@ -750,6 +811,7 @@ impl Worker {
             return e.user_data(slot as u64);
         }
         let req = op.p.req();
+        let prio = if op.rt { IOPRIO_RT } else { 0 };
         let e = match &req.kind {
             IoKind::Read { buf } => {
                 let len = (buf.len() - op.progress).min(MAX_CHUNK);
@@ -757,6 +819,7 @@ impl Worker {
                 let ptr = unsafe { buf.as_mut_ptr().add(op.progress) };
                 opcode::Read::new(fd, ptr, len as u32)
                     .offset(req.offset + op.progress as u64)
+                    .ioprio(prio)
                     .build()
             }
             IoKind::Write { buf, fua } => {
@@ -765,6 +828,7 @@ impl Worker {
                 let ptr = unsafe { buf.as_ptr().add(op.progress) };
                 opcode::Write::new(fd, ptr, len as u32)
                     .offset(req.offset + op.progress as u64)
+                    .ioprio(prio)
                     .rw_flags(if *fua { libc::RWF_DSYNC } else { 0 })
                     .build()
             }
@@ -811,6 +875,13 @@ impl Worker {
             self.free.push(slot);
             self.retry.push_back(op.p);
             self.retry.extend(op.more);
+            return;
+        }
+        if op.rt && (res == -libc::EPERM || res == -libc::EINVAL) {
+            // Real-time priority refused (no capability for it): again without, from now on.
+            op.rt = false;
+            self.shared.no_rt.store(true, Ordering::Relaxed);
+            self.ready.push_front(slot);
             return;
         }
         let len = op.len;
