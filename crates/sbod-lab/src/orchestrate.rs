@@ -424,7 +424,14 @@ impl<'a> Lab<'a> {
             self.step(BASELINE, "serving each member alone", 2.0);
             let targets = self.backend.baseline_up()?;
             let n = targets.len().max(1) as u64;
-            let per = mib_floor(ws / n).max(4 << 20);
+            // Each member the bytes of it the array's working set will occupy (its data
+            // and redundancy over the members carrying the layout), so that BASELINE and
+            // the array stream over the same member bytes (a drive's outer bytes are
+            // faster); without a known layout, its share of the working set.
+            let per = crate::ideal::member_footprint(&info, ws)
+                .unwrap_or(ws / n)
+                .max(ws / n);
+            let per = mib_floor(per).max(4 << 20);
             let targets: Vec<Target> = targets
                 .into_iter()
                 .map(|t| Target {
