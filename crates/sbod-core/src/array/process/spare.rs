@@ -570,6 +570,8 @@ impl Array {
         let mut next_blk: u64 = 0;
         let sched = height >= SCHED_HEIGHT;
         let mut flying = FuturesUnordered::new();
+        // Chunks that completed while a block's locks were waited for.
+        let mut done = VecDeque::new();
         let mut next_row = boundary.load(Ordering::Acquire);
         let mut stop: Option<Stop> = None;
         loop {
@@ -651,10 +653,26 @@ impl Array {
                         .collect();
                     keys.sort_unstable();
                     keys.dedup();
-                    let w = &mut wins[(b.win - first) as usize];
-                    for (group, row) in keys {
-                        w.guards.push(dp.locks.lock(group, row).await);
-                    }
+                    // The chunks in flight are driven while the locks are waited for (their
+                    // completions kept for below): a client request holding one of these
+                    // stripes may wait on something a chunk in flight holds (a checksum
+                    // block it is loading), which must not wait for us in turn.
+                    let locking = async {
+                        let mut v = Vec::with_capacity(keys.len());
+                        for (group, row) in keys {
+                            v.push(dp.locks.lock(group, row).await);
+                        }
+                        v
+                    };
+                    let mut locking = std::pin::pin!(locking);
+                    let guards = loop {
+                        tokio::select! {
+                            biased;
+                            v = &mut locking => break v,
+                            Some(r) = flying.next(), if !flying.is_empty() => done.push_back(r),
+                        }
+                    };
+                    wins[(b.win - first) as usize].guards.extend(guards);
                     active.push((next_blk, b));
                     next_blk += 1;
                 } else if wins.len() < windows && next_row < rows {
@@ -680,12 +698,19 @@ impl Array {
                     break;
                 }
             }
-            if flying.is_empty() && (stop.is_some() || wins.front().is_none_or(|w| w.left > 0)) {
+            if flying.is_empty()
+                && done.is_empty()
+                && (stop.is_some() || wins.front().is_none_or(|w| w.left > 0))
+            {
                 // Nothing in flight and no window to close: done, or stopped (the chunks
                 // in flight drained first: none is left half done).
                 break;
             }
-            if let Some((seq, id, r)) = flying.next().await {
+            let next = match done.pop_front() {
+                Some(r) => Some(r),
+                None => flying.next().await,
+            };
+            if let Some((seq, id, r)) = next {
                 let w = &mut wins[(seq - first) as usize];
                 w.left -= 1;
                 w.bytes += r?;
