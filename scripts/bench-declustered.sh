@@ -28,7 +28,8 @@
 #   --drives PROFILE[,OPTS] (hdd-nearline; "none" for plain files; e.g.
 #   hdd-nearline,slow=6,span=size) --dir DIR
 #   --rebuild-only: only the two rebuilds (no copy-back, no clients)
-# Environment: SBOD=path/to/sbod skips the build.
+# Environment: SBOD=path/to/sbod skips the build; SBOD_BENCH_LOGS=DIR keeps the servers'
+# logs there (with SBOD_DRIVE_STATS=1, what each modelled drive did and its media time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GROUPS_=1
@@ -69,6 +70,9 @@ cleanup() {
   if [ -n "$SERVER" ]; then
     "$SBOD" stop "$NAME" >/dev/null 2>&1 || kill "$SERVER" 2>/dev/null || true
     wait "$SERVER" 2>/dev/null || true
+  fi
+  if [ -n "${SBOD_BENCH_LOGS:-}" ]; then
+    mkdir -p "$SBOD_BENCH_LOGS" && cp "$WORK"/*.log "$SBOD_BENCH_LOGS"/ 2>/dev/null || true
   fi
   rm -rf "$WORK"
 }

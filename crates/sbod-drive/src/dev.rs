@@ -269,14 +269,17 @@ impl BlockDev for ModelDev {
         {
             let s = &self.core.stats;
             let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            let (busy, xfer) = self.core.state.lock().model.media_ns();
             eprintln!(
-                "{}: {} reads, {} writes, {} FUA writes, {} flushes, {} bytes; {} timer wake-ups, {} us late on average, {} us at most",
+                "{}: {} reads, {} writes, {} FUA writes, {} flushes, {} bytes; media busy {} ms of model time, {} ms of it transferring; {} timer wake-ups, {} us late on average, {} us at most",
                 self.name,
                 g(&s.reads),
                 g(&s.writes),
                 g(&s.fua),
                 g(&s.flushes),
                 g(&s.bytes),
+                busy / 1_000_000,
+                xfer / 1_000_000,
                 g(&s.ticks),
                 g(&s.late_ns) / g(&s.ticks).max(1) / 1000,
                 g(&s.late_max_ns) / 1000

@@ -50,6 +50,11 @@ pub trait Model: Send {
     fn advance(&mut self, now: u64, done: &mut Vec<u64>);
     /// When the next internal event is due, if any.
     fn next_event(&self) -> Option<u64>;
+    /// Nanoseconds of model time the media spent on commands, and of that, moving data
+    /// (the rest is seeks, settles and rotation), for `SBOD_DRIVE_STATS`.
+    fn media_ns(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 const NS: f64 = 1e9;
@@ -235,6 +240,9 @@ pub struct HddModel {
     flushes: Vec<(u64, u64)>,
     acts: Vec<Actuator>,
     events: BinaryHeap<Reverse<(u64, Ev)>>,
+    /// Media time spent on operations, and of it transferring (see [`Model::media_ns`]).
+    busy_ns: u64,
+    xfer_ns: u64,
 }
 
 impl HddModel {
@@ -270,6 +278,8 @@ impl HddModel {
                 n as usize
             ],
             events: BinaryHeap::new(),
+            busy_ns: 0,
+            xfer_ns: 0,
             p,
         }
     }
@@ -495,6 +505,9 @@ impl HddModel {
                 self.queued.swap_remove(i)
             };
             let end = self.cost(a, &op);
+            let x0 = self.local(op.offset);
+            self.busy_ns += end.saturating_sub(self.t);
+            self.xfer_ns += self.geo.transfer_ns(x0, x0 + op.len) as u64;
             self.acts[a].busy = Some((op, end));
             self.at(end, Ev::Actuator(a));
         }
@@ -608,6 +621,10 @@ impl Model for HddModel {
 
     fn next_event(&self) -> Option<u64> {
         self.events.peek().map(|e| e.0 .0)
+    }
+
+    fn media_ns(&self) -> (u64, u64) {
+        (self.busy_ns, self.xfer_ns)
     }
 }
 

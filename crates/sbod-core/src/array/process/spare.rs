@@ -7,12 +7,16 @@
 //! window's reads and rebuilds issued while the last one's writes finish: no barrier
 //! between windows leaves the members idle):
 //!
-//! 1. every stripe of the window is locked, in row order behind the windows already held
-//!    (client requests to it wait);
-//! 2. every chunk whose member differs between `L` and `L'` is written to its new place:
-//!    read from its old place, else rebuilt from its stripe (`Family::recover`), at most
-//!    `IN_FLIGHT` chunks at once over all the windows under way (and, while clients are
-//!    busy, at most `SBOD_DECL_ROOM` of them touching any one member: [`Room`]);
+//! 1. the window's chunks whose member differs between `L` and `L'` are cut into blocks
+//!    (the rows of one permutation; the whole window where the row height is below
+//!    [`SCHED_HEIGHT`]), started in row order, [`BLOCKS_IN_FLIGHT`] under way at once
+//!    ([`BUSY_BLOCKS`] while clients are busy); a block's stripes are locked as it starts
+//!    (client requests to them wait from then on);
+//! 2. every chunk of a block under way is written to its new place: read from its old
+//!    place, else rebuilt from its stripe (`Family::recover`), at most [`BLOCK_DEPTH`] of
+//!    a block and `IN_FLIGHT` chunks at once over all the windows under way (and, while
+//!    clients are busy, at most `SBOD_DECL_ROOM` of them touching any one member:
+//!    [`Room`]);
 //! 3. the row boundary moves past the window in memory once every chunk of it **and of
 //!    every window before it** is written, before the window's locks are let go. A
 //!    copy-back first flushes the members and records the boundary in the superblocks
@@ -62,25 +66,74 @@ const WINDOW_BYTES: u64 = 16 << 20;
 /// (at most [`MAX_IN_FLIGHT`]).
 const IN_FLIGHT: usize = 64;
 
-/// Permutations (blocks of `height` rows) a transition keeps under way at once, so that
-/// with a row height above 1 (where a block's chunks touch only its stripe's members)
-/// every member still has work: each block moves about one chunk a row, and a block's
-/// stripes span a group's members and a spare's.
-const BLOCKS_IN_FLIGHT: usize = 6;
+/// Blocks (the rows of one permutation) a transition keeps under way at once where the
+/// row height is at least [`SCHED_HEIGHT`], started in row order, so that every member
+/// has a run to stream: a block's chunks touch only its stripe's members (a group's) and
+/// a spare's, 10 of them with groups of 8+2, each a run of `height` chunks.
+const BLOCKS_IN_FLIGHT: usize = 12;
+
+/// Chunks of one block in flight at most: enough for each of its members to stream its
+/// run (the drive reorders what it holds), few enough that [`BLOCKS_IN_FLIGHT`] blocks
+/// fit in [`MAX_IN_FLIGHT`].
+const BLOCK_DEPTH: usize = 32;
+
+/// Blocks under way at once while clients are busy: one block's members (a group's and a
+/// spare's, as a classic rebuild's) take the transition's I/O, the rest serve clients.
+const BUSY_BLOCKS: usize = 1;
+
+/// The least row height whose blocks are scheduled as units: lower, a block is too few
+/// chunks to keep its members busy, and the chunks of a window go in row order.
+const SCHED_HEIGHT: u64 = 4;
 
 /// The most chunks a transition moves at once, whatever the row height.
 const MAX_IN_FLIGHT: usize = 512;
 
-/// A window of rows under way: its stripes locked until the boundary passes it.
+/// A window of rows under way: the stripes of its blocks under way or done locked until
+/// the boundary passes it.
 struct Window<'a> {
     /// The row after its last.
     end: u64,
     guards: Vec<StripeGuard<'a>>,
-    /// Chunks issued and not yet written.
+    /// Chunks not yet written.
     left: usize,
-    /// Every chunk of it issued.
-    issued: bool,
     bytes: u64,
+}
+
+/// The chunks of one block (the rows of one permutation) in a window, moved as a unit:
+/// its stripes are locked as it starts, and it is under way until its last chunk is
+/// written.
+struct Blk {
+    /// Its window's sequence number.
+    win: u64,
+    /// Chunks not yet issued, in row order.
+    moves: VecDeque<Move>,
+    /// Chunks not yet written.
+    left: usize,
+    /// Chunks in flight.
+    flying: usize,
+}
+
+/// The blocks of a window's chunks (`moves`, in row order): the chunks of each `height`
+/// rows of one permutation.
+fn window_blocks(moves: Vec<Move>, height: u64, win: u64) -> Vec<Blk> {
+    let mut out: Vec<Blk> = Vec::new();
+    let mut last_block = None;
+    for mv in moves {
+        let block = mv.addr.stripe / height;
+        if last_block != Some(block) {
+            last_block = Some(block);
+            out.push(Blk {
+                win,
+                moves: VecDeque::new(),
+                left: 0,
+                flying: 0,
+            });
+        }
+        let b = out.last_mut().expect("pushed");
+        b.moves.push_back(mv);
+        b.left += 1;
+    }
+    out
 }
 
 /// One chunk to move: its stripe, old and new place, and every member it may touch (the
@@ -183,6 +236,18 @@ impl Room {
     /// How often whether clients are busy is looked at again.
     const LOOK: Duration = Duration::from_millis(50);
 
+    /// Whether client requests reach the members now (looked at every [`Room::LOOK`];
+    /// never with `SBOD_DECL_ROOM=0`).
+    fn look(&mut self, a: &Array) -> bool {
+        if !self.places.is_empty() && self.checked.elapsed() >= Self::LOOK {
+            let fg = Self::fg(a);
+            self.busy = fg != self.fg_last;
+            self.fg_last = fg;
+            self.checked = Instant::now();
+        }
+        self.busy
+    }
+
     fn new(a: &Array, slots: usize) -> Room {
         let share = crate::tuning::decl_room();
         Room {
@@ -217,12 +282,7 @@ impl Room {
         a: &Array,
         mv: &Move,
     ) -> impl Future<Output = Vec<OwnedSemaphorePermit>> + Send + 'static {
-        if !self.places.is_empty() && self.checked.elapsed() >= Self::LOOK {
-            let fg = Self::fg(a);
-            self.busy = fg != self.fg_last;
-            self.fg_last = fg;
-            self.checked = Instant::now();
-        }
+        self.look(a);
         let sems: Vec<Arc<Semaphore>> = if self.busy {
             // Only members in service: a failed one (the slot a distributed rebuild
             // spares, or another out) takes no I/O, and counting it would hold every
@@ -482,7 +542,7 @@ impl Array {
             .div_ceil(height)
             * height;
         let in_flight = IN_FLIGHT
-            .max(BLOCKS_IN_FLIGHT * height as usize)
+            .max(BLOCKS_IN_FLIGHT * (height as usize).min(BLOCK_DEPTH))
             .min(MAX_IN_FLIGHT);
         let windows = crate::tuning::decl_windows();
         let mut throttle = Throttle::new();
@@ -500,20 +560,25 @@ impl Array {
             Pass::Main => !(row < first_end && dp.map.first_pass_row(sp, row)),
         };
         let watch_first = pass == Pass::Main && !copyback && sp.first().is_none();
-        // The windows locked, in row order (the first ends at the next boundary), the
-        // chunks not yet issued (row order), and those in flight (with their window's
-        // sequence number: `first` is the front window's).
+        // The windows under way, in row order (the first ends at the next boundary); their
+        // blocks waiting, in row order, and under way; the chunks in flight (with their
+        // window's sequence number, `first` being the front window's, and their block's).
         let mut wins: VecDeque<Window<'_>> = VecDeque::new();
         let mut first: u64 = 0;
-        let mut queued: VecDeque<(u64, Move)> = VecDeque::new();
+        let mut waiting: VecDeque<Blk> = VecDeque::new();
+        let mut active: Vec<(u64, Blk)> = Vec::new();
+        let mut next_blk: u64 = 0;
+        let sched = height >= SCHED_HEIGHT;
         let mut flying = FuturesUnordered::new();
+        // Chunks that completed while a block's locks were waited for.
+        let mut done = VecDeque::new();
         let mut next_row = boundary.load(Ordering::Acquire);
         let mut stop: Option<Stop> = None;
         loop {
             // The front windows whose chunks are all written: the boundary moves past each
             // in order (never past a window with a chunk still in flight before it).
             // (Not once stopped: a stopped copy-back records nothing more.)
-            while stop.is_none() && wins.front().is_some_and(|w| w.left == 0 && w.issued) {
+            while stop.is_none() && wins.front().is_some_and(|w| w.left == 0) {
                 let w = wins.pop_front().expect("front");
                 first += 1;
                 if copyback {
@@ -552,27 +617,66 @@ impl Array {
             if stop.is_none() {
                 stop = self.spare_stop(handle, copyback, target, watch_first);
             }
-            // Issue: the queued chunks, then the next window (locked in row order behind
-            // those already held), while fewer than IN_FLIGHT chunks and `SBOD_DECL_WINDOWS`
-            // are under way. The next window's reads start while the last ones' finish.
+            let (cap, depth) = match (sched, room.look(self)) {
+                (false, _) => (usize::MAX, usize::MAX),
+                (true, true) => (BUSY_BLOCKS, usize::MAX),
+                (true, false) => (BLOCKS_IN_FLIGHT, BLOCK_DEPTH),
+            };
+            // Issue: the chunks of the blocks under way (the earliest first); else start
+            // the next block (`pick_block`), its stripes locked as it starts; else open the
+            // next window, while fewer than IN_FLIGHT chunks and `SBOD_DECL_WINDOWS`
+            // windows are under way. The next window's reads start while the last ones'
+            // finish.
             while stop.is_none() && flying.len() < in_flight {
-                if let Some((seq, mv)) = queued.pop_front() {
-                    let w: &mut Window<'_> = &mut wins[(seq - first) as usize];
-                    w.issued = queued.front().is_none_or(|(s, _)| *s != seq);
+                if let Some((id, b)) = active
+                    .iter_mut()
+                    .find(|(_, b)| !b.moves.is_empty() && b.flying < depth)
+                {
+                    let mv = b.moves.pop_front().expect("not empty");
+                    b.flying += 1;
+                    let (id, seq) = (*id, b.win);
                     let permits = room.enter(self, &mv);
                     flying.push(async move {
                         let _p = permits.await;
-                        (seq, self.move_chunk(mv.addr, mv.old, mv.new).await)
+                        (seq, id, self.move_chunk(mv.addr, mv.old, mv.new).await)
                     });
+                } else if active.len() < cap && !waiting.is_empty() {
+                    // The next block in row order.
+                    let b = waiting.pop_front().expect("not empty");
+                    // Locked as it starts (a client request to its stripes waits from now
+                    // until the boundary passes its window). Only the transition holds
+                    // more than one stripe lock at a time, so the order is free.
+                    let mut keys: Vec<(usize, u64)> = b
+                        .moves
+                        .iter()
+                        .map(|m| (m.addr.group, m.addr.stripe))
+                        .collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    // The chunks in flight are driven while the locks are waited for (their
+                    // completions kept for below): a client request holding one of these
+                    // stripes may wait on something a chunk in flight holds (a checksum
+                    // block it is loading), which must not wait for us in turn.
+                    let locking = async {
+                        let mut v = Vec::with_capacity(keys.len());
+                        for (group, row) in keys {
+                            v.push(dp.locks.lock(group, row).await);
+                        }
+                        v
+                    };
+                    let mut locking = std::pin::pin!(locking);
+                    let guards = loop {
+                        tokio::select! {
+                            biased;
+                            v = &mut locking => break v,
+                            Some(r) = flying.next(), if !flying.is_empty() => done.push_back(r),
+                        }
+                    };
+                    wins[(b.win - first) as usize].guards.extend(guards);
+                    active.push((next_blk, b));
+                    next_blk += 1;
                 } else if wins.len() < windows && next_row < rows {
                     let end = (next_row + window).min(rows);
-                    let mut guards =
-                        Vec::with_capacity(((end - next_row) as usize) * g.groups as usize);
-                    for row in next_row..end {
-                        for group in 0..g.groups as usize {
-                            guards.push(dp.locks.lock(group, row).await);
-                        }
-                    }
                     let seq = first + wins.len() as u64;
                     let mut moves = window_moves(d, &g, next_row..end, &from, to);
                     if pass == Pass::First || sp.first().is_some() {
@@ -582,28 +686,43 @@ impl Array {
                     }
                     wins.push_back(Window {
                         end,
-                        guards,
+                        guards: Vec::new(),
                         left: moves.len(),
-                        issued: moves.is_empty(),
                         bytes: 0,
                     });
-                    queued.extend(moves.into_iter().map(|m| (seq, m)));
+                    // Blocks of `height` rows; below SCHED_HEIGHT the whole window is one.
+                    let unit = if sched { height } else { window };
+                    waiting.extend(window_blocks(moves, unit, seq));
                     next_row = end;
                 } else {
                     break;
                 }
             }
             if flying.is_empty()
-                && (stop.is_some() || wins.front().is_none_or(|w| w.left > 0 || !w.issued))
+                && done.is_empty()
+                && (stop.is_some() || wins.front().is_none_or(|w| w.left > 0))
             {
                 // Nothing in flight and no window to close: done, or stopped (the chunks
                 // in flight drained first: none is left half done).
                 break;
             }
-            if let Some((seq, r)) = flying.next().await {
+            let next = match done.pop_front() {
+                Some(r) => Some(r),
+                None => flying.next().await,
+            };
+            if let Some((seq, id, r)) = next {
                 let w = &mut wins[(seq - first) as usize];
                 w.left -= 1;
                 w.bytes += r?;
+                let i = active
+                    .iter()
+                    .position(|(x, _)| *x == id)
+                    .expect("a chunk's block is under way");
+                active[i].1.left -= 1;
+                active[i].1.flying -= 1;
+                if active[i].1.left == 0 {
+                    active.remove(i);
+                }
             }
         }
         drop(flying);
@@ -709,5 +828,46 @@ impl Array {
             }
         }
         Ok(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mv(row: u64) -> Move {
+        Move {
+            addr: StripeAddr {
+                group: 0,
+                stripe: row,
+            },
+            old: Some(1),
+            new: Some(2),
+            members: vec![1, 2],
+        }
+    }
+
+    /// A window's chunks split at block boundaries (rows `height * k`), in row order,
+    /// each chunk in exactly one block.
+    #[test]
+    fn window_blocks_split_by_height() {
+        let rows = [4u64, 5, 7, 8, 13, 14, 15, 16];
+        let b = window_blocks(rows.iter().map(|&r| mv(r)).collect(), 4, 3);
+        let got: Vec<Vec<u64>> = b
+            .iter()
+            .map(|b| b.moves.iter().map(|m| m.addr.stripe).collect())
+            .collect();
+        assert_eq!(
+            got,
+            vec![vec![4, 5, 7], vec![8], vec![13, 14, 15], vec![16]]
+        );
+        assert!(b
+            .iter()
+            .all(|b| b.win == 3 && b.left == b.moves.len() && b.flying == 0));
+        // One block where the unit is the window (row heights below SCHED_HEIGHT).
+        assert_eq!(
+            window_blocks(rows.iter().map(|&r| mv(r)).collect(), 64, 0).len(),
+            1
+        );
     }
 }
