@@ -261,6 +261,7 @@ pub fn parse_output(text: &str, percentiles: &[f64]) -> Result<Metrics> {
         lat_p999_ns: at(99.9),
         server_cpu_pct: 0.0,
         iops_per_cpu_pct: 0.0,
+        bytes_per_cpu_sec: 0.0,
         client_cpu_pct: f(&job["usr_cpu"]) + f(&job["sys_cpu"]),
         percentiles: pct,
     })

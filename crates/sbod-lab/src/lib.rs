@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod ceph;
 pub mod fio;
+pub mod floor;
 pub mod ideal;
 pub mod machine;
 pub mod orchestrate;

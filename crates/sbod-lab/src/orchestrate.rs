@@ -175,6 +175,8 @@ pub struct Lab<'a> {
     phases: Vec<PhaseInfo>,
     notes: Vec<String>,
     info: Option<ArrayInfo>,
+    /// The CPU floor of a write on this machine, measured once the runs are done.
+    floor: Option<crate::schema::CpuFloor>,
     failed: Option<String>,
     rebuild: Option<RebuildTrack>,
     plan_total: f64,
@@ -236,6 +238,7 @@ impl<'a> Lab<'a> {
             phases: Vec::new(),
             notes: Vec::new(),
             info: None,
+            floor: None,
             failed: None,
             rebuild: None,
             plan_total: 0.0,
@@ -275,6 +278,14 @@ impl<'a> Lab<'a> {
             }
         }
         self.backend.cleanup();
+        if !self.runs.is_empty() {
+            // What the server's bytes per CPU-second are held against (about a second of
+            // one core, with the machine as the runs had it).
+            self.floor = self.info.as_ref().map(|i| {
+                let scheme = crate::floor::scheme_of(&i.level, i.width, i.redundancy);
+                crate::floor::measure(scheme, i.chunk_bytes as usize)
+            });
+        }
         self.progress.finish();
         let report = self.report(result.is_err());
         (report, result)
@@ -695,6 +706,11 @@ impl<'a> Lab<'a> {
                 } else {
                     0.0
                 };
+                m.bytes_per_cpu_sec = if m.server_cpu_pct > 0.0 {
+                    m.bw_bytes / (m.server_cpu_pct / 100.0)
+                } else {
+                    0.0
+                };
                 let run = Run {
                     phase: phase.into(),
                     workload: w.id.clone(),
@@ -886,6 +902,7 @@ impl<'a> Lab<'a> {
             rebuild,
             flags,
             notes: self.notes.clone(),
+            floor: self.floor.clone(),
         }
     }
 }

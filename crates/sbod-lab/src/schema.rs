@@ -32,6 +32,27 @@ pub struct Report {
     pub flags: Vec<String>,
     /// What the reader should know (skipped phases, a rebuild that ended early, errors).
     pub notes: Vec<String>,
+    /// The least CPU a byte of a client write costs on this machine, measured before the
+    /// run (null where it was not).
+    #[serde(default)]
+    pub floor: Option<CpuFloor>,
+}
+
+/// The CPU floor of a write (docs/PERFORMANCE.md, "The floor"): client bytes per second
+/// of one thread's CPU time for what every written byte costs at the least: one copy,
+/// its crc32c, and for a parity layout the parity of the stripe (whose bytes are copied
+/// and summed too). The server's bytes per CPU-second are held against it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CpuFloor {
+    /// One copy of the bytes (memory to memory, streaming through more than the caches).
+    pub copy: f64,
+    /// One copy and the crc32c of every 4 KiB block: a plain layout's floor.
+    pub copy_crc32c: f64,
+    /// The array's layout: its copies (data and parity), parity and checksums, per client
+    /// byte; null for a layout without parity.
+    pub layout: Option<f64>,
+    /// The layout the `layout` figure is for (e.g. "raid6 6+2"), and how it was measured.
+    pub what: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -159,6 +180,11 @@ pub struct Metrics {
     pub server_cpu_pct: f64,
     /// iops / server_cpu_pct (0 when no CPU was measured).
     pub iops_per_cpu_pct: f64,
+    /// Client bytes moved per second of the server's CPU (usr+sys): bw_bytes /
+    /// (server_cpu_pct / 100), 0 when no CPU was measured; held against the report's
+    /// [`CpuFloor`].
+    #[serde(default)]
+    pub bytes_per_cpu_sec: f64,
     /// fio's own usr+sys CPU, percent of one CPU.
     pub client_cpu_pct: f64,
     /// [percentile, latency ns] pairs, ascending.

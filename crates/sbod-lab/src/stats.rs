@@ -68,6 +68,7 @@ pub fn mean_metrics(ms: &[&Metrics]) -> Metrics {
         lat_p999_ns: f(|m| m.lat_p999_ns),
         server_cpu_pct: f(|m| m.server_cpu_pct),
         iops_per_cpu_pct: f(|m| m.iops_per_cpu_pct),
+        bytes_per_cpu_sec: f(|m| m.bytes_per_cpu_sec),
         client_cpu_pct: f(|m| m.client_cpu_pct),
         percentiles: pct,
     }

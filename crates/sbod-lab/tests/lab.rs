@@ -364,6 +364,15 @@ fn life_cycle_runs_in_order_and_reports_every_cell() {
     let down = r.cell(DEVICE_DOWN, "randread-4k", 32).unwrap();
     assert!((down.vs_nominal.as_ref().unwrap().iops - 401.5 / 801.5).abs() < 1e-9);
     assert!(down.mean.server_cpu_pct > 0.0 && down.mean.iops_per_cpu_pct > 0.0);
+    // Bytes per CPU-second: the bandwidth over the server's CPU, run by run.
+    for run in &r.runs {
+        let m = &run.metrics;
+        let want = m.bw_bytes / (m.server_cpu_pct / 100.0);
+        assert!((m.bytes_per_cpu_sec - want).abs() <= want * 1e-9, "{m:?}");
+    }
+    // The floor it is held against, for this array's layout (raid6 of 8: P+Q 6+2).
+    let f = r.floor.as_ref().expect("the floor measured");
+    assert!(f.copy > 0.0 && f.copy_crc32c > 0.0 && f.layout.is_some_and(|l| l > 0.0));
     let rb = r.rebuild.as_ref().unwrap();
     assert_eq!(rb.failed_member, "/d/m7");
     assert!(rb.duration_secs.is_some() && rb.rate_bytes_per_sec.is_some());
@@ -768,6 +777,15 @@ fn reports_render_without_the_network() {
     assert!(md.contains("| 4K random read QD32 |"));
     assert!(md.contains("BASELINE") && md.contains("DEVICE REBUILD"));
     assert!(md.contains("4K random read, queue-depth sweep"));
+    // Bytes per CPU-second beside the floor (writes: the share of the floor kept).
+    assert!(md.contains("The floor on this machine"), "{md}");
+    assert!(
+        md.lines()
+            .any(|l| l.starts_with("| 1M sequential write QD16 |")
+                && l.contains("GB/CPU-s (")
+                && l.contains("of floor)")),
+        "{md}"
+    );
     // The layout's ideal beside the measured ratio: raid6 of 8 reads 4K at 7/13 of
     // BASELINE at best with a member down.
     assert!(md.contains("## Against the layout's ideal"), "{md}");

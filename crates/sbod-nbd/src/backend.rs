@@ -88,6 +88,15 @@ pub trait Backend: Send + Sync + 'static {
 
     fn info(&self) -> ExportInfo;
     fn alloc(&self, len: usize) -> Self::Buf;
+    /// A count the server keeps of the WRITEs it has received for this backend and not
+    /// finished: one is added when a WRITE's header arrives (before its payload is read)
+    /// and taken off once its reply is made. The backend learns from it that more writes
+    /// are here while it works on one, before their tasks start (sbod's parity arrays: a
+    /// sequential stream's split stripe waits for the next request's half instead of
+    /// reading the rest). None (the default): not kept.
+    fn queued_writes(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicUsize>> {
+        None
+    }
     fn read(
         &self,
         offset: u64,

@@ -2,10 +2,16 @@
 
 use crate::backend::{Backend, ExportInfo, Extent, NbdError};
 use parking_lot::RwLock;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 
 pub struct MemBackend {
     data: RwLock<Vec<u8>>,
     pub info: ExportInfo,
+    /// The server's count of WRITEs received and not finished ([`Backend::queued_writes`]).
+    pub queued: Arc<AtomicUsize>,
+    /// The most that count read while a write was being done here.
+    pub most_queued_seen: AtomicUsize,
 }
 
 impl MemBackend {
@@ -25,6 +31,8 @@ impl MemBackend {
                 can_multi_conn: true,
                 description: Some("in-memory test export".into()),
             },
+            queued: Default::default(),
+            most_queued_seen: AtomicUsize::new(0),
         }
     }
 
@@ -49,7 +57,13 @@ impl Backend for MemBackend {
         Ok(d[offset as usize..offset as usize + len as usize].to_vec())
     }
 
+    fn queued_writes(&self) -> Option<Arc<AtomicUsize>> {
+        Some(self.queued.clone())
+    }
+
     async fn write(&self, offset: u64, data: Vec<u8>, _fua: bool) -> Result<(), NbdError> {
+        self.most_queued_seen
+            .fetch_max(self.queued.load(Relaxed), Relaxed);
         self.data.write()[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
         Ok(())
     }

@@ -1095,6 +1095,7 @@ where
     let budget = Arc::new(Semaphore::new(INFLIGHT_BUDGET as usize));
     let slots = Arc::new(Semaphore::new(INFLIGHT_REQUESTS));
     let most = (INFLIGHT_BUDGET as u64).min(limits.inflight_bytes) as u32;
+    let queued_writes = neg.export.queued_writes();
     let mut result = Ok(());
     let late = |what: &str| {
         stats.timeouts.fetch_add(1, Relaxed);
@@ -1211,6 +1212,11 @@ where
             }
             continue;
         }
+        // Counted from here (its header) to its reply, when the backend keeps the count.
+        let queued = match (&queued_writes, req.kind) {
+            (Some(q), CMD_WRITE) => Some(Queued::new(q)),
+            _ => None,
+        };
         // Budget first, then the buffer: no payload is allocated beyond the budget. The
         // cost never exceeds the budget (it is at least the export's max payload).
         let cost = match req.kind {
@@ -1280,6 +1286,7 @@ where
         let (neg, tx, stats) = (neg.clone(), tx.clone(), stats.clone());
         let mut work = Box::pin(async move {
             let reply = execute(&neg, req, payload, &stats).await;
+            drop(queued);
             // The budget goes with the reply: a READ's data is held until it is sent.
             let _ = tx.send((reply, Some(held))).await;
             drop(slot);
@@ -1392,6 +1399,22 @@ fn descriptors(
         out[i].0 = most.max(bs.min(out[i].0));
     }
     out
+}
+
+/// A WRITE counted in the backend's [`Backend::queued_writes`] while alive.
+struct Queued(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Queued {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Queued {
+        count.fetch_add(1, Relaxed);
+        Queued(count.clone())
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 async fn execute<B: Backend>(

@@ -337,3 +337,46 @@ fn requests_pipelined_after_go_are_kept() {
     assert_eq!(got, [(1, 0, vec![]), (2, 0, vec![])]);
     assert_eq!(c.read(4096, 8192).unwrap(), data);
 }
+
+/// The backend's count of WRITEs received and not finished (`Backend::queued_writes`,
+/// which tells sbod's parity arrays that a stream's next request is here): a write is
+/// counted from its header on, its payload still to come, and no longer once its
+/// connection dropped it; a write done meanwhile saw both.
+#[test]
+fn queued_writes_count_from_the_header_until_done() {
+    let limits = Limits {
+        io_timeout: Duration::from_secs(30),
+        ..Limits::default()
+    };
+    let backend = Arc::new(MemBackend::new(SIZE));
+    let srv = TestServer::start_limited(vec![("mem", backend.clone())], limits, None);
+    let mut bad = Client::connect(&srv.sock, false);
+    let mut hdr = Vec::new();
+    hdr.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    hdr.extend_from_slice(&0u16.to_be_bytes());
+    hdr.extend_from_slice(&CMD_WRITE.to_be_bytes());
+    hdr.extend_from_slice(&7u64.to_be_bytes());
+    hdr.extend_from_slice(&(8u64 << 20).to_be_bytes());
+    hdr.extend_from_slice(&(1u32 << 20).to_be_bytes());
+    bad.s.write_all(&hdr).unwrap();
+    bad.s.write_all(&[0xEEu8; 4096]).unwrap();
+    eventually("the write is counted before its payload is in", || {
+        backend.queued.load(Relaxed) == 1
+    });
+    let mut good = Client::connect(&srv.sock, true);
+    let c = good.send(CMD_WRITE, 0, 0, 4096, &[5u8; 4096]);
+    let (cookie, err, _) = good.reply(0);
+    assert_eq!((cookie, err), (c, 0));
+    assert_eq!(backend.most_queued_seen.load(Relaxed), 2);
+    assert_eq!(
+        backend.queued.load(Relaxed),
+        1,
+        "the answered write still counted"
+    );
+    drop(bad);
+    eventually("the dropped write is no longer counted", || {
+        backend.queued.load(Relaxed) == 0
+    });
+    assert_eq!(good.read(8 << 20, 4096).unwrap(), vec![0u8; 4096]);
+    good.disconnect();
+}

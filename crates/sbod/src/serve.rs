@@ -327,6 +327,10 @@ impl Backend for ArrayExport {
         AlignedBuf::for_overwrite(len)
     }
 
+    fn queued_writes(&self) -> Option<Arc<std::sync::atomic::AtomicUsize>> {
+        Some(self.array.queued_writes())
+    }
+
     async fn read(&self, offset: u64, len: u32) -> Result<AlignedBuf, NbdError> {
         let t0 = Instant::now();
         // Plugged: the member I/Os of all the request's stripes reach each member's queue

@@ -210,8 +210,12 @@ enum Shape {
 /// the cache, with no read-for-ownership, which lifts these memory-bound kernels by about
 /// a fifth once the data comes from memory (measured on Zen 3 from 64 KiB shards). Below
 /// it, and for the compute-bound general kernel at any length, cache stores measured
-/// better (at 4 KiB streaming stores halved XOR speed).
-pub(crate) const STREAM_MIN: usize = 64 * 1024;
+/// better (at 4 KiB streaming stores halved XOR speed). It was 64 KiB; on the AVX-512
+/// guest, with 64 KiB shards from cache, XOR 7+1 then ran at 0.80-0.82 of ISA-L's
+/// `xor_gen` and P+Q 8+2 at 0.98 of `pq_gen`, and with cache stores at 1.03-1.04 and 1.48,
+/// while streaming 64 KiB stayed ahead (1.01-1.03 and 1.10; scripts/bench-codec-ab.sh,
+/// docs/PERFORMANCE.md).
+pub(crate) const STREAM_MIN: usize = 128 * 1024;
 
 /// Most sources one kernel pass reads when shards are long: more concurrent streams than
 /// this outrun the hardware prefetchers (measured on Zen 3: 16+4 with 1 MiB shards went

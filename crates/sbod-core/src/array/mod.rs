@@ -166,6 +166,15 @@ impl Array {
         &self.shared.name
     }
 
+    /// The count of client writes a server has received for this array and not finished
+    /// yet: a server adds one when a write's request arrives (before its payload) and takes
+    /// it off once the write is done. A hint only (a sequential stream's split stripe
+    /// waits for the next request's half while the count says one is here, see
+    /// `family/parity/coalesce.rs`); a count left high costs waits, never data.
+    pub fn queued_writes(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        self.shared.queued_writes.clone()
+    }
+
     pub fn geometry(&self) -> Geometry {
         self.dp().geometry.clone()
     }
@@ -345,6 +354,7 @@ impl Array {
                 integrity,
                 crash_resync: AtomicBool::new(false),
                 lease: Default::default(),
+                queued_writes: Default::default(),
             });
             let dp = DataPath::view(shared.clone(), geometry, &sizes, resync_offset);
             Array {

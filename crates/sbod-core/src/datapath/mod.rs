@@ -75,6 +75,13 @@ pub struct Shared {
     /// Whether this head may write the members (see `owner`): checked before every
     /// member write.
     pub(crate) lease: crate::owner::Lease,
+    /// Client writes a server has received for this array and not finished yet (its
+    /// count, kept by the server: [`crate::array::Array::queued_writes`]). A write being
+    /// worked on sees from it that the client's next ones are already here, before their
+    /// tasks start (with members in memory a task runs to its end once started, so the
+    /// writes in progress in the engine are seldom more than one): a sequential stream's
+    /// split stripe then waits for the next request's half (`family/parity/coalesce.rs`).
+    pub(crate) queued_writes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A `Shared` with no members and no array above it, for unit tests of the views.
@@ -109,6 +116,7 @@ pub(crate) fn test_shared() -> Arc<Shared> {
         integrity: None,
         crash_resync: AtomicBool::new(false),
         lease: Default::default(),
+        queued_writes: Default::default(),
     })
 }
 

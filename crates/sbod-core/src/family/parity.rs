@@ -873,7 +873,7 @@ impl Family for Parity {
         // partial blocks meet their neighbours (see [`coalesce`]). Blocks written in part
         // are merged under the stripe lock alone.
         let large = data.len() as u64 >= COALESCE_MIN_WRITE;
-        let wait = large && g.worth_waiting();
+        let wait = large && g.worth_waiting(dp.queued_writes.load(Ordering::Relaxed));
         let started = std::time::Instant::now();
         let futs = stripes.into_iter().map(|(a, v, pp)| async move {
             let partial = v.len() < self.k || v.iter().any(|d| d.src.len() as u64 != chunk);

@@ -167,9 +167,26 @@ pub fn markdown(r: &Report) -> String {
     }
     writeln!(
         s,
-        "\n## Efficiency (sbod server CPU usr+sys, IOPS per CPU%)\n"
+        "\n## Efficiency (sbod server CPU usr+sys, IOPS per CPU%, GB per CPU-second)\n"
     )
     .unwrap();
+    if let Some(f) = &r.floor {
+        write!(
+            s,
+            "The floor on this machine (least CPU a written byte costs, client GB per CPU-second of one thread): one copy {:.2}, copy + crc32c {:.2}",
+            f.copy / 1e9,
+            f.copy_crc32c / 1e9
+        )
+        .unwrap();
+        if let Some(l) = f.layout {
+            write!(s, ", this layout {:.2} ({})", l / 1e9, f.what).unwrap();
+        }
+        writeln!(
+            s,
+            ". A write's GB per CPU-second over the floor (\"of floor\") is what the server keeps of it.\n"
+        )
+        .unwrap();
+    }
     write!(s, "| workload |").unwrap();
     for p in &phases {
         write!(s, " {} |", phase_title(p)).unwrap();
@@ -184,13 +201,30 @@ pub fn markdown(r: &Report) -> String {
         write!(s, "| {} |", w.title).unwrap();
         for p in &phases {
             match r.cell(p, &w.id, w.iodepth) {
-                Some(c) => write!(
-                    s,
-                    " {:.0}% / {} |",
-                    c.mean.server_cpu_pct,
-                    fmt_count(c.mean.iops_per_cpu_pct)
-                )
-                .unwrap(),
+                Some(c) => {
+                    write!(
+                        s,
+                        " {:.0}% / {}",
+                        c.mean.server_cpu_pct,
+                        fmt_count(c.mean.iops_per_cpu_pct)
+                    )
+                    .unwrap();
+                    if c.mean.bytes_per_cpu_sec > 0.0 {
+                        write!(s, " / {:.2} GB/CPU-s", c.mean.bytes_per_cpu_sec / 1e9).unwrap();
+                        // Writes against the floor of what every written byte costs:
+                        // BASELINE's members alone keep no checksums and no parity.
+                        let floor = r.floor.as_ref().map(|f| match *p == BASELINE {
+                            true => f.copy,
+                            false => f.layout.unwrap_or(f.copy_crc32c),
+                        });
+                        if let (Some(fl), true) =
+                            (floor, matches!(w.rw.as_str(), "write" | "randwrite"))
+                        {
+                            write!(s, " ({:.2} of floor)", c.mean.bytes_per_cpu_sec / fl).unwrap();
+                        }
+                    }
+                    write!(s, " |").unwrap();
+                }
                 None => write!(s, " - |").unwrap(),
             }
         }

@@ -105,9 +105,11 @@ impl Coalescer {
         &self.shards[(h >> 58) as usize % COALESCE_SHARDS]
     }
 
-    /// Whether a new partial stripe should wait for company.
-    pub(super) fn worth_waiting(&self) -> bool {
-        if self.wait.is_zero() || self.writes.load(Ordering::Relaxed) < 2 {
+    /// Whether a new partial stripe should wait for company: with another client write in
+    /// progress here, or received by a server and coming (`queued`, see
+    /// `Shared::queued_writes`).
+    pub(super) fn worth_waiting(&self, queued: usize) -> bool {
+        if self.wait.is_zero() || self.writes.load(Ordering::Relaxed).max(queued) < 2 {
             return false;
         }
         self.misses.load(Ordering::Relaxed) < 8
