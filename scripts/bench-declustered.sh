@@ -58,7 +58,7 @@ if [ -z "${SBOD:-}" ]; then
   cargo build --release -q -p sbod
   SBOD=$PWD/target/release/sbod
 fi
-command -v nbdinfo >/dev/null || { echo "nbdinfo is missing: run scripts/deps.sh" >&2; exit 2; }
+source scripts/deps.sh
 if [ -z "$DIR" ]; then
   if [ -w /dev/shm ]; then DIR=/dev/shm; else DIR=$PWD; fi
 fi

@@ -10,7 +10,7 @@
 #                           [--members 8] [--size-each 256M] [--loops 3] [--perf FILE]
 #
 # --perf FILE records the last round's first build with `perf record --call-graph dwarf`.
-# Member files go in /dev/shm and are removed; needs fio (scripts/deps.sh).
+# Member files go in /dev/shm and are removed; installs fio and the rest (scripts/deps.sh).
 set -euo pipefail
 SBOD=; SBOD_B=; ROUNDS=3; LEVEL=raid6; MEMBERS=8; SIZE=256M; LOOPS=3; PERF=
 while [ $# -gt 0 ]; do
@@ -27,7 +27,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$SBOD" ] || { echo "usage: $0 --sbod BIN [--sbod-b BIN] ..." >&2; exit 2; }
-command -v fio >/dev/null || { echo "cpu-per-byte: fio is missing (scripts/deps.sh)" >&2; exit 2; }
+SBOD=$(realpath "$SBOD"); [ -z "$SBOD_B" ] || SBOD_B=$(realpath "$SBOD_B")
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
 W=$(mktemp -d /dev/shm/sbod-cpu-per-byte.XXXXXX)
 pid=
 cleanup() { [ -z "$pid" ] || kill "$pid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }

@@ -203,108 +203,76 @@ fn random_requests_match_model() {
 
 /// Hundreds of requests in flight from several threads (more than the queue depth), then
 /// read back the same way.
+/// `N` writes from 4 threads at once, then `N` reads, each of class `class(i)` (writes)
+/// and `class(i + 1)` (reads): each completes once, writes land, reads return them.
+fn in_flight_round(backend: Backend, class: &(dyn Fn(usize) -> IoClass + Sync)) {
+    const N: usize = 1200;
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_file(dir.path(), "m", (N * BLOCK) as u64);
+    let d = open(&path, backend);
+    let fill = |i: usize| -> Vec<u8> { vec![(i * 7 + 1) as u8; BLOCK] };
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (d, tx) = (d.clone(), tx.clone());
+            s.spawn(move || {
+                for i in (t..N).step_by(4) {
+                    let kind = IoKind::Write {
+                        buf: buf_with(&fill(i)),
+                        fua: i % 10 == 0,
+                    };
+                    let r = IoReq {
+                        offset: (i * BLOCK) as u64,
+                        kind,
+                        class: class(i),
+                    };
+                    d.submit(r, tracked(i, &tx));
+                }
+            });
+        }
+    });
+    assert!(collect(&rx, N).iter().all(|r| r.is_ok()), "{backend:?}");
+    let bufs: Vec<SharedBuf> = (0..N).map(|_| buf_with(&[0u8; BLOCK])).collect();
+    for (i, b) in bufs.iter().enumerate() {
+        let r = IoReq {
+            offset: (i * BLOCK) as u64,
+            kind: IoKind::Read { buf: b.clone() },
+            class: class(i + 1),
+        };
+        d.submit(r, tracked(i, &tx));
+    }
+    assert!(collect(&rx, N).iter().all(|r| r.is_ok()), "{backend:?}");
+    for (i, b) in bufs.iter().enumerate() {
+        // SAFETY: the read completed.
+        assert!(
+            unsafe { b.as_slice() } == &fill(i)[..],
+            "{backend:?} block {i}"
+        );
+    }
+    d.close();
+    quiet(&rx);
+}
+
 #[test]
 fn hundreds_in_flight() {
-    const N: usize = 1200;
     for backend in backends() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = make_file(dir.path(), "m", (N * BLOCK) as u64);
-        let d = open(&path, backend);
-        let fill = |i: usize| -> Vec<u8> { vec![(i * 7 + 1) as u8; BLOCK] };
-        let (tx, rx) = mpsc::channel();
-        std::thread::scope(|s| {
-            for t in 0..4 {
-                let (d, tx) = (d.clone(), tx.clone());
-                s.spawn(move || {
-                    for i in (t..N).step_by(4) {
-                        let kind = IoKind::Write {
-                            buf: buf_with(&fill(i)),
-                            fua: i % 10 == 0,
-                        };
-                        d.submit(req((i * BLOCK) as u64, kind), tracked(i, &tx));
-                    }
-                });
-            }
-        });
-        assert!(collect(&rx, N).iter().all(|r| r.is_ok()), "{backend:?}");
-        let bufs: Vec<SharedBuf> = (0..N).map(|_| buf_with(&[0u8; BLOCK])).collect();
-        for (i, b) in bufs.iter().enumerate() {
-            d.submit(
-                req((i * BLOCK) as u64, IoKind::Read { buf: b.clone() }),
-                tracked(i, &tx),
-            );
-        }
-        assert!(collect(&rx, N).iter().all(|r| r.is_ok()), "{backend:?}");
-        for (i, b) in bufs.iter().enumerate() {
-            // SAFETY: the read completed.
-            assert!(
-                unsafe { b.as_slice() } == &fill(i)[..],
-                "{backend:?} block {i}"
-            );
-        }
-        d.close();
-        quiet(&rx);
+        in_flight_round(backend, &|_| IoClass::Foreground);
     }
 }
 
-/// Urgent requests (the ownership heartbeat's class) among hundreds in flight from
-/// several threads, with more queued than the io_uring queue holds: each completes once,
-/// writes land, reads return what is there, whichever queue or priority they took.
+/// Urgent requests (the ownership heartbeat's class) among hundreds in flight, with more
+/// queued than the io_uring queue holds: each completes once, whichever queue or priority
+/// it took.
 #[test]
 fn urgent_requests_among_hundreds_in_flight() {
-    const N: usize = 1200;
-    let class = |i: usize| {
-        if i.is_multiple_of(9) {
-            IoClass::Urgent
-        } else {
-            IoClass::Foreground
-        }
-    };
     for backend in backends() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = make_file(dir.path(), "m", (N * BLOCK) as u64);
-        let d = open(&path, backend);
-        let fill = |i: usize| -> Vec<u8> { vec![(i * 5 + 3) as u8; BLOCK] };
-        let (tx, rx) = mpsc::channel();
-        std::thread::scope(|s| {
-            for t in 0..4 {
-                let (d, tx) = (d.clone(), tx.clone());
-                s.spawn(move || {
-                    for i in (t..N).step_by(4) {
-                        let kind = IoKind::Write {
-                            buf: buf_with(&fill(i)),
-                            fua: i % 7 == 0,
-                        };
-                        let r = IoReq {
-                            offset: (i * BLOCK) as u64,
-                            kind,
-                            class: class(i),
-                        };
-                        d.submit(r, tracked(i, &tx));
-                    }
-                });
+        in_flight_round(backend, &|i| {
+            if i.is_multiple_of(9) {
+                IoClass::Urgent
+            } else {
+                IoClass::Foreground
             }
         });
-        assert!(collect(&rx, N).iter().all(|r| r.is_ok()), "{backend:?}");
-        let bufs: Vec<SharedBuf> = (0..N).map(|_| buf_with(&[0u8; BLOCK])).collect();
-        for (i, b) in bufs.iter().enumerate() {
-            let r = IoReq {
-                offset: (i * BLOCK) as u64,
-                kind: IoKind::Read { buf: b.clone() },
-                class: class(i + 1),
-            };
-            d.submit(r, tracked(i, &tx));
-        }
-        assert!(collect(&rx, N).iter().all(|r| r.is_ok()), "{backend:?}");
-        for (i, b) in bufs.iter().enumerate() {
-            // SAFETY: the read completed.
-            assert!(
-                unsafe { b.as_slice() } == &fill(i)[..],
-                "{backend:?} block {i}"
-            );
-        }
-        d.close();
-        quiet(&rx);
     }
 }
 
