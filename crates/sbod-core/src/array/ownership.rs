@@ -90,8 +90,8 @@ impl Array {
         // overlap: a beat whose owner-block I/O waits behind a deep member queue (a drive
         // serving the nearest commands first) still renews the lease from when it began,
         // and the next one is already under way, so the lease holds as long as a beat
-        // takes less than the lease (with its patience, half of it). At most
-        // `MAX_BEATS` at once; aborting the task (a stop) aborts them all.
+        // ends within its patience (see `beat`). At most `MAX_BEATS` at once; aborting
+        // the task (a stop) aborts them all.
         let task = tokio::spawn(async move {
             let mut beats = tokio::task::JoinSet::new();
             let start = tokio::time::Instant::now() + cfg.interval;
