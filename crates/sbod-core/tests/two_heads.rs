@@ -523,11 +523,14 @@ impl BlockDev for SlowOwnerBlock {
 
 #[test]
 fn slow_heartbeats_keep_the_lease() {
-    // A lease of 3 s (100 ms beats); every owner-block read and write takes 800 ms, so a
-    // beat takes 1.6 s or more: more than half the lease (the old patience), and with the
+    // A lease of 4 s (100 ms beats); every owner-block read and write takes 1.1 s, so a
+    // beat takes 2.2 s or more: more than half the lease (the old patience), and with the
     // next beat an interval after it ends, more than the lease's renewal could cover.
-    // Beats that overlap, each renewing from when it began, keep the lease: no write is
-    // refused. (Margins for a loaded machine: a renewal lasts 1.4 s past its beat.)
+    // Beats that overlap, each renewing from when it began and spread over the beat's
+    // duration, keep the lease: no write is refused. Started in a burst of one per
+    // interval until the slots run out, the next beat would begin a whole beat after the
+    // burst's last and end past its lease (as a first version did, on CI). Margins for a
+    // loaded machine: a renewal lands about 1.2 s before the lease it extends ends.
     let dir = tempfile::tempdir().unwrap();
     let paths = make_files(dir.path(), 4);
     rt().block_on(async {
@@ -540,7 +543,7 @@ fn slow_heartbeats_keep_the_lease() {
                 MemberSpec {
                     dev: Arc::new(SlowOwnerBlock {
                         inner: m.dev,
-                        delay: Duration::from_millis(800),
+                        delay: Duration::from_millis(1100),
                         held: held.clone(),
                     }),
                     ..m
@@ -552,7 +555,7 @@ fn slow_heartbeats_keep_the_lease() {
             AssembleOptions {
                 no_processes: true,
                 owner: Some(Config {
-                    lease_multiple: 30,
+                    lease_multiple: 40,
                     ..host("slow")
                 }),
                 ..Default::default()
@@ -562,7 +565,7 @@ fn slow_heartbeats_keep_the_lease() {
         .unwrap();
         let began = std::time::Instant::now();
         let mut n = 0u64;
-        while began.elapsed() < Duration::from_secs(7) {
+        while began.elapsed() < Duration::from_secs(9) {
             if let Err(e) = write_tag(&a, n, n % 64).await {
                 panic!("write {n} after {:?} refused: {e}", began.elapsed());
             }
@@ -572,7 +575,7 @@ fn slow_heartbeats_keep_the_lease() {
         assert!(a.status().state != "failed");
         // Beats ran throughout (two owner-block I/Os per member each).
         let held = held.load(Ordering::Relaxed);
-        assert!(held >= 4 * 2 * 5, "only {held} owner-block I/Os in 7 s");
+        assert!(held >= 4 * 2 * 5, "only {held} owner-block I/Os in 9 s");
         a.close().await.unwrap();
     });
 }

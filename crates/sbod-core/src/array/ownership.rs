@@ -11,7 +11,9 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 /// Heartbeats under way at once, at most (see [`Array::hold`]).
-const MAX_BEATS: usize = 4;
+const MAX_BEATS: usize = 12;
+/// Slow beats are spread so that about this many are under way at once.
+const SPREAD: u32 = 4;
 
 /// The heartbeat's state.
 #[derive(Default)]
@@ -86,21 +88,36 @@ impl Array {
         *self.ownership.session.lock() = claim.session;
         self.dp().lease.renew(Lease::now(), cfg.lease());
         let weak = Arc::downgrade(self);
-        // Beats start on a fixed cadence, not an interval after the last one ended, and
-        // overlap: a beat whose owner-block I/O waits behind a deep member queue (a drive
-        // serving the nearest commands first) still renews the lease from when it began,
-        // and the next one is already under way, so the lease holds as long as a beat
-        // ends within its patience (see `beat`). At most `MAX_BEATS` at once; aborting
+        // Beats start on a cadence, not an interval after the last one ended, and overlap:
+        // a beat whose owner-block I/O waits behind a deep member queue (a drive serving
+        // the nearest commands first) still renews the lease from when it began. The lease
+        // holds as long as a beat begins at most (lease - beat time) after the one before
+        // it, so slow beats are spread evenly over their duration (a quarter of it apart,
+        // about `SPREAD` under way), not started in a burst of one per interval: a burst
+        // followed by a wait for a free slot leaves a gap of a whole beat between starts,
+        // and with beats over half the lease, that gap lapses it. The duration is judged
+        // by the last beat that ended and by the oldest still under way (the first slow
+        // beats are spread before any has ended). At most `MAX_BEATS` at once; aborting
         // the task (a stop) aborts them all.
         let task = tokio::spawn(async move {
+            use std::collections::HashMap;
+            use tokio::time::Instant;
             let mut beats = tokio::task::JoinSet::new();
-            let start = tokio::time::Instant::now() + cfg.interval;
-            let mut tick = tokio::time::interval_at(start, cfg.interval);
+            let mut started: HashMap<tokio::task::Id, Instant> = HashMap::new();
+            let mut last = std::time::Duration::ZERO;
+            let mut last_start: Option<Instant> = None;
+            let mut tick = tokio::time::interval_at(Instant::now() + cfg.interval, cfg.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
-                    Some(_) = beats.join_next(), if !beats.is_empty() => continue,
+                    Some(r) = beats.join_next_with_id(), if !beats.is_empty() => {
+                        let id = match &r { Ok((id, ())) => *id, Err(e) => e.id() };
+                        if let Some(s) = started.remove(&id) {
+                            last = s.elapsed();
+                        }
+                        continue;
+                    }
                 }
                 let Some(a) = weak.upgrade() else { return };
                 if a.dp().lease.fenced_by().is_some() {
@@ -109,9 +126,17 @@ impl Array {
                 if a.ownership.paused.load(Ordering::Acquire) || beats.len() >= MAX_BEATS {
                     continue;
                 }
-                beats.spawn(async move {
+                let now = Instant::now();
+                let oldest = started.values().map(|s| now - *s).max().unwrap_or_default();
+                let spacing = cfg.interval.max(last.max(oldest) / SPREAD);
+                if last_start.is_some_and(|s| now - s + cfg.interval / 4 < spacing) {
+                    continue;
+                }
+                last_start = Some(now);
+                let h = beats.spawn(async move {
                     a.beat().await;
                 });
+                started.insert(h.id(), now);
             }
         });
         if let Some(old) = self.ownership.task.lock().replace(task) {
