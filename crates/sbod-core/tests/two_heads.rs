@@ -350,6 +350,41 @@ fn a_paused_head_that_comes_back_after_a_takeover_writes_nothing() {
 }
 
 #[test]
+fn a_paused_head_that_comes_back_after_a_takeover_and_a_clean_stop_writes_nothing() {
+    // As above, but B has stopped cleanly (its owner blocks say released) by the time A
+    // comes back. Released blocks of another session on members A has held in this
+    // session mean another head ran on them: A's in-memory state (its superblock event,
+    // bitmap, tags) is stale, and it must write nothing, as if B still held them.
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = make_files(dir.path(), 4);
+        create(&paths).await;
+        let a = head(&paths, &host("host-a"), false).await.unwrap();
+        write_tag(&a, 1, 0).await.unwrap();
+        a.pause_heartbeat(true);
+        let b = head(&paths, &host("host-b"), false).await.unwrap();
+        write_tag(&b, 7, 0).await.unwrap();
+        b.close().await.unwrap();
+        let before = images(&paths);
+        a.pause_heartbeat(false);
+        let e = write_tag(&a, 2, 0)
+            .await
+            .expect_err("the paused head wrote after another head ran and stopped");
+        assert!(e.to_string().contains("taken over by host-b"), "{e}");
+        a.close().await.ok();
+        assert!(
+            images(&paths) == before,
+            "the paused head wrote to the members after the takeover"
+        );
+        // The members are B's last bytes, for whoever starts the array next.
+        let c = head(&paths, &host("host-c"), false).await.unwrap();
+        let got = c.read(0, BLOCK).await.unwrap();
+        assert_eq!(decode(&got, 0), Some(7));
+        c.close().await.unwrap();
+    });
+}
+
+#[test]
 fn one_member_under_two_names_is_refused() {
     rt().block_on(async {
         let dir = tempfile::tempdir().unwrap();

@@ -27,7 +27,36 @@ pub(crate) struct Ownership {
     beat: tokio::sync::RwLock<()>,
     /// Test hook: the heartbeat task skips its beats (a paused or cut-off head).
     paused: AtomicBool,
+    /// The members (by device) whose owner block has said this session: from then on,
+    /// any other head's block there, released or not, means another head ran on them.
+    stamped: Stamped,
     task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Devices by identity. Weak references: a device dropped (a member removed) cannot
+/// have its address taken by a new one while it is listed, so a joining member is never
+/// mistaken for one that said this session.
+#[derive(Default)]
+struct Stamped(parking_lot::Mutex<Vec<std::sync::Weak<dyn BlockDev>>>);
+
+impl Stamped {
+    fn contains(&self, d: &Arc<dyn BlockDev>) -> bool {
+        self.0
+            .lock()
+            .iter()
+            .any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(d)))
+    }
+
+    fn insert(&self, d: &Arc<dyn BlockDev>) {
+        let mut v = self.0.lock();
+        v.retain(|w| w.strong_count() > 0);
+        if !v
+            .iter()
+            .any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(d)))
+        {
+            v.push(Arc::downgrade(d));
+        }
+    }
 }
 
 /// Members claimed for a new session before the array is built.
@@ -86,6 +115,10 @@ impl Array {
         let cfg = claim.cfg.clone();
         *self.ownership.cfg.lock() = Some(cfg.clone());
         *self.ownership.session.lock() = claim.session;
+        // The claim wrote this session's block on every member it took.
+        for (_, d) in &claim.devs {
+            self.ownership.stamped.insert(d);
+        }
         self.dp().lease.renew(Lease::now(), cfg.lease());
         let weak = Arc::downgrade(self);
         // Beats start on a cadence, not an interval after the last one ended, and overlap:
@@ -169,10 +202,18 @@ impl Array {
             let cfg = &cfg;
             let one = async move {
                 let b = owner::read_block(&m.dev).await.map_err(|_| None)?;
+                let stamped = self.ownership.stamped.contains(&m.dev);
                 let nonce = match &b {
                     Some(b) if b.session == session => b.member_nonce,
                     // Another host holds it: the members were taken over.
                     Some(b) if b.host != cfg.host && !b.released => return Err(Some(b.clone())),
+                    // Another head's block on a member that has said this session: it
+                    // ran on the members meanwhile (a takeover while this head was
+                    // paused or cut off, then a clean stop, or another sbod of this
+                    // host), and this head's state (superblock event, bitmap, tags)
+                    // is stale, released or not. (A nil session is another head's
+                    // identity probe, put back when it ends: it writes no data.)
+                    Some(b) if stamped && !b.session.is_nil() => return Err(Some(b.clone())),
                     // Zeroed (a member that just joined), released, or this host's own
                     // earlier start (a member back after being away): ours now.
                     _ => Uuid::new_v4(),
@@ -189,7 +230,9 @@ impl Array {
                     lease_multiple: cfg.lease_multiple,
                     released: false,
                 };
-                owner::write_block(&m.dev, &mine).await.map_err(|_| None)
+                owner::write_block(&m.dev, &mine).await.map_err(|_| None)?;
+                self.ownership.stamped.insert(&m.dev);
+                Ok(())
             };
             async move {
                 tokio::time::timeout(patience, one)
