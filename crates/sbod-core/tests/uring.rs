@@ -276,6 +276,52 @@ fn urgent_requests_among_hundreds_in_flight() {
     }
 }
 
+/// An urgent request the kernel refuses as invalid (EINVAL: here an offset past what a
+/// file position holds) gets its error, and the member keeps asking for real-time priority:
+/// only a second try that the kernel accepts without it says the priority was refused.
+#[test]
+fn an_invalid_urgent_request_keeps_the_priority() {
+    if let Err(e) = sbod_core::dev::uring::available() {
+        eprintln!("io_uring not usable here ({e}): nothing to test");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_file(dir.path(), "m", 1 << 20);
+    let opened = file::open(&path, &file::OpenOptions::default()).unwrap();
+    let d = UringDev::new(path.display().to_string(), opened).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let urgent = |offset| IoReq {
+        offset,
+        kind: IoKind::Read {
+            buf: buf_with(&[0u8; BLOCK]),
+        },
+        class: IoClass::Urgent,
+    };
+    d.submit(urgent(0), tracked(0, &tx));
+    collect(&rx, 1).pop().unwrap().unwrap();
+    // Without CAP_SYS_NICE the kernel refused the priority (EPERM) for good already.
+    let rt = d.real_time_priority();
+    if !rt {
+        eprintln!(
+            "real-time I/O priority refused here (no CAP_SYS_NICE): only the error is checked"
+        );
+    }
+    d.submit(urgent(1 << 63), tracked(0, &tx));
+    let e = collect(&rx, 1)
+        .pop()
+        .unwrap()
+        .expect_err("a read at a negative position");
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+    assert_eq!(
+        d.real_time_priority(),
+        rt,
+        "an invalid request turned the priority off"
+    );
+    d.submit(urgent(BLOCK as u64), tracked(0, &tx));
+    collect(&rx, 1).pop().unwrap().unwrap();
+    d.close();
+}
+
 /// Large requests (several MiB) and FUA writes land where a plain read sees them.
 #[test]
 fn large_and_fua_writes() {

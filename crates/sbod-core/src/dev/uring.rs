@@ -47,7 +47,9 @@ const URGENT_SLOTS: usize = 2;
 /// (`IOPRIO_PRIO_VALUE(IOPRIO_CLASS_RT, 0)`). mq-deadline dispatches it before the rest,
 /// and a SATA drive with NCQ priority enabled (`ncq_prio_enable`) serves it first. A
 /// process without CAP_SYS_NICE/CAP_SYS_ADMIN is refused (EPERM): the request goes again
-/// without it, and so do the member's later ones.
+/// without it, and so do the member's later ones. A kernel that refuses the field (EINVAL)
+/// is told from a request that is itself invalid by the second try: only when that one is
+/// accepted do the later ones go without.
 const IOPRIO_RT: u16 = 1 << 13;
 /// `user_data` of the eventfd read (slot indices are below QUEUE_DEPTH).
 const WAKE: u64 = u64::MAX;
@@ -310,6 +312,12 @@ impl UringDev {
         self.direct
     }
 
+    /// Whether urgent requests still ask for real-time I/O priority (until the kernel
+    /// refuses it).
+    pub fn real_time_priority(&self) -> bool {
+        !self.shared.no_rt.load(Ordering::Relaxed)
+    }
+
     /// Requests so far that were carried by another request's I/O (merged neighbours).
     pub fn merged(&self) -> u64 {
         self.shared.merged.load(Ordering::Relaxed)
@@ -414,6 +422,9 @@ struct Op {
     alone: bool,
     /// Sent with real-time I/O priority (urgent, until the kernel refuses it).
     rt: bool,
+    /// Refused with EINVAL while it asked for real-time priority, and sent again without:
+    /// whether the priority was the cause shows in how the second try ends.
+    rt_einval: bool,
 }
 
 /// iovecs point into the requests' buffers, which the op owns; the ring thread alone
@@ -442,6 +453,7 @@ impl Op {
             iov: Iovecs::default(),
             alone,
             rt: false,
+            rt_einval: false,
         }
     }
 
@@ -878,11 +890,21 @@ impl Worker {
             return;
         }
         if op.rt && (res == -libc::EPERM || res == -libc::EINVAL) {
-            // Real-time priority refused (no capability for it): again without, from now on.
+            // Real-time priority refused: again without. EPERM is the priority (no
+            // capability for it): from now on without. EINVAL may be the request's own
+            // (a misaligned buffer, say): the second try tells.
             op.rt = false;
-            self.shared.no_rt.store(true, Ordering::Relaxed);
+            if res == -libc::EPERM {
+                self.shared.no_rt.store(true, Ordering::Relaxed);
+            } else {
+                op.rt_einval = true;
+            }
             self.ready.push_front(slot);
             return;
+        }
+        if std::mem::take(&mut op.rt_einval) && res != -libc::EINVAL {
+            // Without the priority it was accepted: the priority was refused.
+            self.shared.no_rt.store(true, Ordering::Relaxed);
         }
         let len = op.len;
         let outcome: Option<io::Result<()>> = if res == -libc::EINTR || res == -libc::EAGAIN {
