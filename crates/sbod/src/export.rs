@@ -86,6 +86,20 @@ struct RangeLocks {
 
 const LOCK_REGION: u64 = 1 << 20;
 
+/// The class a request from the head goes to the disk with. NBD carries no priority, but
+/// the head's heartbeat reads and writes exactly one block at a fixed place on every
+/// member (its owner block): that one goes as urgent (`IoClass::Urgent`: ahead of the
+/// disk's queue, with real-time I/O priority where the kernel grants it), as the head's
+/// own local members send it, so a far member behind a deep queue does not let the
+/// head's lease lapse. Anything else, on any disk, is plain.
+fn class_of(offset: u64, len: u64) -> IoClass {
+    if offset == sbod_core::superblock::OWNER_OFFSET && len == sbod_core::owner::BLOCK as u64 {
+        IoClass::Urgent
+    } else {
+        IoClass::Foreground
+    }
+}
+
 impl RangeLocks {
     fn new() -> Self {
         RangeLocks {
@@ -196,7 +210,7 @@ impl Backend for DiskExport {
         self.io(IoReq {
             offset,
             kind: IoKind::Read { buf: buf.clone() },
-            class: IoClass::Foreground,
+            class: class_of(offset, len as u64),
         })
         .await?;
         Ok(buf.try_unwrap().expect("the read is over"))
@@ -204,13 +218,14 @@ impl Backend for DiskExport {
 
     async fn write(&self, offset: u64, data: AlignedBuf, fua: bool) -> Result<(), NbdError> {
         let _g = self.locks.lock(offset, data.len() as u64).await;
+        let class = class_of(offset, data.len() as u64);
         self.io(IoReq {
             offset,
             kind: IoKind::Write {
                 buf: data.into_shared(),
                 fua,
             },
-            class: IoClass::Foreground,
+            class,
         })
         .await
     }
@@ -458,4 +473,66 @@ pub async fn export(args: ExportArgs) -> Result<()> {
     close_all(&exports);
     eprintln!("sbod: exports stopped");
     r.map_err(Into::into)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sbod_core::dev::Done;
+
+    /// A disk that answers at once and remembers each request's class.
+    struct Recording(parking_lot::Mutex<Vec<(u64, IoClass)>>);
+
+    impl BlockDev for Recording {
+        fn submit(&self, req: IoReq, done: Done) {
+            self.0.lock().push((req.offset, req.class));
+            done(Ok(()));
+        }
+        fn size(&self) -> u64 {
+            1 << 20
+        }
+        fn name(&self) -> &str {
+            "recording"
+        }
+    }
+
+    #[test]
+    fn the_heads_owner_block_goes_to_the_disk_as_urgent() {
+        let rec = Arc::new(Recording(parking_lot::Mutex::new(Vec::new())));
+        let e = DiskExport {
+            dev: rec.clone(),
+            size: 1 << 20,
+            path: "d".into(),
+            locks: RangeLocks::new(),
+            health: parking_lot::Mutex::new(None),
+        };
+        let owner = sbod_core::superblock::OWNER_OFFSET;
+        let block = sbod_core::owner::BLOCK;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            e.read(owner, block as u32).await.unwrap();
+            e.write(owner, AlignedBuf::zeroed(block), true)
+                .await
+                .unwrap();
+            // Data, and reads that only cover the owner block, stay plain.
+            e.read(0, 64 << 10).await.unwrap();
+            e.write(owner + 4096, AlignedBuf::zeroed(block), false)
+                .await
+                .unwrap();
+            e.read(owner - 4096, 2 * block as u32).await.unwrap();
+        });
+        let got = rec.0.lock().clone();
+        assert_eq!(
+            got,
+            vec![
+                (owner, IoClass::Urgent),
+                (owner, IoClass::Urgent),
+                (0, IoClass::Foreground),
+                (owner + 4096, IoClass::Foreground),
+                (owner - 4096, IoClass::Foreground),
+            ]
+        );
+    }
 }
