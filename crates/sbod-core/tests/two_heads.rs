@@ -608,3 +608,97 @@ fn slow_heartbeats_keep_the_lease() {
         a.close().await.unwrap();
     });
 }
+
+/// A member whose owner-block I/O (the heartbeat's) fails while `down` is set, as a
+/// member behind a link that is down for a while; data I/O goes straight through.
+struct OwnerBlockDown {
+    inner: Arc<dyn BlockDev>,
+    down: Arc<AtomicBool>,
+}
+
+impl BlockDev for OwnerBlockDown {
+    fn submit(&self, req: dev::IoReq, done: dev::Done) {
+        if req.class == dev::IoClass::Urgent && self.down.load(Ordering::Acquire) {
+            return done(Err(std::io::Error::other("link down")));
+        }
+        self.inner.submit(req, done)
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn current_size(&self) -> std::io::Result<u64> {
+        self.inner.current_size()
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn close(&self) {
+        self.inner.close()
+    }
+}
+
+#[test]
+fn a_write_waits_out_a_short_lapse_of_the_lease() {
+    // Lease 1 s. The heartbeat cannot reach the members for 1.5 s and more: the lease
+    // lapses. A client write then waits (as MMP suspends a pool) and goes on once the
+    // heartbeat renews the lease, instead of failing with EIO after a blip shorter than
+    // a remote member's give-up time. A lapse longer than the wait (4 leases) is refused,
+    // and the array is not failed by either.
+    let dir = tempfile::tempdir().unwrap();
+    let paths = make_files(dir.path(), 4);
+    rt().block_on(async {
+        create(&paths).await;
+        let down = Arc::new(AtomicBool::new(false));
+        let members: Vec<MemberSpec> = paths
+            .iter()
+            .map(|p| {
+                let m = open(p);
+                MemberSpec {
+                    dev: Arc::new(OwnerBlockDown {
+                        inner: m.dev,
+                        down: down.clone(),
+                    }),
+                    ..m
+                }
+            })
+            .collect();
+        let a = Array::assemble(
+            members,
+            AssembleOptions {
+                no_processes: true,
+                owner: Some(host("blip")),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        write_tag(&a, 1, 0).await.unwrap();
+        down.store(true, Ordering::Release);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let w = {
+            let a = a.clone();
+            tokio::spawn(async move { write_tag(&a, 2, 1).await })
+        };
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(!w.is_finished(), "the write did not wait for the lease");
+        down.store(false, Ordering::Release);
+        w.await
+            .unwrap()
+            .expect("a write refused after a short lapse of the lease");
+        // A long lapse: refused once the wait is over, and the array is not failed.
+        down.store(true, Ordering::Release);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let e = write_tag(&a, 3, 2)
+            .await
+            .expect_err("written with the lease lapsed");
+        assert!(e.to_string().contains("lease"), "{e}");
+        down.store(false, Ordering::Release);
+        write_tag(&a, 4, 3).await.unwrap();
+        assert_ne!(a.status().state, "failed");
+        let got = a.read(0, 4 * BLOCK).await.unwrap();
+        assert_eq!(decode(&got[..BLOCK], 0), Some(1));
+        assert_eq!(decode(&got[BLOCK..2 * BLOCK], 1), Some(2));
+        assert_eq!(decode(&got[3 * BLOCK..], 3), Some(4));
+        a.close().await.unwrap();
+    });
+}

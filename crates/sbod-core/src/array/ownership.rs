@@ -12,6 +12,9 @@ use uuid::Uuid;
 
 /// Heartbeats under way at once, at most (see [`Array::hold`]).
 const MAX_BEATS: usize = 12;
+/// How long a client write waits for a lapsed lease to be renewed, in leases (see
+/// [`Array::hold_lease`]).
+const SUSPEND_LEASES: u32 = 4;
 /// Slow beats are spread so that about this many are under way at once.
 const SPREAD: u32 = 4;
 
@@ -265,16 +268,33 @@ impl Array {
     }
 
     /// Before a client write: the lease holds, or a heartbeat renews it now (a head that
-    /// was paused past its lease re-reads its owner blocks before writing again).
+    /// was paused past its lease re-reads its owner blocks before writing again). Where
+    /// that beat cannot reach the members either (a link down for a few seconds: a
+    /// remote member's requests are kept and sent again for its `give_up`, 20 s by
+    /// default), the write waits for the heartbeat to renew the lease, as MMP suspends a
+    /// pool, for up to `SUSPEND_LEASES` leases; then, or once fenced, it is refused.
+    /// Nothing is written while it waits, so waiting is always safe; the heartbeat
+    /// task's beats, not each waiting write's, renew the lease.
     pub(crate) async fn hold_lease(&self) -> Result<()> {
         if self.dp().lease.ok() {
             return Ok(());
         }
-        if self.dp().lease.fenced_by().is_none() && self.ownership.cfg.lock().is_some() {
+        let Some(cfg) = self.ownership.cfg.lock().clone() else {
+            return Err(self.dp().lease.error(&self.dp().name));
+        };
+        if self.dp().lease.fenced_by().is_none() {
             self.beat().await;
-            if self.dp().lease.ok() {
-                return Ok(());
-            }
+        }
+        let until = tokio::time::Instant::now() + cfg.lease() * SUSPEND_LEASES;
+        while !self.dp().lease.ok()
+            && self.dp().lease.fenced_by().is_none()
+            && !self.closed.load(Ordering::Acquire)
+            && tokio::time::Instant::now() < until
+        {
+            tokio::time::sleep(cfg.interval / 2).await;
+        }
+        if self.dp().lease.ok() {
+            return Ok(());
         }
         Err(self.dp().lease.error(&self.dp().name))
     }

@@ -88,20 +88,32 @@ impl Array {
     /// Write the superblock for `st` to every live member (event + 1). Returns the
     /// members whose write failed; the caller fails them. Call with `mgmt` held.
     pub(crate) async fn persist(&self, st: &State, clean: bool) -> Vec<Arc<Member>> {
+        self.persist_recorded(st, clean).await.unwrap_or_default()
+    }
+
+    /// As [`Array::persist`], and `None` where nothing was written (looking or rescuing,
+    /// or the lease lost): a step that may only follow the record (wiping a member that
+    /// leaves) must not follow it then.
+    pub(crate) async fn persist_recorded(
+        &self,
+        st: &State,
+        clean: bool,
+    ) -> Option<Vec<Arc<Member>>> {
         if self.dp().read_only.load(Ordering::Acquire) {
             // Looking or rescuing: nothing is ever written to a member.
-            return Vec::new();
+            return None;
         }
-        if !self.dp().lease.ok() && !self.beat().await {
-            // Taken over, or the heartbeat cannot reach the members: write nothing, for
-            // good (a superblock another head may be writing too must not be touched).
+        if self.hold_lease().await.is_err() {
+            // Taken over, or the heartbeat could not reach the members for the time a
+            // client write waits for it: write nothing, for good (a superblock another
+            // head may be writing too must not be touched).
             if self.dp().lease.fenced_by().is_none() {
                 let by = "the ownership lease lapsed while recording a state change".to_string();
                 if self.dp().lease.fence(by.clone()) {
                     tracing::error!(array = %self.dp().name, "fenced: {by}: this head writes nothing more");
                 }
             }
-            return Vec::new();
+            return None;
         }
         let event = self.event.fetch_add(1, Ordering::AcqRel) + 1;
         let members = st.live_members();
@@ -132,13 +144,19 @@ impl Array {
                 failed.push(m);
             }
         }
-        failed
+        Some(failed)
     }
 
     /// Record `new` on the live members, then use it. Call with `mgmt` held. Returns the
     /// members whose superblock write failed (the caller fails them).
     pub(crate) async fn commit(&self, new: State) -> Vec<Arc<Member>> {
-        let lost = self.persist(&new, false).await;
+        self.commit_recorded(new).await.unwrap_or_default()
+    }
+
+    /// As [`Array::commit`], and `None` where nothing was written (see
+    /// [`Array::persist_recorded`]).
+    pub(crate) async fn commit_recorded(&self, new: State) -> Option<Vec<Arc<Member>>> {
+        let lost = self.persist_recorded(&new, false).await;
         self.dp().state.store(Arc::new(new));
         lost
     }
