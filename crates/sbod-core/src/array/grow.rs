@@ -1249,11 +1249,27 @@ impl Array {
         let resync = self.dp().resync_offset.load(Ordering::Acquire);
         let dp = DataPath::view(self.shared.clone(), geometry, &sizes, resync);
         self.core.store(Arc::new(Core { dp, family }));
-        let lost = self.commit(new).await;
+        let staying = new.live_members().len();
+        let recorded = self.commit_recorded(new).await;
         drop(_g);
         drop(_passes);
+        let Some(lost) = recorded else {
+            // Nothing was recorded (the lease lost: this head is fenced and writes
+            // nothing more): the change did not happen on the members.
+            return Err(self.dp().lease.error(self.name()));
+        };
+        let none_landed = lost.len() >= staying;
         for m in lost {
             self.fail_member(&m, OutReason::MetadataWrite).await;
+        }
+        if none_landed {
+            return Err(Error::Failed(
+                format!(
+                    "'{}': the new layout could not be recorded on any member",
+                    self.name()
+                )
+                .into(),
+            ));
         }
         Ok(out)
     }

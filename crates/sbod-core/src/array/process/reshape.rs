@@ -641,16 +641,27 @@ impl Array {
         let dp = DataPath::view(self.shared.clone(), last, &sizes, u64::MAX);
         self.core.store(Arc::new(Core { dp, family }));
         self.reshape.store(Arc::new(None));
-        let lost = self.commit(st).await;
+        let staying = st.live_members().len();
+        let recorded = self.commit_recorded(st).await;
         drop(_g);
         drop(_x);
         r.moved.notify_waiters();
-        for m in lost {
+        // The members that leave are wiped only once a member that stays holds the new
+        // layout: where nothing was recorded (the lease lost, this head fenced) or no
+        // superblock write landed, the old layout, which still needs them, is what the
+        // members say, and a wiped one would be missing from it.
+        let wipe = recorded.as_ref().is_some_and(|lost| lost.len() < staying);
+        for m in recorded.unwrap_or_default() {
             self.fail_member(&m, OutReason::MetadataWrite).await;
         }
         for m in leaving {
-            // Its superblock says it left this array (a later assembly does not take it).
-            Self::wipe(&m).await;
+            if wipe {
+                // Its superblock says it left this array (a later assembly does not
+                // take it).
+                Self::wipe(&m).await;
+            } else {
+                tracing::warn!(array = %self.name(), member = %m.path, "the narrower layout was not recorded: the member that leaves keeps its superblock");
+            }
             m.dev.close();
         }
         tracing::info!(array = %self.name(), size = self.size(), "reshape finished");
