@@ -337,7 +337,10 @@ mod tests {
         assert!(r(&d, "randread", DOWN) > r(&a, "randread", DOWN));
         // Without spare space a declustered raid6 of 8 streams as raid6 of 8 does, and
         // with one member's worth (width 7 over 8) 5 data chunks of 8 a row, not 5 of 7.
-        assert!(close(r(&array("raid6", 8, 8, 1, true), "read", NOMINAL), 0.75));
+        assert!(close(
+            r(&array("raid6", 8, 8, 1, true), "read", NOMINAL),
+            0.75
+        ));
         let s = array("raid6", 7, 8, 1, true);
         assert!(close(r(&s, "read", NOMINAL), 5.0 / 8.0));
         assert!(close(r(&s, "write", NOMINAL), 5.0 / 8.0));
