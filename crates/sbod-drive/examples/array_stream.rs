@@ -12,9 +12,10 @@
 //! e.g. `array_stream raid6 8 write 16 4 hdd-nearline,wce=off 512`. Before the array is
 //! measured its first `WS_MIB` (1024) MiB are written once, as the lab's `--precondition
 //! seq` does (the checksums' tag blocks are then cached); `NO_FILL=1` skips that,
-//! `NO_CRC=1` creates the array without checksums, `BASE_ONLY=1` measures BASELINE alone,
+//! `NO_CRC=1` creates the array without checksums, `DECL_SPARES=S` makes it declustered
+//! (one group, `S` members' worth of distributed spare space), `BASE_ONLY=1` measures BASELINE alone,
 //! `TRACE=1` prints every command (member, offset, submitted and completed in µs of
-//! CLOCK_MONOTONIC, write or not) on stderr. The in-process BASELINE runs 16 client tasks
+//! CLOCK_MONOTONIC, write or not, length) on stderr. The in-process BASELINE runs 16 client tasks
 //! on two threads and falls behind its drives on a busy host (its QD2 leaves no slack):
 //! compare the lab's BASELINE (`sbod bench`), or the drives' model, for the ratio.
 
@@ -50,13 +51,22 @@ impl BlockDev for Recorder {
         }
         if std::env::var_os("TRACE").is_some() {
             let (t0, off) = (sbod_drive::dev::now_ns(), req.offset);
+            let len = match &req.kind {
+                IoKind::Read { buf } => buf.len(),
+                IoKind::Write { buf, .. } => buf.len(),
+                _ => 0,
+            };
             let name = self.name().to_string();
             let w = matches!(req.kind, IoKind::Write { .. });
             self.inner.submit(
                 req,
                 Box::new(move |r| {
                     let t1 = sbod_drive::dev::now_ns();
-                    eprintln!("{name} {off} sub {} done {} {w}", t0 / 1000, t1 / 1000);
+                    eprintln!(
+                        "{name} {off} sub {} done {} {w} {len}",
+                        t0 / 1000,
+                        t1 / 1000
+                    );
                     done(r)
                 }),
             );
@@ -152,6 +162,11 @@ fn main() {
             domain: String::new(),
         })
         .collect();
+    // `DECL_SPARES=S`: the declustered layout, one group over every member with `S`
+    // members' worth of distributed spare space (`sbod create --declustered --spares S`).
+    let decl_spares: Option<usize> = std::env::var("DECL_SPARES")
+        .ok()
+        .map(|v| v.parse().unwrap());
     let mb = rt.block_on(async {
         let arr = Arc::new(
             Array::create(
@@ -160,8 +175,8 @@ fn main() {
                     level,
                     chunk: 64 * 1024,
                     groups: 1,
-                    spares: 0,
-                    declustered: false,
+                    spares: decl_spares.unwrap_or(0),
+                    declustered: decl_spares.is_some(),
                     copies: 2,
                     bitmap_region: Some(128 * MIB),
                     assume_clean: true,
@@ -209,6 +224,10 @@ fn main() {
         let bytes = Arc::new(AtomicU64::new(0));
         let t0 = Instant::now();
         let dl = t0 + Duration::from_secs_f64(secs);
+        let trace = std::env::var_os("TRACE").is_some();
+        if trace {
+            eprintln!("STREAM from {}", sbod_drive::dev::now_ns() / 1000);
+        }
         let mut tasks = Vec::new();
         for _ in 0..qd {
             let arr = arr.clone();
@@ -230,6 +249,9 @@ fn main() {
             t.await.unwrap();
         }
         let mb = bytes.load(Ordering::Relaxed) as f64 / t0.elapsed().as_secs_f64() / 1e6;
+        if trace {
+            eprintln!("STREAM to {}", sbod_drive::dev::now_ns() / 1000);
+        }
         // A FLUSH after the stream: the checksums' tag blocks it changed are written back.
         let t = Instant::now();
         arr.flush().await.unwrap();

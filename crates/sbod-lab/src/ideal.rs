@@ -11,7 +11,9 @@
 //! the same time passing a chunk it does not need (parity, another copy) as reading it, so
 //! a parity layout of `k` data in `w` chunks delivers `k / w` of its drives' bandwidth,
 //! nominal or with a member down (the survivors read or write every chunk they hold and the
-//! missing data is the parity's), and a mirror of `c` copies `1 / c`.
+//! missing data is the parity's), and a mirror of `c` copies `1 / c`. A declustered
+//! layout's spare space is a chunk of every row on some member, passed as parity is: its
+//! streams deliver `groups * k` of the `members` chunks of a row.
 //!
 //! Random 4K, per client I/O (`n` members share the stripes, `k + m = w` chunks a stripe,
 //! one member down in DEVICE DOWN, so a chunk is on it with probability `1 / n`):
@@ -152,7 +154,17 @@ pub fn ideal(a: &ArrayInfo, w: &Workload, phase: &str, measured: Option<f64>) ->
     } else {
         nominal
     };
-    let ratio = sets * pace / baseline;
+    // A declustered layout's distributed spare space lies in every row, on every member:
+    // a drive streaming its rows passes the spare chunks as it passes parity, so a stream
+    // gets the rows' data chunks of all their chunks (`groups * k` of `members`), as hot
+    // spares leave theirs idle. Random I/O counts operations, which spare space takes none
+    // of.
+    let spare_space = if a.declustered && matches!(w.rw.as_str(), "read" | "write") {
+        (groups * width / baseline).min(1.0)
+    } else {
+        1.0
+    };
+    let ratio = sets * pace * spare_space / baseline;
     Some(Ideal {
         ratio,
         of_ideal: measured.map(|m| m / ratio),
@@ -162,7 +174,9 @@ pub fn ideal(a: &ArrayInfo, w: &Workload, phase: &str, measured: Option<f64>) ->
 
 /// The bytes of each member that `volume` bytes of the array's volume occupy: its data
 /// and its redundancy (`w / k` of it for parity, `c` copies for a mirror) spread over the
-/// members that carry the layout (every member when declustered; hot spares carry none).
+/// `groups * width` chunks of a row: hot spares carry none, and a declustered layout's
+/// rows span every member with its spare space in them, so each member holds one chunk
+/// (data, parity or spare) of every row.
 /// BASELINE addresses that much of each member, so that both stream over the same member
 /// bytes: on a drive the outer bytes are faster than the inner ones (on a modelled drive
 /// spread over its whole stroke, `span=full`, a 512 MiB member's first quarter streams
@@ -173,12 +187,7 @@ pub fn member_footprint(a: &ArrayInfo, volume: u64) -> Option<u64> {
         Shape::Mirror { copies } => copies,
         Shape::Parity { k, m } => (k + m) / k,
     };
-    let carrying = if a.declustered {
-        a.members.len()
-    } else {
-        (a.groups.max(1) * a.width.max(1)) as usize
-    }
-    .max(1) as f64;
+    let carrying = (a.groups.max(1) * a.width.max(1)).max(1) as f64;
     Some((volume as f64 * per / carrying) as u64)
 }
 
@@ -252,9 +261,10 @@ mod tests {
             member_footprint(&array("raid5", 7, 8, 1, false), g),
             Some(g / 6)
         );
-        // Declustered raid6 of width 7 over 8 members: 7/5 GiB over all 8.
+        // Declustered raid6 of width 7 over 8 members (one member's worth of spare space):
+        // a row holds 5 data chunks and spans all 8 members, so each holds 1/5 GiB.
         let d = member_footprint(&array("raid6", 7, 8, 1, true), g).unwrap();
-        assert!((d as f64 - g as f64 * 7.0 / 5.0 / 8.0).abs() < 2.0);
+        assert!((d as f64 - g as f64 / 5.0).abs() < 2.0);
         assert_eq!(
             member_footprint(&array("ceph rep:3", 3, 3, 1, false), g),
             None
@@ -318,10 +328,23 @@ mod tests {
         // of the reads, and 13 members serve.
         let mut d = a.clone();
         d.declustered = true;
-        assert!(close(r(&d, "write", NOMINAL), 4.0 / 6.0));
+        // A stream passes the spare space in every row: 8 data chunks of 14 a row.
+        assert!(close(r(&d, "write", NOMINAL), 8.0 / 14.0));
+        assert!(close(r(&d, "read", NOMINAL), 8.0 / 14.0));
+        assert!(close(r(&d, "read", DOWN), 8.0 / 14.0));
         let want = 13.0 / (1.0 - 1.0 / 14.0 + 4.0 / 14.0) / 14.0;
         assert!(close(r(&d, "randread", DOWN), want));
         assert!(r(&d, "randread", DOWN) > r(&a, "randread", DOWN));
+        // Without spare space a declustered raid6 of 8 streams as raid6 of 8 does, and
+        // with one member's worth (width 7 over 8) 5 data chunks of 8 a row, not 5 of 7.
+        assert!(close(
+            r(&array("raid6", 8, 8, 1, true), "read", NOMINAL),
+            0.75
+        ));
+        let s = array("raid6", 7, 8, 1, true);
+        assert!(close(r(&s, "read", NOMINAL), 5.0 / 8.0));
+        assert!(close(r(&s, "write", NOMINAL), 5.0 / 8.0));
+        assert!(close(r(&s, "randwrite", NOMINAL), 8.0 / 6.0 / 8.0));
     }
 
     #[test]

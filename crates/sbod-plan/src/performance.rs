@@ -13,7 +13,8 @@
 //!   reads spread over all members (rotating parity); a small random write reads and writes
 //!   the data and its `p` parities, `2 (p + 1)` disk I/Os: 4 for raid5, 6 for raid6.
 //! * groups work in parallel; hot spares idle; a declustered layout's stripes and spare
-//!   space are spread over every disk, so all of them work.
+//!   space are spread over every disk, so all of them work (random I/O); a stream passes
+//!   the spare space in every row as it passes parity, so it moves the data disks' share.
 //! * one disk down (`degraded`): see [`parity_costs`]; the group that lost the disk sets
 //!   the pace of the others (the load is spread evenly over the groups).
 
@@ -93,14 +94,15 @@ impl Performance {
             }
         };
         // A declustered layout spreads its stripes (and its spare space) over every disk:
-        // all of them work, not only `members`.
+        // all of them work, not only `members`. Streams gain nothing from it: each row
+        // holds a chunk of spare space, which a disk streaming its rows passes as it
+        // passes parity, so a stream still moves `data` disks' worth (as hot spares idle).
         let spread = if layout.declustered {
             layout.disks as f64 / members
         } else {
             1.0
         };
-        let (seq_read, seq_write, rand_read) =
-            (seq_read * spread, seq_write * spread, rand_read * spread);
+        let rand_read = rand_read * spread;
         let members = members * spread;
         let rand_write = members / penalty;
         let fig = |disks: f64, per: Option<f64>| Figure {
@@ -130,7 +132,10 @@ impl Performance {
                 let (s0, r0, w0) = parity_costs(k, m, n, false);
                 let (s1, r1, w1) = parity_costs(k, m, n, true);
                 let pace = |nom: f64, down: f64| sets * (n / nom).min((n - 1.0) / down);
-                Some((pace(s0, s1), pace(s0, s1), pace(r0, r1), pace(w0, w1)))
+                // Streams pass the spare space of every row (declustered; 1 otherwise).
+                let passed = n * sets / (layout.groups as f64 * w);
+                let seq = pace(s0, s1) / passed;
+                Some((seq, seq, pace(r0, r1), pace(w0, w1)))
             }
         }
         .map(|(sr, sw, rr, rw)| Degraded {
@@ -194,9 +199,15 @@ mod tests {
         // worth of reads, and the other waits for it.
         let d = perf("raid6:2x6", 12).degraded.unwrap();
         assert!(close(d.rand_read.disks, 2.0 * 5.0 / 1.5));
-        // Declustered over 14 (two spares' worth): every disk works, nominal and down.
+        // Declustered over 14 (two spares' worth): every disk works, nominal and down;
+        // streams pass the spare space of every row: 8 data chunks of 14 a row.
         let p = perf("raid6:2x6:s2:d", 14);
-        assert!(close(p.seq_read.disks, 14.0 * 4.0 / 6.0));
+        assert!(close(p.seq_read.disks, 8.0));
+        assert!(close(p.seq_write.disks, 8.0));
+        assert!(close(p.degraded.as_ref().unwrap().seq_read.disks, 8.0));
+        // Without spare space, as the classic layout: 6 of 8.
+        assert!(close(perf("raid6:1x8:d", 8).seq_read.disks, 6.0));
+        assert!(close(perf("raid6:1x8:d", 8).rand_read.disks, 8.0));
         assert!(close(p.rand_read.disks, 14.0));
         let d = p.degraded.unwrap();
         assert!(close(
