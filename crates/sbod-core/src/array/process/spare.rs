@@ -16,7 +16,9 @@
 //!    place, else rebuilt from its stripe (`Family::recover`), at most [`BLOCK_DEPTH`] of
 //!    a block and `IN_FLIGHT` chunks at once over all the windows under way (and, while
 //!    clients are busy, at most `SBOD_DECL_ROOM` of them touching any one member:
-//!    [`Room`]);
+//!    [`Room`]); while clients are idle, a block's members' runs are read ahead, one
+//!    request a member ([`Runs`], within `SBOD_DECL_RUNS` of memory), and the block's
+//!    chunks rebuilt from them and written a run a member ([`Array::move_block`]);
 //! 3. the row boundary moves past the window in memory once every chunk of it **and of
 //!    every window before it** is written, before the window's locks are let go. A
 //!    copy-back first flushes the members and records the boundary in the superblocks
@@ -96,6 +98,12 @@ const RUN_BYTES: u64 = 4 << 20;
 /// Blocks under way at most with runs read ahead (the memory budget, `SBOD_DECL_RUNS`,
 /// sets how many fit: 10 of 8+2 groups' 4 MiB runs in the default 512 MiB).
 const MAX_RUN_BLOCKS: usize = 32;
+
+/// Windows open at most while runs are read ahead and clients are idle: with two, the
+/// blocks of the second were all started while the front window's last block waited for
+/// its slowest member, and the other members went idle (48 members of 1 GiB at slow=8:
+/// 12.6 s against 18.0 s; docs/PERFORMANCE.md).
+const RUN_WINDOWS: usize = 8;
 
 /// A member's run read ahead: its bytes once read and verified (None: it could not be, and
 /// its chunks are read one by one as before, which heals or fails as a chunk read does).
@@ -272,6 +280,8 @@ struct Room {
     fg_last: u64,
     checked: Instant,
     busy: bool,
+    /// When clients were last seen busy (or the transition started).
+    last_busy: Instant,
 }
 
 impl Room {
@@ -286,8 +296,23 @@ impl Room {
             self.busy = fg != self.fg_last;
             self.fg_last = fg;
             self.checked = Instant::now();
+            if self.busy {
+                self.last_busy = self.checked;
+            }
         }
         self.busy
+    }
+
+    /// How long clients must have been idle (and the transition running) before runs
+    /// are read ahead: a run of 4 MiB queued on a member holds a client's request behind
+    /// it, and the blocks started with runs keep their stripes locked until the boundary
+    /// passes them, so a transition that starts as clients come (a failure under load)
+    /// starts chunk by chunk.
+    const QUIET: Duration = Duration::from_secs(1);
+
+    /// Whether clients have been idle for [`Room::QUIET`] (looked at now).
+    fn quiet(&mut self, a: &Array) -> bool {
+        !self.look(a) && self.last_busy.elapsed() >= Self::QUIET
     }
 
     fn new(a: &Array, slots: usize) -> Room {
@@ -303,6 +328,7 @@ impl Room {
             fg_last: Self::fg(a),
             checked: Instant::now(),
             busy: false,
+            last_busy: Instant::now(),
         }
     }
 
@@ -674,11 +700,21 @@ impl Array {
                 stop = self.spare_stop(handle, copyback, target, watch_first);
             }
             let busy = room.look(self);
+            let runs_now = runs_on && room.quiet(self);
             let (cap, depth) = match (sched, busy) {
                 (false, _) => (usize::MAX, usize::MAX),
                 (true, true) => (BUSY_BLOCKS, usize::MAX),
-                (true, false) if runs_on => (run_blocks, BLOCK_DEPTH),
+                (true, false) if runs_now => (run_blocks, BLOCK_DEPTH),
                 (true, false) => (BLOCKS_IN_FLIGHT, BLOCK_DEPTH),
+            };
+            // With runs, while clients are idle: more windows open, so that blocks
+            // whose members have runs to read keep starting while the front window's
+            // last block is read (its slowest member's queue); the boundary still moves
+            // in order. While clients are busy no more open than `SBOD_DECL_WINDOWS`.
+            let open_windows = if runs_now {
+                windows.max(RUN_WINDOWS)
+            } else {
+                windows
             };
             // Issue: the chunks of the blocks under way (the earliest first); else start
             // the next block (`pick_block`), its stripes locked as it starts; else open the
@@ -736,7 +772,7 @@ impl Array {
                     wins[(b.win - first) as usize].guards.extend(guards);
                     // Its members' runs, read from now on (its stripes are locked: no
                     // write changes them before its chunks are written).
-                    if runs_on && !busy {
+                    if runs_now {
                         if let Some(runs) = self.block_runs(&b.moves) {
                             // The whole block as one: its chunks rebuilt from the runs
                             // as they all arrive, written a run a member.
@@ -751,7 +787,7 @@ impl Array {
                     }
                     active.push((next_blk, b));
                     next_blk += 1;
-                } else if wins.len() < windows && next_row < rows {
+                } else if wins.len() < open_windows && next_row < rows {
                     let end = (next_row + window).min(rows);
                     let seq = first + wins.len() as u64;
                     let mut moves = window_moves(d, &g, next_row..end, &from, to);
