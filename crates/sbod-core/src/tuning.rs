@@ -37,6 +37,8 @@ pub const TAG_CACHE: &str = "SBOD_TAG_CACHE";
 pub const DECL_WINDOWS: &str = "SBOD_DECL_WINDOWS";
 /// A declustered transition's chunks in flight on one member while clients are busy.
 pub const DECL_ROOM: &str = "SBOD_DECL_ROOM";
+/// Memory a declustered transition may hold in members' runs read ahead.
+pub const DECL_RUNS: &str = "SBOD_DECL_RUNS";
 
 /// The row height (rows per permutation) a declustered array is created with, in place
 /// of the one chosen from its member size (`Declustered::height_for`). Read at create
@@ -47,6 +49,8 @@ pub const DECL_HEIGHT: &str = "SBOD_DECL_HEIGHT";
 pub const DECL_WINDOWS_DEFAULT: usize = 2;
 /// Default of [`DECL_ROOM`].
 pub const DECL_ROOM_DEFAULT: usize = 4;
+/// Default of [`DECL_RUNS`]: 512 MiB (twelve blocks of ten 4 MiB runs, 480 MiB, fit).
+pub const DECL_RUNS_DEFAULT: u64 = 512 << 20;
 
 /// Default of [`COALESCE_WAIT`], in microseconds.
 pub const COALESCE_WAIT_DEFAULT_US: u64 = 1000;
@@ -148,6 +152,18 @@ pub fn decl_room() -> usize {
     })
 }
 
+/// Bytes a declustered transition may hold in members' runs read ahead (each member's
+/// run of a block read as one request, the block's chunks rebuilt from them; 0: chunk by
+/// chunk, each chunk's stripe read on its own). Unparsable values give the default.
+pub fn decl_runs_bytes() -> u64 {
+    static V: OnceLock<u64> = OnceLock::new();
+    *V.get_or_init(|| {
+        var(DECL_RUNS)
+            .and_then(|v| sbod_types::parse_size(&v).ok())
+            .unwrap_or(DECL_RUNS_DEFAULT)
+    })
+}
+
 /// Every knob with the value in force, in the order of docs/ENGINE.md's table.
 pub fn knobs() -> Vec<Knob> {
     vec![
@@ -212,6 +228,16 @@ pub fn knobs() -> Vec<Knob> {
             meaning: "a declustered transition's chunks that may touch one member at once \
                       while clients are busy (the rest of the member's queue is theirs)",
             value: decl_room().to_string(),
+        },
+        Knob {
+            name: DECL_RUNS,
+            default: "512M",
+            range: "a size, 0 (off) and up",
+            meaning: "memory a declustered layout's distributed rebuild or copy-back may hold \
+                      in runs read ahead (each member's run of a block read as one request \
+                      while clients are idle, the chunks rebuilt from the runs); 0: chunk by \
+                      chunk",
+            value: decl_runs_bytes().to_string(),
         },
     ]
 }

@@ -15,7 +15,7 @@ mod torture_util;
 use sbod_core::dev::mem::MemDev;
 use sbod_core::dev::{BlockDev, Done, IoClass, IoKind, IoReq};
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Level, MemberSpec};
-use sbod_testkit::fault::{PowerCutDev, PowerSupply, Rng};
+use sbod_testkit::fault::{FaultDev, PowerCutDev, PowerSupply, Rng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
@@ -915,6 +915,119 @@ fn killed_while_windows_are_pipelined() {
         assert_eq!(spared(&a), (vec![5], false));
         check_volume(&a, &data, "killed with two windows in flight, spared after").await;
         scrub_check(&a, "spared after the kill").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// A member that counts its background reads by length (the distributed rebuild's runs
+/// read ahead are one request a member a block).
+struct RunDev {
+    inner: Arc<FaultDev>,
+    reads: parking_lot::Mutex<BTreeMap<u64, u64>>,
+}
+
+impl BlockDev for RunDev {
+    fn submit(&self, req: IoReq, done: Done) {
+        if let (IoClass::Background, IoKind::Read { buf }) = (req.class, &req.kind) {
+            *self.reads.lock().entry(buf.len() as u64).or_default() += 1;
+        }
+        self.inner.submit(req, done)
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+/// The distributed rebuild reads each member's run of a block ahead as one request
+/// (row height 8 here: 8 chunks a run) once clients have been idle for a second. A run that fails (pending sectors) or does not
+/// match its checksums (bits flipped on the medium) is left out and its chunks are read
+/// one by one, as without runs: the bad ones are rebuilt from the rest of their stripes
+/// (and healed), and every byte reads back right, never the run's.
+#[test]
+fn runs_read_ahead_that_fail_or_mismatch_are_read_chunk_by_chunk() {
+    rt(2).block_on(async {
+        const SIZE: u64 = 12 << 20;
+        let devs: Vec<Arc<RunDev>> = (0..MEMBERS)
+            .map(|i| {
+                let m: Arc<dyn BlockDev> = Arc::new(MemDev::new(format!("m{i}"), SIZE));
+                Arc::new(RunDev {
+                    inner: Arc::new(FaultDev::new(m, i as u64)),
+                    reads: Default::default(),
+                })
+            })
+            .collect();
+        let spec = CreateSpec {
+            chunk: 4096,
+            bitmap_region: Some(64 << 10),
+            ..dspec()
+        };
+        let a = Array::create(spec, specs(&devs)).await.unwrap();
+        let d = a.geometry().declustered.expect("declustered");
+        assert!(d.height >= 8, "row height {}", d.height);
+        let data = fill(&a, 21).await;
+        // Pending sectors on m1 and flipped bits on m2's medium, in rows where they share
+        // a stripe with m3 (so the rebuild reads them), never both in one row (with m3
+        // out, raid6 rebuilds either).
+        let g = a.geometry();
+        let chunk = g.chunk as u64;
+        let rows = g.member_size / chunk;
+        let p = a.placement();
+        let with3 = |slot: usize, r: u64| {
+            p.group_at(r, 3).is_some() && p.group_at(r, slot) == p.group_at(r, 3)
+        };
+        let r1: Vec<u64> = (rows / 2..rows)
+            .filter(|&r| r % 3 == 1 && with3(1, r))
+            .step_by(7)
+            .take(4)
+            .collect();
+        let r2: Vec<u64> = (rows / 2..rows)
+            .filter(|&r| r % 3 == 2 && with3(2, r))
+            .step_by(7)
+            .take(4)
+            .collect();
+        assert_eq!((r1.len(), r2.len()), (4, 4));
+        for (&a1, &a2) in r1.iter().zip(&r2) {
+            let o1 = g.data_offset + a1 * chunk;
+            devs[1].inner.plan().bad_sectors.push(o1..o1 + 4096);
+            devs[2]
+                .inner
+                .corrupt(g.data_offset + a2 * chunk + 100, 0x5a)
+                .unwrap();
+        }
+        for dv in &devs {
+            dv.reads.lock().clear();
+        }
+        // Runs are read once clients have been idle a second into the transition: paced
+        // so that it lasts longer, the faults in its second half.
+        throttle(&a, 4 << 20);
+        a.fail("m3", false).await.unwrap();
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a).0, vec![3]);
+        let run = d.height as u64 * chunk;
+        let runs: u64 = devs
+            .iter()
+            .map(|dv| dv.reads.lock().get(&run).copied().unwrap_or(0))
+            .sum();
+        assert!(runs > 0, "no run of {run} bytes was read ahead");
+        let st = a.status();
+        let of = |slot: usize| {
+            st.members
+                .iter()
+                .find(|m| m.slot == Some(slot))
+                .expect("in service")
+        };
+        assert!(
+            of(1).read_errors > 0,
+            "the rebuild read none of m1's pending sectors"
+        );
+        assert!(
+            of(2).checksum_errors > 0,
+            "the rebuild read none of m2's flipped bits"
+        );
+        check_volume(&a, &data, "rebuilt past failed and mismatched runs").await;
         a.close().await.unwrap();
     });
 }

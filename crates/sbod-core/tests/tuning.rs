@@ -21,7 +21,8 @@ fn defaults_match_the_engine() {
             tuning::IO_BACKEND,
             tuning::TAG_CACHE,
             tuning::DECL_WINDOWS,
-            tuning::DECL_ROOM
+            tuning::DECL_ROOM,
+            tuning::DECL_RUNS
         ]
     );
 }

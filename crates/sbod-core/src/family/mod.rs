@@ -183,6 +183,23 @@ impl Personality {
         dispatch!(self, recover(dp, addr, len, targets).await)
     }
 
+    /// [`Personality::recover`] with shards taken from `pre` (by slot) where it has them:
+    /// bytes the caller read and verified with the stripe locked (parity levels; the
+    /// others read as ever).
+    pub async fn recover_pre(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        len: u64,
+        targets: &[(usize, Arc<Member>)],
+        pre: &(dyn Fn(usize) -> Option<SharedBuf> + Sync),
+    ) -> Result<Vec<SharedBuf>> {
+        match self {
+            Personality::Parity(x) => x.recover_pre(dp, addr, len, targets, pre).await,
+            _ => self.recover(dp, addr, len, targets).await,
+        }
+    }
+
     pub fn judge(
         &self,
         dp: &DataPath,

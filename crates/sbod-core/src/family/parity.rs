@@ -676,6 +676,26 @@ impl Parity {
         class: IoClass,
         avoid: Option<&Arc<Member>>,
     ) -> Result<Shards> {
+        self.read_shards_pre(dp, st, addr, off, len, want, class, avoid, &|_| None)
+            .await
+    }
+
+    /// [`Parity::read_shards`], taking a shard's bytes from `pre` (by slot: the bytes
+    /// `[off, off + len)` of the stripe's chunk on that member, read and verified by the
+    /// caller with the stripe locked) where it has them, instead of reading them.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn read_shards_pre(
+        &self,
+        dp: &DataPath,
+        st: &State,
+        addr: StripeAddr,
+        off: u64,
+        len: u64,
+        want: &[usize],
+        class: IoClass,
+        avoid: Option<&Arc<Member>>,
+        pre: &(dyn Fn(usize) -> Option<SharedBuf> + Sync),
+    ) -> Result<Shards> {
         let (k, m) = (self.k, self.m);
         let n = k + m;
         let base = dp.map.stripe_offset(addr.stripe);
@@ -694,10 +714,16 @@ impl Parity {
                     continue;
                 }
                 tried[s] = true;
-                let readable = st.slots[dp.map.slot(addr, s)]
+                let slot = dp.map.slot(addr, s);
+                let readable = st.slots[slot]
                     .readable(base + off + len)
                     .filter(|m| avoid.is_none_or(|a| !Arc::ptr_eq(a, m)));
                 if let Some(mem) = readable {
+                    if let Some(b) = pre(slot).filter(|b| b.len() as u64 == len) {
+                        bufs[s] = Some(b);
+                        got += 1;
+                        continue;
+                    }
                     batch.push((
                         s,
                         mem.clone(),
@@ -784,6 +810,32 @@ impl Parity {
             stale,
             failed,
         })
+    }
+
+    /// [`Family::recover`] with shards taken from `pre` where it has them (see
+    /// [`Parity::read_shards_pre`]): a declustered transition's runs read ahead.
+    pub(crate) async fn recover_pre(
+        &self,
+        dp: &DataPath,
+        addr: StripeAddr,
+        len: u64,
+        targets: &[(usize, Arc<Member>)],
+        pre: &(dyn Fn(usize) -> Option<SharedBuf> + Sync),
+    ) -> Result<Vec<SharedBuf>> {
+        let st = dp.state.load_full();
+        let want: Vec<usize> = targets
+            .iter()
+            .map(|(slot, _)| dp.map.shard_at(addr.stripe, *slot))
+            .collect();
+        let g = self
+            .read_shards_pre(dp, &st, addr, 0, len, &want, IoClass::Background, None, pre)
+            .await?;
+        let base = dp.map.stripe_offset(addr.stripe);
+        self.heal_shards(dp, base, 0, &g, IoClass::Background).await;
+        Ok(want
+            .iter()
+            .map(|&s| g.bufs[s].clone().expect("read or rebuilt"))
+            .collect())
     }
 
     /// Whole stripes of zeros: every member's chunk is zeroed (parity of zeros is zeros).

@@ -16,7 +16,9 @@
 //!    place, else rebuilt from its stripe (`Family::recover`), at most [`BLOCK_DEPTH`] of
 //!    a block and `IN_FLIGHT` chunks at once over all the windows under way (and, while
 //!    clients are busy, at most `SBOD_DECL_ROOM` of them touching any one member:
-//!    [`Room`]);
+//!    [`Room`]); while clients are idle, a block's members' runs are read ahead, one
+//!    request a member ([`Runs`], within `SBOD_DECL_RUNS` of memory), and the block's
+//!    chunks rebuilt from them and written a run a member ([`Array::move_block`]);
 //! 3. the row boundary moves past the window in memory once every chunk of it **and of
 //!    every window before it** is written, before the window's locks are let go. A
 //!    copy-back first flushes the members and records the boundary in the superblocks
@@ -35,7 +37,7 @@
 
 use super::{ProcessKind, Throttle};
 use crate::array::{Array, State};
-use crate::buf::AlignedBuf;
+use crate::buf::{AlignedBuf, SharedBuf};
 use crate::datapath::WriteFault;
 use crate::dev::IoClass;
 use crate::error::{Error, Result};
@@ -46,7 +48,7 @@ use crate::placement::StripeAddr;
 use crate::reason;
 use crate::superblock::{OutReason, SlotState};
 use futures::stream::FuturesUnordered;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::ops::Range;
@@ -87,6 +89,54 @@ const SCHED_HEIGHT: u64 = 4;
 
 /// The most chunks a transition moves at once, whatever the row height.
 const MAX_IN_FLIGHT: usize = 512;
+
+/// The most bytes of one member read as one run (a block's run is cut in parts of this
+/// many rows' chunks): 4 MiB, 64 rows of 64 KiB chunks, the row height of a 1 GiB member
+/// (a real disk's 16 MiB blocks go in four parts).
+const RUN_BYTES: u64 = 4 << 20;
+
+/// Blocks under way at most with runs read ahead (the memory budget, `SBOD_DECL_RUNS`,
+/// sets how many fit: 10 of 8+2 groups' 4 MiB runs in the default 512 MiB).
+const MAX_RUN_BLOCKS: usize = 32;
+
+/// Windows open at most while runs are read ahead and clients are idle: with two, the
+/// blocks of the second were all started while the front window's last block waited for
+/// its slowest member, and the other members went idle (48 members of 1 GiB at slow=8:
+/// 12.6 s against 18.0 s; docs/PERFORMANCE.md).
+const RUN_WINDOWS: usize = 8;
+
+/// A member's run read ahead: its bytes once read and verified (None: it could not be, and
+/// its chunks are read one by one as before, which heals or fails as a chunk read does).
+type RunRead = futures::future::Shared<futures::future::BoxFuture<'static, Option<SharedBuf>>>;
+
+/// The runs of a block read ahead (docs/ENGINE.md, "A transition"): for each member a
+/// chunk of the block is read from (a rebuilt chunk's stripe members, a copied chunk's
+/// old place), its rows of the block as one request, issued as the block starts (its
+/// stripes locked), so each member streams its run without waiting for the others, and
+/// the block's chunks are rebuilt from the runs once all have arrived.
+struct Runs {
+    chunk: u64,
+    /// (slot, rows, the read).
+    reads: Vec<(usize, Range<u64>, RunRead)>,
+}
+
+impl Runs {
+    /// Every run read (or failed).
+    async fn ready(&self) {
+        futures::future::join_all(self.reads.iter().map(|r| r.2.clone())).await;
+    }
+
+    /// The first `len` bytes of row `row`'s chunk on `slot`, where its run was read.
+    fn get(&self, slot: usize, row: u64, len: u64) -> Option<SharedBuf> {
+        let (_, rows, read) = self
+            .reads
+            .iter()
+            .find(|(s, rows, _)| *s == slot && rows.contains(&row))?;
+        let buf = read.peek()?.as_ref()?;
+        let at = ((row - rows.start) * self.chunk) as usize;
+        (at + len as usize <= buf.len()).then(|| buf.slice(at..at + len as usize))
+    }
+}
 
 /// A window of rows under way: the stripes of its blocks under way or done locked until
 /// the boundary passes it.
@@ -230,6 +280,8 @@ struct Room {
     fg_last: u64,
     checked: Instant,
     busy: bool,
+    /// When clients were last seen busy (or the transition started).
+    last_busy: Instant,
 }
 
 impl Room {
@@ -244,8 +296,23 @@ impl Room {
             self.busy = fg != self.fg_last;
             self.fg_last = fg;
             self.checked = Instant::now();
+            if self.busy {
+                self.last_busy = self.checked;
+            }
         }
         self.busy
+    }
+
+    /// How long clients must have been idle (and the transition running) before runs
+    /// are read ahead: a run of 4 MiB queued on a member holds a client's request behind
+    /// it, and the blocks started with runs keep their stripes locked until the boundary
+    /// passes them, so a transition that starts as clients come (a failure under load)
+    /// starts chunk by chunk.
+    const QUIET: Duration = Duration::from_secs(1);
+
+    /// Whether clients have been idle for [`Room::QUIET`] (looked at now).
+    fn quiet(&mut self, a: &Array) -> bool {
+        !self.look(a) && self.last_busy.elapsed() >= Self::QUIET
     }
 
     fn new(a: &Array, slots: usize) -> Room {
@@ -261,6 +328,7 @@ impl Room {
             fg_last: Self::fg(a),
             checked: Instant::now(),
             busy: false,
+            last_busy: Instant::now(),
         }
     }
 
@@ -541,6 +609,20 @@ impl Array {
             .max(1)
             .div_ceil(height)
             * height;
+        // Runs read ahead (`SBOD_DECL_RUNS`): blocks of at most RUN_BYTES a member, and
+        // as many blocks under way as the memory budget holds: each holds at most `width`
+        // runs (its stripes' members and, in a copy-back, fewer), its rebuilt chunks and
+        // their copy into one write (a run each): 12 x 4 MiB a block for 8+2 groups.
+        let run_rows = (RUN_BYTES / chunk).max(1);
+        let run_block = (g.width as u64 + 2) * height.min(run_rows) * chunk;
+        let run_blocks = (crate::tuning::decl_runs_bytes() / run_block.max(1))
+            .min(MAX_RUN_BLOCKS as u64) as usize;
+        let runs_on = run_blocks > 0 && height >= SCHED_HEIGHT;
+        let unit_rows = if runs_on {
+            height.min(run_rows)
+        } else {
+            height
+        };
         let in_flight = IN_FLIGHT
             .max(BLOCKS_IN_FLIGHT * (height as usize).min(BLOCK_DEPTH))
             .min(MAX_IN_FLIGHT);
@@ -617,10 +699,22 @@ impl Array {
             if stop.is_none() {
                 stop = self.spare_stop(handle, copyback, target, watch_first);
             }
-            let (cap, depth) = match (sched, room.look(self)) {
+            let busy = room.look(self);
+            let runs_now = runs_on && room.quiet(self);
+            let (cap, depth) = match (sched, busy) {
                 (false, _) => (usize::MAX, usize::MAX),
                 (true, true) => (BUSY_BLOCKS, usize::MAX),
+                (true, false) if runs_now => (run_blocks, BLOCK_DEPTH),
                 (true, false) => (BLOCKS_IN_FLIGHT, BLOCK_DEPTH),
+            };
+            // With runs, while clients are idle: more windows open, so that blocks
+            // whose members have runs to read keep starting while the front window's
+            // last block is read (its slowest member's queue); the boundary still moves
+            // in order. While clients are busy no more open than `SBOD_DECL_WINDOWS`.
+            let open_windows = if runs_now {
+                windows.max(RUN_WINDOWS)
+            } else {
+                windows
             };
             // Issue: the chunks of the blocks under way (the earliest first); else start
             // the next block (`pick_block`), its stripes locked as it starts; else open the
@@ -636,13 +730,16 @@ impl Array {
                     b.flying += 1;
                     let (id, seq) = (*id, b.win);
                     let permits = room.enter(self, &mv);
-                    flying.push(async move {
-                        let _p = permits.await;
-                        (seq, id, self.move_chunk(mv.addr, mv.old, mv.new).await)
-                    });
+                    flying.push(
+                        async move {
+                            let _p = permits.await;
+                            (seq, id, 1, self.move_chunk(mv.addr, mv.old, mv.new).await)
+                        }
+                        .boxed(),
+                    );
                 } else if active.len() < cap && !waiting.is_empty() {
                     // The next block in row order.
-                    let b = waiting.pop_front().expect("not empty");
+                    let mut b = waiting.pop_front().expect("not empty");
                     // Locked as it starts (a client request to its stripes waits from now
                     // until the boundary passes its window). Only the transition holds
                     // more than one stripe lock at a time, so the order is free.
@@ -673,9 +770,24 @@ impl Array {
                         }
                     };
                     wins[(b.win - first) as usize].guards.extend(guards);
+                    // Its members' runs, read from now on (its stripes are locked: no
+                    // write changes them before its chunks are written).
+                    if runs_now {
+                        if let Some(runs) = self.block_runs(&b.moves) {
+                            // The whole block as one: its chunks rebuilt from the runs
+                            // as they all arrive, written a run a member.
+                            let moves: Vec<Move> = b.moves.drain(..).collect();
+                            let (n, seq, id) = (moves.len(), b.win, next_blk);
+                            b.flying = n;
+                            flying.push(
+                                async move { (seq, id, n, self.move_block(moves, runs).await) }
+                                    .boxed(),
+                            );
+                        }
+                    }
                     active.push((next_blk, b));
                     next_blk += 1;
-                } else if wins.len() < windows && next_row < rows {
+                } else if wins.len() < open_windows && next_row < rows {
                     let end = (next_row + window).min(rows);
                     let seq = first + wins.len() as u64;
                     let mut moves = window_moves(d, &g, next_row..end, &from, to);
@@ -690,8 +802,9 @@ impl Array {
                         left: moves.len(),
                         bytes: 0,
                     });
-                    // Blocks of `height` rows; below SCHED_HEIGHT the whole window is one.
-                    let unit = if sched { height } else { window };
+                    // Blocks of `height` rows (cut in parts of RUN_BYTES a member where
+                    // runs are read ahead); below SCHED_HEIGHT the whole window is one.
+                    let unit = if sched { unit_rows } else { window };
                     waiting.extend(window_blocks(moves, unit, seq));
                     next_row = end;
                 } else {
@@ -710,16 +823,16 @@ impl Array {
                 Some(r) => Some(r),
                 None => flying.next().await,
             };
-            if let Some((seq, id, r)) = next {
+            if let Some((seq, id, n, r)) = next {
                 let w = &mut wins[(seq - first) as usize];
-                w.left -= 1;
+                w.left -= n;
                 w.bytes += r?;
                 let i = active
                     .iter()
                     .position(|(x, _)| *x == id)
                     .expect("a chunk's block is under way");
-                active[i].1.left -= 1;
-                active[i].1.flying -= 1;
+                active[i].1.left -= n;
+                active[i].1.flying -= n;
                 if active[i].1.left == 0 {
                     active.remove(i);
                 }
@@ -773,36 +886,179 @@ impl Array {
         }
     }
 
-    /// Write one chunk of `addr` (its stripe locked) from its place `old` to `new`: read
-    /// from `old` where that member can be read, else rebuilt from the stripe. A new place
-    /// out of service is passed over (its member's own sparing rebuilds it later); one
-    /// whose file system is full fails the window (NoSpace), so its boundary stays.
+    /// The runs of a block's chunks (`moves`, their stripes locked), their reads issued
+    /// (see [`Runs`]): for a chunk whose old place can be read, that member's; else its
+    /// stripe's members but the old and new places. A member's rows in one run each
+    /// (contiguous; a gap starts another). None where no member has a run to read.
+    fn block_runs(self: &Arc<Self>, moves: &VecDeque<Move>) -> Option<Arc<Runs>> {
+        let dp = self.dp();
+        let st = dp.state.load_full();
+        let chunk = dp.geometry.chunk as u64;
+        let size = dp.geometry.member_size;
+        let end_of = |row: u64| (dp.map.stripe_offset(row) + chunk).min(size);
+        let mut rows: std::collections::BTreeMap<usize, Vec<u64>> = Default::default();
+        for mv in moves {
+            let row = mv.addr.stripe;
+            match mv
+                .old
+                .filter(|&o| st.slots[o].readable(end_of(row)).is_some())
+            {
+                Some(o) => rows.entry(o).or_default().push(row),
+                None => {
+                    for &m in &mv.members {
+                        if Some(m) != mv.old && Some(m) != mv.new {
+                            rows.entry(m).or_default().push(row);
+                        }
+                    }
+                }
+            }
+        }
+        let mut reads = Vec::new();
+        for (slot, mut rs) in rows {
+            rs.sort_unstable();
+            rs.dedup();
+            let mut i = 0;
+            while i < rs.len() {
+                let mut j = i + 1;
+                while j < rs.len() && rs[j] == rs[j - 1] + 1 {
+                    j += 1;
+                }
+                let span = rs[i]..rs[j - 1] + 1;
+                i = j;
+                let off = dp.map.stripe_offset(span.start);
+                let end = end_of(span.end - 1);
+                let Some(m) = st.slots[slot].readable(end).cloned() else {
+                    continue;
+                };
+                let a = Arc::clone(self);
+                let buf = AlignedBuf::for_overwrite((end - off) as usize).into_shared();
+                let read = async move {
+                    // Verified as any read (checksums); an error leaves the run out, and
+                    // its chunks are read one by one (where a bad block is healed, or
+                    // its member failed, as a chunk read does).
+                    let r = a
+                        .dp()
+                        .mread(&m, off, buf.clone(), IoClass::Background)
+                        .await;
+                    r.ok().map(|()| buf)
+                }
+                .boxed()
+                .shared();
+                reads.push((slot, span, read));
+            }
+        }
+        (!reads.is_empty()).then(|| Arc::new(Runs { chunk, reads }))
+    }
+
+    /// Write one chunk of `addr` (its stripe locked) from its place `old` to `new` (see
+    /// [`Array::chunk_source`]). A new place out of service is passed over (its member's
+    /// own sparing rebuilds it later); one whose file system is full fails the window
+    /// (NoSpace), so its boundary stays.
     async fn move_chunk(
         &self,
         addr: StripeAddr,
         old: Option<usize>,
         new: Option<usize>,
     ) -> Result<u64> {
+        let Some((dst, base, buf)) = self.chunk_source(addr, old, new, None).await? else {
+            return Ok(0);
+        };
+        let len = buf.len() as u64;
+        self.write_moved(&dst, base, buf).await?;
+        Ok(len)
+    }
+
+    /// Write the chunks of a block whose runs were read ahead (`runs`): each rebuilt (or
+    /// copied) from the runs, then each new place's chunks of neighbouring rows written
+    /// as one request (a block's chunks on one member: a run of them). Returns the bytes
+    /// moved. The chunks' stripes are locked (their block is under way).
+    async fn move_block(&self, moves: Vec<Move>, runs: Arc<Runs>) -> Result<u64> {
+        runs.ready().await;
+        let got = futures::future::join_all(
+            moves
+                .iter()
+                .map(|mv| self.chunk_source(mv.addr, mv.old, mv.new, Some(&runs))),
+        )
+        .await;
+        let mut outs = Vec::with_capacity(got.len());
+        for r in got {
+            if let Some(o) = r? {
+                outs.push(o);
+            }
+        }
+        // By member, then offset: each member's neighbouring chunks in one write.
+        outs.sort_by_key(|(m, base, _)| (Arc::as_ptr(m) as usize, *base));
+        let mut total = 0;
+        let mut i = 0;
+        while i < outs.len() {
+            let mut j = i + 1;
+            let mut end = outs[i].1 + outs[i].2.len() as u64;
+            while j < outs.len() && Arc::ptr_eq(&outs[j].0, &outs[i].0) && outs[j].1 == end {
+                end += outs[j].2.len() as u64;
+                j += 1;
+            }
+            let (dst, base) = (outs[i].0.clone(), outs[i].1);
+            let buf = if j == i + 1 {
+                outs[i].2.clone()
+            } else {
+                let mut b = AlignedBuf::for_overwrite((end - base) as usize);
+                let mut at = 0;
+                for (_, _, c) in &outs[i..j] {
+                    // SAFETY: the chunk is complete (read or rebuilt) and not written.
+                    let c = unsafe { c.as_slice() };
+                    b[at..at + c.len()].copy_from_slice(c);
+                    at += c.len();
+                }
+                b.into_shared()
+            };
+            // The rebuilt chunks go as soon as they are copied out.
+            for o in &mut outs[i..j] {
+                o.2 = AlignedBuf::for_overwrite(0).into_shared();
+            }
+            self.write_moved(&dst, base, buf).await?;
+            total += end - base;
+            i = j;
+        }
+        Ok(total)
+    }
+
+    /// What chunk `addr` (its stripe locked) must hold at its new place `new`: read from
+    /// its place `old` where that member can be read, else rebuilt from the stripe (the
+    /// bytes of members whose run was read ahead taken from `runs`, the rest read). None
+    /// where the new place is out of service; else its member, offset and the bytes.
+    async fn chunk_source(
+        &self,
+        addr: StripeAddr,
+        old: Option<usize>,
+        new: Option<usize>,
+        runs: Option<&Runs>,
+    ) -> Result<Option<(Arc<crate::member::Member>, u64, SharedBuf)>> {
         let dp = self.dp();
         let st = dp.state.load_full();
         let Some(new) = new else {
-            return Ok(0);
+            return Ok(None);
         };
         let dst = match st.slots[new].state {
             SlotState::Active | SlotState::Rebuilding => st.slots[new].member.clone(),
             _ => None,
         };
         let Some(dst) = dst else {
-            return Ok(0);
+            return Ok(None);
         };
         let base = dp.map.stripe_offset(addr.stripe);
         let len = (dp.geometry.chunk as u64).min(dp.geometry.member_size - base);
+        let pre = |slot: usize| runs.and_then(|r| r.get(slot, addr.stripe, len));
         let mut data = None;
-        if let Some(src) = old.and_then(|o| st.slots[o].readable(base + len)) {
-            let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
-            match dp.mread(src, base, buf.clone(), IoClass::Background).await {
-                Ok(()) => data = Some(buf),
-                Err(e) => dp.note_read_error_to_heal(src, &e).await,
+        if let Some(o) = old.filter(|&o| st.slots[o].readable(base + len).is_some()) {
+            data = pre(o);
+        }
+        if data.is_none() {
+            if let Some(src) = old.and_then(|o| st.slots[o].readable(base + len)) {
+                let buf = AlignedBuf::for_overwrite(len as usize).into_shared();
+                match dp.mread(src, base, buf.clone(), IoClass::Background).await {
+                    Ok(()) => data = Some(buf),
+                    Err(e) => dp.note_read_error_to_heal(src, &e).await,
+                }
             }
         }
         let buf = match data {
@@ -813,21 +1069,33 @@ impl Array {
                 let old = old.expect("a chunk has a place");
                 let mut v = self
                     .fam()
-                    .recover(&dp, addr, len, &[(old, dst.clone())])
+                    .recover_pre(&dp, addr, len, &[(old, dst.clone())], &pre)
                     .await?;
                 v.pop().expect("one target")
             }
         };
-        if let Err(e) = dp.mwrite(&dst, base, buf, false, IoClass::Background).await {
-            if dp.write_failed(&dst, &e, reason::REBUILD_WRITE).await == WriteFault::NoSpace {
-                // Out of space, the member still in service: the chunk is not at its new
-                // place, which reads below the boundary would take it from. The window
-                // stops here (its boundary does not move) and the supervisor tries again,
-                // as a rebuild out of space does.
-                return Err(dp.nospace_error(&[dst]));
+        Ok(Some((dst, base, buf)))
+    }
+
+    /// Write moved chunks to their new place (`dst` at `base`). A write error fails the
+    /// member (its chunks are rebuilt by its own sparing later), but one out of space
+    /// with the member still in service: the chunks are not at their new place, which
+    /// reads below the boundary would take them from, so the window stops here (its
+    /// boundary does not move) and the supervisor tries again, as a rebuild out of space
+    /// does.
+    async fn write_moved(
+        &self,
+        dst: &Arc<crate::member::Member>,
+        base: u64,
+        buf: SharedBuf,
+    ) -> Result<()> {
+        let dp = self.dp();
+        if let Err(e) = dp.mwrite(dst, base, buf, false, IoClass::Background).await {
+            if dp.write_failed(dst, &e, reason::REBUILD_WRITE).await == WriteFault::NoSpace {
+                return Err(dp.nospace_error(std::slice::from_ref(dst)));
             }
         }
-        Ok(len)
+        Ok(())
     }
 }
 
