@@ -517,20 +517,28 @@ fn a_file_and_a_loop_device_over_it_are_one_member() {
 }
 
 /// A member whose owner-block I/O (the heartbeat's, `IoClass::Urgent`) takes `delay`, as
-/// behind a drive's deep queue; data I/O goes straight through.
-struct SlowOwnerBlock {
+/// behind a drive's deep queue, or fails while `down` is set, as behind a link that is
+/// down for a while; data I/O goes straight through.
+struct OwnerIo {
     inner: Arc<dyn BlockDev>,
     delay: Duration,
+    down: Arc<AtomicBool>,
     held: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl BlockDev for SlowOwnerBlock {
+impl BlockDev for OwnerIo {
     fn submit(&self, req: dev::IoReq, done: dev::Done) {
         if req.class != dev::IoClass::Urgent {
             return self.inner.submit(req, done);
         }
+        if self.down.load(Ordering::Acquire) {
+            return done(Err(std::io::Error::other("link down")));
+        }
         self.held.fetch_add(1, Ordering::Relaxed);
         let (inner, delay) = (self.inner.clone(), self.delay);
+        if delay.is_zero() {
+            return inner.submit(req, done);
+        }
         std::thread::spawn(move || {
             std::thread::sleep(delay);
             inner.submit(req, done);
@@ -550,6 +558,43 @@ impl BlockDev for SlowOwnerBlock {
     }
 }
 
+/// Assemble the array on `paths` as `cfg`'s host, each member behind an [`OwnerIo`] with
+/// `delay` and `down`; returns it and the count of owner-block I/Os.
+async fn head_with_owner_io(
+    paths: &[PathBuf],
+    cfg: Config,
+    delay: Duration,
+    down: &Arc<AtomicBool>,
+) -> (Arc<Array>, Arc<std::sync::atomic::AtomicU64>) {
+    let held = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let members: Vec<MemberSpec> = paths
+        .iter()
+        .map(|p| {
+            let m = open(p);
+            MemberSpec {
+                dev: Arc::new(OwnerIo {
+                    inner: m.dev,
+                    delay,
+                    down: down.clone(),
+                    held: held.clone(),
+                }),
+                ..m
+            }
+        })
+        .collect();
+    let a = Array::assemble(
+        members,
+        AssembleOptions {
+            no_processes: true,
+            owner: Some(cfg),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    (a, held)
+}
+
 #[test]
 fn slow_heartbeats_keep_the_lease() {
     // A lease of 4 s (100 ms beats); every owner-block read and write takes 1.1 s, so a
@@ -564,34 +609,16 @@ fn slow_heartbeats_keep_the_lease() {
     let paths = make_files(dir.path(), 4);
     rt().block_on(async {
         create(&paths).await;
-        let held = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let members: Vec<MemberSpec> = paths
-            .iter()
-            .map(|p| {
-                let m = open(p);
-                MemberSpec {
-                    dev: Arc::new(SlowOwnerBlock {
-                        inner: m.dev,
-                        delay: Duration::from_millis(1100),
-                        held: held.clone(),
-                    }),
-                    ..m
-                }
-            })
-            .collect();
-        let a = Array::assemble(
-            members,
-            AssembleOptions {
-                no_processes: true,
-                owner: Some(Config {
-                    lease_multiple: 40,
-                    ..host("slow")
-                }),
-                ..Default::default()
+        let (a, held) = head_with_owner_io(
+            &paths,
+            Config {
+                lease_multiple: 40,
+                ..host("slow")
             },
+            Duration::from_millis(1100),
+            &Arc::new(AtomicBool::new(false)),
         )
-        .await
-        .unwrap();
+        .await;
         let began = std::time::Instant::now();
         let mut n = 0u64;
         while began.elapsed() < Duration::from_secs(9) {
@@ -609,34 +636,6 @@ fn slow_heartbeats_keep_the_lease() {
     });
 }
 
-/// A member whose owner-block I/O (the heartbeat's) fails while `down` is set, as a
-/// member behind a link that is down for a while; data I/O goes straight through.
-struct OwnerBlockDown {
-    inner: Arc<dyn BlockDev>,
-    down: Arc<AtomicBool>,
-}
-
-impl BlockDev for OwnerBlockDown {
-    fn submit(&self, req: dev::IoReq, done: dev::Done) {
-        if req.class == dev::IoClass::Urgent && self.down.load(Ordering::Acquire) {
-            return done(Err(std::io::Error::other("link down")));
-        }
-        self.inner.submit(req, done)
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn current_size(&self) -> std::io::Result<u64> {
-        self.inner.current_size()
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn close(&self) {
-        self.inner.close()
-    }
-}
-
 #[test]
 fn a_write_waits_out_a_short_lapse_of_the_lease() {
     // Lease 1 s. The heartbeat cannot reach the members for 1.5 s and more: the lease
@@ -649,29 +648,7 @@ fn a_write_waits_out_a_short_lapse_of_the_lease() {
     rt().block_on(async {
         create(&paths).await;
         let down = Arc::new(AtomicBool::new(false));
-        let members: Vec<MemberSpec> = paths
-            .iter()
-            .map(|p| {
-                let m = open(p);
-                MemberSpec {
-                    dev: Arc::new(OwnerBlockDown {
-                        inner: m.dev,
-                        down: down.clone(),
-                    }),
-                    ..m
-                }
-            })
-            .collect();
-        let a = Array::assemble(
-            members,
-            AssembleOptions {
-                no_processes: true,
-                owner: Some(host("blip")),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+        let (a, _) = head_with_owner_io(&paths, host("blip"), Duration::ZERO, &down).await;
         write_tag(&a, 1, 0).await.unwrap();
         down.store(true, Ordering::Release);
         tokio::time::sleep(Duration::from_millis(1500)).await;
