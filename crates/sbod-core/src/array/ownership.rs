@@ -210,13 +210,17 @@ impl Array {
                     Some(b) if b.session == session => b.member_nonce,
                     // Another host holds it: the members were taken over.
                     Some(b) if b.host != cfg.host && !b.released => return Err(Some(b.clone())),
-                    // Another head's block on a member that has said this session: it
-                    // ran on the members meanwhile (a takeover while this head was
-                    // paused or cut off, then a clean stop, or another sbod of this
-                    // host), and this head's state (superblock event, bitmap, tags)
-                    // is stale, released or not. (A nil session is another head's
-                    // identity probe, put back when it ends: it writes no data.)
-                    Some(b) if stamped && !b.session.is_nil() => return Err(Some(b.clone())),
+                    // Another head's released block on a member that has said this
+                    // session: it ran on the members meanwhile (a takeover while this
+                    // head was paused or cut off, then a clean stop), and this head's
+                    // state (superblock event, bitmap, tags) is stale. (A nil session
+                    // is another head's identity probe, put back when it ends: it
+                    // writes no data. Another sbod of this host claiming the members
+                    // unreleased is written over, as before: its claim sees its block
+                    // change and refuses.)
+                    Some(b) if stamped && !b.session.is_nil() && b.released => {
+                        return Err(Some(b.clone()))
+                    }
                     // Zeroed (a member that just joined), released, or this host's own
                     // earlier start (a member back after being away): ours now.
                     _ => Uuid::new_v4(),
