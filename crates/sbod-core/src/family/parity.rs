@@ -985,20 +985,7 @@ impl Family for Parity {
         len: u64,
         targets: &[(usize, Arc<Member>)],
     ) -> Result<Vec<SharedBuf>> {
-        let st = dp.state.load_full();
-        let want: Vec<usize> = targets
-            .iter()
-            .map(|(slot, _)| dp.map.shard_at(addr.stripe, *slot))
-            .collect();
-        let g = self
-            .read_shards(dp, &st, addr, 0, len, &want, IoClass::Background, None)
-            .await?;
-        let base = dp.map.stripe_offset(addr.stripe);
-        self.heal_shards(dp, base, 0, &g, IoClass::Background).await;
-        Ok(want
-            .iter()
-            .map(|&s| g.bufs[s].clone().expect("read or rebuilt"))
-            .collect())
+        self.recover_pre(dp, addr, len, targets, &|_| None).await
     }
 
     /// Parity recomputed from the data and compared. Where a row differs, two or more
