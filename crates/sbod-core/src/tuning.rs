@@ -49,8 +49,9 @@ pub const DECL_HEIGHT: &str = "SBOD_DECL_HEIGHT";
 pub const DECL_WINDOWS_DEFAULT: usize = 2;
 /// Default of [`DECL_ROOM`].
 pub const DECL_ROOM_DEFAULT: usize = 4;
-/// Default of [`DECL_RUNS`]: 512 MiB (twelve blocks of ten 4 MiB runs, 480 MiB, fit).
-pub const DECL_RUNS_DEFAULT: u64 = 512 << 20;
+/// Default of [`DECL_RUNS`]: 1 GiB (25 blocks of 8+2 groups reading their eight 4 MiB
+/// runs at once; a block gives back its runs' share once rebuilt).
+pub const DECL_RUNS_DEFAULT: u64 = 1 << 30;
 
 /// Default of [`COALESCE_WAIT`], in microseconds.
 pub const COALESCE_WAIT_DEFAULT_US: u64 = 1000;

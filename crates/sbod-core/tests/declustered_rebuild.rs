@@ -17,7 +17,7 @@ use sbod_core::dev::{BlockDev, Done, IoClass, IoKind, IoReq};
 use sbod_core::{AlignedBuf, Array, AssembleOptions, CreateSpec, Level, MemberSpec};
 use sbod_testkit::fault::{FaultDev, PowerCutDev, PowerSupply, Rng};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 use torture_util::*;
@@ -924,12 +924,15 @@ fn killed_while_windows_are_pipelined() {
 struct RunDev {
     inner: Arc<FaultDev>,
     reads: parking_lot::Mutex<BTreeMap<u64, u64>>,
+    /// Where each background read began, by length.
+    at: parking_lot::Mutex<Vec<(u64, u64)>>,
 }
 
 impl BlockDev for RunDev {
     fn submit(&self, req: IoReq, done: Done) {
         if let (IoClass::Background, IoKind::Read { buf }) = (req.class, &req.kind) {
             *self.reads.lock().entry(buf.len() as u64).or_default() += 1;
+            self.at.lock().push((buf.len() as u64, req.offset));
         }
         self.inner.submit(req, done)
     }
@@ -956,6 +959,7 @@ fn runs_read_ahead_that_fail_or_mismatch_are_read_chunk_by_chunk() {
                 Arc::new(RunDev {
                     inner: Arc::new(FaultDev::new(m, i as u64)),
                     reads: Default::default(),
+                    at: Default::default(),
                 })
             })
             .collect();
@@ -999,7 +1003,16 @@ fn runs_read_ahead_that_fail_or_mismatch_are_read_chunk_by_chunk() {
         }
         for dv in &devs {
             dv.reads.lock().clear();
+            dv.at.lock().clear();
         }
+        // Each member's shard in each row before m3 fails (None: spare space there).
+        let shards: Vec<Vec<Option<usize>>> = (0..rows)
+            .map(|r| {
+                (0..MEMBERS)
+                    .map(|slot| p.group_at(r, slot).map(|_| p.shard_at(r, slot)))
+                    .collect()
+            })
+            .collect();
         // Runs are read once clients have been idle a second into the transition: paced
         // so that it lasts longer, the faults in its second half.
         throttle(&a, 4 << 20);
@@ -1012,6 +1025,20 @@ fn runs_read_ahead_that_fail_or_mismatch_are_read_chunk_by_chunk() {
             .map(|dv| dv.reads.lock().get(&run).copied().unwrap_or(0))
             .sum();
         assert!(runs > 0, "no run of {run} bytes was read ahead");
+        // Runs only from the members a rebuild reads: the first k readable shards of the
+        // stripe (here k = 3 of 3+2), never Q, nor P where m3 held P or Q.
+        let k = g.width as usize - 2;
+        for (i, dv) in devs.iter().enumerate() {
+            for &(len, off) in dv.at.lock().iter().filter(|(len, _)| *len == run) {
+                let row = (off - g.data_offset) / chunk;
+                let (mine, lost) = (shards[row as usize][i], shards[row as usize][3]);
+                let (mine, lost) = (mine.expect("a chunk there"), lost.expect("m3's"));
+                assert!(
+                    mine < k || (mine == k && lost < k),
+                    "m{i} read a run of {len} bytes at row {row}, shard {mine} (m3's lost shard {lost}), which the rebuild does not need"
+                );
+            }
+        }
         let st = a.status();
         let of = |slot: usize| {
             st.members
@@ -1028,6 +1055,102 @@ fn runs_read_ahead_that_fail_or_mismatch_are_read_chunk_by_chunk() {
             "the rebuild read none of m2's flipped bits"
         );
         check_volume(&a, &data, "rebuilt past failed and mismatched runs").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// A member whose FLUSH waits (on a thread of its own) while `hold` is set.
+struct FlushGate {
+    inner: Arc<dyn BlockDev>,
+    hold: Arc<AtomicBool>,
+    held: Arc<AtomicU64>,
+}
+
+impl BlockDev for FlushGate {
+    fn submit(&self, req: IoReq, done: Done) {
+        if matches!(req.kind, IoKind::Flush) && self.hold.load(AtomicOrdering::Acquire) {
+            self.held.fetch_add(1, AtomicOrdering::AcqRel);
+            let (inner, hold) = (self.inner.clone(), self.hold.clone());
+            std::thread::spawn(move || {
+                while hold.load(AtomicOrdering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                inner.submit(req, done)
+            });
+            return;
+        }
+        self.inner.submit(req, done)
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+/// The distributed rebuild's periodic flush and record go on beside its walk: with every
+/// member's FLUSH held once the walk is under way, the walk still moves window after
+/// window (with the record in the walk it stood still until the flush returned), and
+/// the rebuild ends only after the record does (it is awaited before the pass returns).
+/// Every byte reads back.
+#[test]
+fn the_walk_goes_on_while_its_record_flushes() {
+    rt(2).block_on(async {
+        const SIZE: u64 = 12 << 20;
+        let hold = Arc::new(AtomicBool::new(false));
+        let held = Arc::new(AtomicU64::new(0));
+        let devs: Vec<Arc<FlushGate>> = (0..MEMBERS)
+            .map(|i| {
+                Arc::new(FlushGate {
+                    inner: Arc::new(MemDev::new(format!("m{i}"), SIZE)),
+                    hold: hold.clone(),
+                    held: held.clone(),
+                })
+            })
+            .collect();
+        let spec = CreateSpec {
+            chunk: 4096,
+            bitmap_region: Some(64 << 10),
+            ..dspec()
+        };
+        let a = Array::create(spec, specs(&devs)).await.unwrap();
+        let data = fill(&a, 22).await;
+        // About 10 MiB to move at 1 MiB/s: the walk outlasts its first record (2 s).
+        throttle(&a, 1 << 20);
+        a.fail("m3", false).await.unwrap();
+        let r = {
+            let a = a.clone();
+            tokio::spawn(async move { a.rebuild_now().await })
+        };
+        let done = || a.status().process.map_or(0, |p| p.done);
+        async fn until(what: &str, f: impl Fn() -> bool) {
+            let t = std::time::Instant::now();
+            while !f() {
+                assert!(t.elapsed() < Duration::from_secs(60), "{what}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        until("the rebuild never started", || done() > 0).await;
+        hold.store(true, AtomicOrdering::Release);
+        until("no record flushed the members", || {
+            held.load(AtomicOrdering::Acquire) > 0
+        })
+        .await;
+        let at = done();
+        until(
+            "the walk stood still while its record's flush was held",
+            || done() > at,
+        )
+        .await;
+        assert!(
+            !r.is_finished(),
+            "the rebuild ended with its record's flush held"
+        );
+        hold.store(false, AtomicOrdering::Release);
+        r.await.unwrap().unwrap();
+        assert_eq!(spared(&a).0, vec![3]);
+        check_volume(&a, &data, "rebuilt with its record beside the walk").await;
         a.close().await.unwrap();
     });
 }

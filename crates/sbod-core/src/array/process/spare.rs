@@ -24,9 +24,9 @@
 //!    copy-back first flushes the members and records the boundary in the superblocks
 //!    (with `mgmt` held, so no other superblock write records an older one): after it,
 //!    writes go to the new places only. A distributed rebuild records it every few
-//!    seconds (flushed first, the boundary as it was before the flush): its old places are
-//!    on the failed member, so below a boundary not yet recorded a crash simply rebuilds
-//!    those chunks from parity again.
+//!    seconds (flushed first, the boundary as it was before the flush; beside the walk,
+//!    which goes on meanwhile): its old places are on the failed member, so below a
+//!    boundary not yet recorded a crash simply rebuilds those chunks from parity again.
 //!
 //! So a crash at any point leaves the recorded boundary below every row whose new places
 //! were not yet all durable, and rows at and above it are read in `L`, whose places the
@@ -96,14 +96,31 @@ const MAX_IN_FLIGHT: usize = 512;
 const RUN_BYTES: u64 = 4 << 20;
 
 /// Blocks under way at most with runs read ahead (the memory budget, `SBOD_DECL_RUNS`,
-/// sets how many fit: 10 of 8+2 groups' 4 MiB runs in the default 512 MiB).
-const MAX_RUN_BLOCKS: usize = 32;
+/// sets how many fit: 25 of 8+2 groups' 4 MiB runs reading at once in the default 1 GiB).
+const MAX_RUN_BLOCKS: usize = 128;
+
+/// Runs a distributed rebuild keeps queued on each member at most, the memory budget
+/// allowing (blocks reading at once: this many times the members over `k`): enough for
+/// a drive to order its queue, not so many that the blocks wait on long queues. At slow=8
+/// (docs/PERFORMANCE.md), 24 members of 1 GiB rebuilt at 0.95 of the bound with 12
+/// blocks of 8+2 reading at once and 0.78 with 25; 48 members of 4 GiB at 0.80 with 25
+/// and 0.69 with 12.
+const RUNS_A_MEMBER: u64 = 4;
+
+/// Parts of one tall block under way at once while runs are read ahead (see
+/// [`next_part`]): 48 members of 4 GiB (blocks of 16 MiB a member, parts of 4 MiB) rebuilt
+/// in 48.2 s with one, 53.7 s with two, 57.3-63.7 s with no limit (docs/PERFORMANCE.md).
+const PARTS_PER_BLOCK: usize = 1;
 
 /// Windows open at most while runs are read ahead and clients are idle: with two, the
 /// blocks of the second were all started while the front window's last block waited for
 /// its slowest member, and the other members went idle (48 members of 1 GiB at slow=8:
 /// 12.6 s against 18.0 s; docs/PERFORMANCE.md).
 const RUN_WINDOWS: usize = 8;
+
+/// How often a distributed rebuild records its boundary (flushed first): a crash
+/// rebuilds at most this much of the walk again.
+const RECORD_EVERY: Duration = Duration::from_secs(2);
 
 /// A member's run read ahead: its bytes once read and verified (None: it could not be, and
 /// its chunks are read one by one as before, which heals or fails as a chunk read does).
@@ -155,6 +172,9 @@ struct Window<'a> {
 struct Blk {
     /// Its window's sequence number.
     win: u64,
+    /// Its permutation (its first row over the row height): the parts of one tall
+    /// block share it, and its members.
+    perm: u64,
     /// Chunks not yet issued, in row order.
     moves: VecDeque<Move>,
     /// Chunks not yet written.
@@ -165,15 +185,16 @@ struct Blk {
 
 /// The blocks of a window's chunks (`moves`, in row order): the chunks of each `height`
 /// rows of one permutation.
-fn window_blocks(moves: Vec<Move>, height: u64, win: u64) -> Vec<Blk> {
+fn window_blocks(moves: Vec<Move>, unit: u64, height: u64, win: u64) -> Vec<Blk> {
     let mut out: Vec<Blk> = Vec::new();
     let mut last_block = None;
     for mv in moves {
-        let block = mv.addr.stripe / height;
+        let block = mv.addr.stripe / unit;
         if last_block != Some(block) {
             last_block = Some(block);
             out.push(Blk {
                 win,
+                perm: mv.addr.stripe / height.max(1),
                 moves: VecDeque::new(),
                 left: 0,
                 flying: 0,
@@ -184,6 +205,21 @@ fn window_blocks(moves: Vec<Move>, height: u64, win: u64) -> Vec<Blk> {
         b.left += 1;
     }
     out
+}
+
+/// The waiting block to start next: the first in row order whose permutation has fewer
+/// than `parts` parts under way. A tall block read ahead in runs is cut in parts of
+/// [`RUN_BYTES`] a member; started in row order, the memory budget's parts were a few
+/// blocks' in a row, so only those blocks' members (10 of 48 each) worked while the rest
+/// went idle. With at most `parts` of one block under way, the budget spreads over as many
+/// blocks, and each member still reads its part of a block in order.
+fn next_part(waiting: &VecDeque<Blk>, active: &[(u64, Blk)], parts: usize) -> Option<usize> {
+    if parts == usize::MAX {
+        return (!waiting.is_empty()).then_some(0);
+    }
+    waiting
+        .iter()
+        .position(|b| active.iter().filter(|(_, a)| a.perm == b.perm).count() < parts)
 }
 
 /// One chunk to move: its stripe, old and new place, and every member it may touch (the
@@ -610,14 +646,25 @@ impl Array {
             .div_ceil(height)
             * height;
         // Runs read ahead (`SBOD_DECL_RUNS`): blocks of at most RUN_BYTES a member, and
-        // as many blocks under way as the memory budget holds: each holds at most `width`
-        // runs (its stripes' members and, in a copy-back, fewer), its rebuilt chunks and
-        // their copy into one write (a run each): 12 x 4 MiB a block for 8+2 groups.
+        // as many blocks under way as the memory budget holds, counted in runs: a block
+        // takes `k` for its members' runs (the chunks a rebuild reads; in a copy-back,
+        // fewer), given back once its chunks are rebuilt, and 2 for its rebuilt chunks and
+        // their copy into one write, given back when it is written: the budget goes to
+        // the blocks still reading, not to those waiting for their writes.
         let run_rows = (RUN_BYTES / chunk).max(1);
-        let run_block = (g.width as u64 + 2) * height.min(run_rows) * chunk;
-        let run_blocks = (crate::tuning::decl_runs_bytes() / run_block.max(1))
-            .min(MAX_RUN_BLOCKS as u64) as usize;
-        let runs_on = run_blocks > 0 && height >= SCHED_HEIGHT;
+        let run_bytes = height.min(run_rows) * chunk;
+        let part_units = g.k() as u32 + 2;
+        // And no more than keeps RUNS_A_MEMBER runs queued on each member: deeper queues
+        // made 24 members slower, not faster (see RUNS_A_MEMBER).
+        let members = self.dp().state.load().slots.len() as u64;
+        let k = g.k() as u64;
+        let by_members = (RUNS_A_MEMBER * members).div_ceil(k) * (k + 2);
+        let units = (crate::tuning::decl_runs_bytes() / run_bytes.max(1))
+            .min(by_members)
+            .min(1 << 20) as u32;
+        let runs_mem = Arc::new(Semaphore::new(units as usize));
+        let mut mem_ready: Option<OwnedSemaphorePermit> = None;
+        let runs_on = units >= part_units && height >= SCHED_HEIGHT;
         let unit_rows = if runs_on {
             height.min(run_rows)
         } else {
@@ -630,6 +677,7 @@ impl Array {
         let mut throttle = Throttle::new();
         let mut room = Room::new(self, self.dp().state.load().slots.len());
         let mut last_record = Instant::now();
+        let mut recording: Option<futures::future::BoxFuture<'_, Result<()>>> = None;
         // The boundary this pass moves (and records), and the rows whose chunks it moves:
         // the first pass's rows; the main pass passes over those the first pass moved.
         let (boundary, recorded) = match pass {
@@ -682,12 +730,25 @@ impl Array {
                     // parity again, as the stripes held them. Recorded every few seconds,
                     // flushed first: the boundary recorded is the one before the flush, so
                     // it covers only windows whose writes had all completed.
+                    //
+                    // The flush and the record go on beside the walk (`recording`, one at
+                    // a time, polled wherever the walk waits): the chunks of the windows
+                    // after it keep moving meanwhile, which with many members is much of
+                    // the time (a flush waits for every member's queue). The boundary it
+                    // records is the one when it started, every window below it written
+                    // before the flush; it is awaited before the pass returns, so a later
+                    // record never precedes it.
                     boundary.store(w.end, Ordering::Release);
-                    if last_record.elapsed() > Duration::from_secs(2) {
-                        dp.flush().await?;
-                        self.record_spares(|| recorded.store(w.end, Ordering::Release))
-                            .await?;
-                        last_record = Instant::now();
+                    if recording.is_none() && last_record.elapsed() > RECORD_EVERY {
+                        let end = w.end;
+                        recording = Some(
+                            async move {
+                                self.dp().flush().await?;
+                                self.record_spares(|| recorded.store(end, Ordering::Release))
+                                    .await
+                            }
+                            .boxed(),
+                        );
                     }
                 }
                 drop(w.guards);
@@ -701,10 +762,15 @@ impl Array {
             }
             let busy = room.look(self);
             let runs_now = runs_on && room.quiet(self);
+            let parts = if runs_now && unit_rows < height {
+                PARTS_PER_BLOCK
+            } else {
+                usize::MAX
+            };
             let (cap, depth) = match (sched, busy) {
                 (false, _) => (usize::MAX, usize::MAX),
                 (true, true) => (BUSY_BLOCKS, usize::MAX),
-                (true, false) if runs_now => (run_blocks, BLOCK_DEPTH),
+                (true, false) if runs_now => (MAX_RUN_BLOCKS, BLOCK_DEPTH),
                 (true, false) => (BLOCKS_IN_FLIGHT, BLOCK_DEPTH),
             };
             // With runs, while clients are idle: more windows open, so that blocks
@@ -737,9 +803,16 @@ impl Array {
                         }
                         .boxed(),
                     );
-                } else if active.len() < cap && !waiting.is_empty() {
-                    // The next block in row order.
-                    let mut b = waiting.pop_front().expect("not empty");
+                } else if let Some(i) = (active.len() < cap
+                    && (!runs_now
+                        || mem_ready.is_some()
+                        || runs_mem.available_permits() >= part_units as usize))
+                    .then(|| next_part(&waiting, &active, parts))
+                    .flatten()
+                {
+                    // The next block in row order (of a tall block's parts, at most
+                    // `parts` under way: see `next_part`).
+                    let mut b = waiting.remove(i).expect("in range");
                     // Locked as it starts (a client request to its stripes waits from now
                     // until the boundary passes its window). Only the transition holds
                     // more than one stripe lock at a time, so the order is free.
@@ -762,17 +835,27 @@ impl Array {
                         v
                     };
                     let mut locking = std::pin::pin!(locking);
+                    // The record under way too: it holds `mgmt`, which a client request
+                    // holding one of these stripes may wait for.
                     let guards = loop {
                         tokio::select! {
                             biased;
                             v = &mut locking => break v,
                             Some(r) = flying.next(), if !flying.is_empty() => done.push_back(r),
+                            r = async { recording.as_mut().expect("under way").await }, if recording.is_some() => {
+                                recording = None;
+                                last_record = Instant::now();
+                                r?;
+                            }
                         }
                     };
                     wins[(b.win - first) as usize].guards.extend(guards);
                     // Its members' runs, read from now on (its stripes are locked: no
                     // write changes them before its chunks are written).
                     if runs_now {
+                        let mem = mem_ready
+                            .take()
+                            .or_else(|| runs_mem.clone().try_acquire_many_owned(part_units).ok());
                         if let Some(runs) = self.block_runs(&b.moves) {
                             // The whole block as one: its chunks rebuilt from the runs
                             // as they all arrive, written a run a member.
@@ -780,7 +863,7 @@ impl Array {
                             let (n, seq, id) = (moves.len(), b.win, next_blk);
                             b.flying = n;
                             flying.push(
-                                async move { (seq, id, n, self.move_block(moves, runs).await) }
+                                async move { (seq, id, n, self.move_block(moves, runs, mem).await) }
                                     .boxed(),
                             );
                         }
@@ -805,7 +888,7 @@ impl Array {
                     // Blocks of `height` rows (cut in parts of RUN_BYTES a member where
                     // runs are read ahead); below SCHED_HEIGHT the whole window is one.
                     let unit = if sched { unit_rows } else { window };
-                    waiting.extend(window_blocks(moves, unit, seq));
+                    waiting.extend(window_blocks(moves, unit, height, seq));
                     next_row = end;
                 } else {
                     break;
@@ -819,14 +902,45 @@ impl Array {
                 // in flight drained first: none is left half done).
                 break;
             }
+            // The next chunk or block done; or the record under way done; or, where a
+            // block waits for the runs' memory, that memory given back (a block gives its
+            // runs' share back once rebuilt, before it is done).
+            let want_mem = runs_now
+                && mem_ready.is_none()
+                && stop.is_none()
+                && active.len() < cap
+                && !waiting.is_empty();
             let next = match done.pop_front() {
                 Some(r) => Some(r),
-                None => flying.next().await,
+                None => tokio::select! {
+                    r = async { recording.as_mut().expect("under way").await }, if recording.is_some() => {
+                        recording = None;
+                        last_record = Instant::now();
+                        r?;
+                        continue;
+                    }
+                    p = runs_mem.clone().acquire_many_owned(part_units), if want_mem => {
+                        mem_ready = p.ok();
+                        continue;
+                    }
+                    Some(r) = flying.next(), if !flying.is_empty() => Some(r),
+                    else => None,
+                },
             };
             if let Some((seq, id, n, r)) = next {
                 let w = &mut wins[(seq - first) as usize];
                 w.left -= n;
-                w.bytes += r?;
+                w.bytes += match r {
+                    Ok(b) => b,
+                    Err(e) => {
+                        // The record under way ends first (a superblock write is not
+                        // left half done).
+                        if let Some(rec) = recording.take() {
+                            let _ = rec.await;
+                        }
+                        return Err(e);
+                    }
+                };
                 let i = active
                     .iter()
                     .position(|(x, _)| *x == id)
@@ -837,6 +951,9 @@ impl Array {
                     active.remove(i);
                 }
             }
+        }
+        if let Some(rec) = recording.take() {
+            rec.await?;
         }
         drop(flying);
         // Windows left locked when stopped: never finished, their rows stay above the
@@ -896,6 +1013,7 @@ impl Array {
         let chunk = dp.geometry.chunk as u64;
         let size = dp.geometry.member_size;
         let end_of = |row: u64| (dp.map.stripe_offset(row) + chunk).min(size);
+        let k = dp.map.k();
         let mut rows: std::collections::BTreeMap<usize, Vec<u64>> = Default::default();
         for mv in moves {
             let row = mv.addr.stripe;
@@ -905,10 +1023,25 @@ impl Array {
             {
                 Some(o) => rows.entry(o).or_default().push(row),
                 None => {
-                    for &m in &mv.members {
-                        if Some(m) != mv.old && Some(m) != mv.new {
-                            rows.entry(m).or_default().push(row);
+                    // Only the chunks the rebuild reads: the first `k` readable in shard
+                    // order, data first, as `read_shards_pre` takes them. A stripe's
+                    // other members (Q, where a data chunk or P is lost) are not read:
+                    // a ninth of the reads at 8+2. In a block every row has the same
+                    // members in the same columns, so a member's rows stay one run.
+                    let mut taken = 0;
+                    for s in 0..dp.geometry.width as usize {
+                        if taken == k {
+                            break;
                         }
+                        let m = dp.map.slot(mv.addr, s);
+                        if Some(m) == mv.old
+                            || Some(m) == mv.new
+                            || st.slots[m].readable(end_of(row)).is_none()
+                        {
+                            continue;
+                        }
+                        rows.entry(m).or_default().push(row);
+                        taken += 1;
                     }
                 }
             }
@@ -972,7 +1105,12 @@ impl Array {
     /// copied) from the runs, then each new place's chunks of neighbouring rows written
     /// as one request (a block's chunks on one member: a run of them). Returns the bytes
     /// moved. The chunks' stripes are locked (their block is under way).
-    async fn move_block(&self, moves: Vec<Move>, runs: Arc<Runs>) -> Result<u64> {
+    async fn move_block(
+        &self,
+        moves: Vec<Move>,
+        runs: Arc<Runs>,
+        mut mem: Option<OwnedSemaphorePermit>,
+    ) -> Result<u64> {
         runs.ready().await;
         let got = futures::future::join_all(
             moves
@@ -980,6 +1118,12 @@ impl Array {
                 .map(|mv| self.chunk_source(mv.addr, mv.old, mv.new, Some(&runs))),
         )
         .await;
+        // Rebuilt: the runs' share of the memory budget goes back (what a copy-back
+        // took from a run is held until written).
+        drop(runs);
+        if let Some(p) = mem.as_mut() {
+            drop(p.split(self.dp().geometry.k()));
+        }
         let mut outs = Vec::with_capacity(got.len());
         for r in got {
             if let Some(o) = r? {
@@ -1120,7 +1264,7 @@ mod tests {
     #[test]
     fn window_blocks_split_by_height() {
         let rows = [4u64, 5, 7, 8, 13, 14, 15, 16];
-        let b = window_blocks(rows.iter().map(|&r| mv(r)).collect(), 4, 3);
+        let b = window_blocks(rows.iter().map(|&r| mv(r)).collect(), 4, 8, 3);
         let got: Vec<Vec<u64>> = b
             .iter()
             .map(|b| b.moves.iter().map(|m| m.addr.stripe).collect())
@@ -1134,7 +1278,7 @@ mod tests {
             .all(|b| b.win == 3 && b.left == b.moves.len() && b.flying == 0));
         // One block where the unit is the window (row heights below SCHED_HEIGHT).
         assert_eq!(
-            window_blocks(rows.iter().map(|&r| mv(r)).collect(), 64, 0).len(),
+            window_blocks(rows.iter().map(|&r| mv(r)).collect(), 64, 64, 0).len(),
             1
         );
     }
