@@ -232,12 +232,12 @@ pub fn knobs() -> Vec<Knob> {
         },
         Knob {
             name: DECL_RUNS,
-            default: "512M",
+            default: "1G",
             range: "a size, 0 (off) and up",
             meaning: "memory a declustered layout's distributed rebuild or copy-back may hold \
                       in runs read ahead (each member's run of a block read as one request \
-                      while clients are idle, the chunks rebuilt from the runs); 0: chunk by \
-                      chunk",
+                      while clients are idle, the chunks rebuilt from the runs; no more than \
+                      keeps 4 runs queued a member); 0: chunk by chunk",
             value: decl_runs_bytes().to_string(),
         },
     ]
