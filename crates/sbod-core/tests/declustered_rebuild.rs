@@ -411,18 +411,8 @@ fn hot_spares_wait_for_the_spare_space() {
 #[test]
 fn a_row_height_above_one_rebuilds_and_copies_back() {
     rt(2).block_on(async {
-        const SIZE: u64 = 12 << 20;
-        let devs: Vec<Arc<MemDev>> = (0..MEMBERS)
-            .map(|i| Arc::new(MemDev::new(format!("m{i}"), SIZE)))
-            .collect();
-        let spec = CreateSpec {
-            chunk: 4096,
-            bitmap_region: Some(64 << 10),
-            ..dspec()
-        };
-        let a = Array::create(spec, specs(&devs)).await.unwrap();
+        let (devs, a) = tall_array(|_, m| m).await;
         let d = a.geometry().declustered.expect("declustered");
-        assert!(d.height >= 8, "row height {}", d.height);
         let mut data = fill(&a, 11).await;
         a.fail("m3", false).await.unwrap();
         a.rebuild_now().await.unwrap();
@@ -455,11 +445,11 @@ fn a_row_height_above_one_rebuilds_and_copies_back() {
         assert_eq!(a.geometry().declustered, Some(d));
         assert_eq!(spared(&a), (vec![3, 8], false));
         check_volume(&a, &data, "restarted").await;
-        let r8 = Arc::new(MemDev::new("r8", SIZE));
+        let r8 = Arc::new(MemDev::new("r8", TALL_SIZE));
         a.replace(&uuid_of(&a, 8), one(&r8), false).await.unwrap();
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a), (vec![3], false));
-        let r3 = Arc::new(MemDev::new("r3", SIZE));
+        let r3 = Arc::new(MemDev::new("r3", TALL_SIZE));
         a.replace(&uuid_of(&a, 3), one(&r3), false).await.unwrap();
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a), (vec![], false));
@@ -919,6 +909,28 @@ fn killed_while_windows_are_pipelined() {
     });
 }
 
+/// The tall-block array's member size.
+const TALL_SIZE: u64 = 12 << 20;
+
+/// The tall-block array: 12 members of 12 MiB (`wrap` makes each of its memory device),
+/// declustered raid6 of 4 KiB chunks, so a row height of 8 or more.
+async fn tall_array<D: BlockDev + 'static>(
+    wrap: impl Fn(usize, MemDev) -> D,
+) -> (Vec<Arc<D>>, Arc<Array>) {
+    let devs: Vec<Arc<D>> = (0..MEMBERS)
+        .map(|i| Arc::new(wrap(i, MemDev::new(format!("m{i}"), TALL_SIZE))))
+        .collect();
+    let spec = CreateSpec {
+        chunk: 4096,
+        bitmap_region: Some(64 << 10),
+        ..dspec()
+    };
+    let a = Array::create(spec, specs(&devs)).await.unwrap();
+    let d = a.geometry().declustered.expect("declustered");
+    assert!(d.height >= 8, "row height {}", d.height);
+    (devs, a)
+}
+
 /// A member that counts its background reads by length (the distributed rebuild's runs
 /// read ahead are one request a member a block).
 struct RunDev {
@@ -952,25 +964,13 @@ impl BlockDev for RunDev {
 #[test]
 fn runs_read_ahead_that_fail_or_mismatch_are_read_chunk_by_chunk() {
     rt(2).block_on(async {
-        const SIZE: u64 = 12 << 20;
-        let devs: Vec<Arc<RunDev>> = (0..MEMBERS)
-            .map(|i| {
-                let m: Arc<dyn BlockDev> = Arc::new(MemDev::new(format!("m{i}"), SIZE));
-                Arc::new(RunDev {
-                    inner: Arc::new(FaultDev::new(m, i as u64)),
-                    reads: Default::default(),
-                    at: Default::default(),
-                })
-            })
-            .collect();
-        let spec = CreateSpec {
-            chunk: 4096,
-            bitmap_region: Some(64 << 10),
-            ..dspec()
-        };
-        let a = Array::create(spec, specs(&devs)).await.unwrap();
+        let (devs, a) = tall_array(|i, m| RunDev {
+            inner: Arc::new(FaultDev::new(Arc::new(m), i as u64)),
+            reads: Default::default(),
+            at: Default::default(),
+        })
+        .await;
         let d = a.geometry().declustered.expect("declustered");
-        assert!(d.height >= 8, "row height {}", d.height);
         let data = fill(&a, 21).await;
         // Pending sectors on m1 and flipped bits on m2's medium, in rows where they share
         // a stripe with m3 (so the rebuild reads them), never both in one row (with m3
@@ -1097,24 +1097,14 @@ impl BlockDev for FlushGate {
 #[test]
 fn the_walk_goes_on_while_its_record_flushes() {
     rt(2).block_on(async {
-        const SIZE: u64 = 12 << 20;
         let hold = Arc::new(AtomicBool::new(false));
         let held = Arc::new(AtomicU64::new(0));
-        let devs: Vec<Arc<FlushGate>> = (0..MEMBERS)
-            .map(|i| {
-                Arc::new(FlushGate {
-                    inner: Arc::new(MemDev::new(format!("m{i}"), SIZE)),
-                    hold: hold.clone(),
-                    held: held.clone(),
-                })
-            })
-            .collect();
-        let spec = CreateSpec {
-            chunk: 4096,
-            bitmap_region: Some(64 << 10),
-            ..dspec()
-        };
-        let a = Array::create(spec, specs(&devs)).await.unwrap();
+        let (_devs, a) = tall_array(|_, m| FlushGate {
+            inner: Arc::new(m),
+            hold: hold.clone(),
+            held: held.clone(),
+        })
+        .await;
         let data = fill(&a, 22).await;
         // About 10 MiB to move at 1 MiB/s: the walk outlasts its first record (2 s).
         throttle(&a, 1 << 20);
