@@ -45,7 +45,7 @@ use crate::layout::{Geometry, Level, Scheme};
 use arc_swap::ArcSwap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Rows of a declustered layout's permutation table.
 pub const TABLE_ROWS: usize = 64;
@@ -197,6 +197,16 @@ impl Decl {
 /// chunks), moving `first_boundary`; such a row below `first_boundary` is resolved
 /// through `to` as well. `first_slot` is set before `first_boundary` first moves past
 /// `boundary`, and both only with the rows' locks held.
+///
+/// A distributed rebuild's main pass also resolves through `to` the rows **ahead** of
+/// the boundary whose chunks it has all written ([`Spared::mark_ahead`]), so that it can
+/// let their locks go as soon as their block is done instead of when the boundary passes
+/// their window: a client's request waits for one block, not for the slowest block of a
+/// window. Only a distributed rebuild may: `to` keeps every place `from` has on a member
+/// in service and adds the spared slot's chunks in spare space no chunk of `from` holds,
+/// so a write resolved through `to` writes every place `from` would read, and a crash (or
+/// a transition that stops) falls back to `from` with nothing lost. A copy-back may not:
+/// its old places are what a crash reads.
 #[derive(Debug)]
 pub struct Spared {
     pub from: Vec<usize>,
@@ -212,6 +222,12 @@ pub struct Spared {
     pub first_boundary: AtomicU64,
     /// What the superblocks may record of it (as `recorded`).
     pub first_recorded: AtomicU64,
+    /// The rows ahead of `boundary` marked by [`Spared::mark_ahead`]: a ring (set up once
+    /// by the walk, [`Spared::ahead_init`]) whose entry `row % len` holds `row + 1` once
+    /// row `row` is marked. Only rows below `boundary + len` are marked, so an entry is
+    /// overwritten only by a row `len` further on, once the boundary has passed the row it
+    /// held: no entry is ever cleared, and a mark is never lost while it is needed.
+    ahead: OnceLock<Box<[AtomicU64]>>,
 }
 
 /// `Spared::first_slot` when there is no first pass.
@@ -227,6 +243,7 @@ impl Default for Spared {
             first_slot: AtomicUsize::new(NO_FIRST),
             first_boundary: AtomicU64::new(0),
             first_recorded: AtomicU64::new(0),
+            ahead: OnceLock::new(),
         }
     }
 }
@@ -236,9 +253,47 @@ impl Spared {
     /// [`Placement`]'s resolution, which does).
     pub fn list_at(&self, row: u64) -> &[usize] {
         match &self.to {
-            Some(to) if row < self.boundary.load(Ordering::Acquire) => to,
+            Some(to) if self.moved(row) => to,
             _ => &self.from,
         }
+    }
+
+    /// Is row `row` below the boundary, or marked ahead of it? The mark is read first: an
+    /// entry found overwritten was overwritten after the boundary passed the row.
+    fn moved(&self, row: u64) -> bool {
+        self.is_ahead(row) || row < self.boundary.load(Ordering::Acquire)
+    }
+
+    /// Set up the ring of rows marked ahead of the boundary, `len` rows (the most a walk
+    /// runs ahead of it); once only, the first length stays.
+    pub fn ahead_init(&self, len: usize) {
+        self.ahead
+            .get_or_init(|| (0..len.max(1)).map(|_| AtomicU64::new(0)).collect());
+    }
+
+    /// Mark row `row` (ahead of the boundary) as resolved through `to`: every chunk the
+    /// distributed rebuild moves in it is written, and the rows' stripe locks are held
+    /// (they are let go after). Only the walk that moves the boundary calls it. False
+    /// (and nothing marked) where the row is not ahead of the boundary within the ring, or
+    /// this is no distributed rebuild: its locks are then held until the boundary passes.
+    pub fn mark_ahead(&self, row: u64) -> bool {
+        let Some(ring) = self.ahead.get() else {
+            return false;
+        };
+        let b = self.boundary.load(Ordering::Acquire);
+        let len = ring.len() as u64;
+        if self.sparing().is_none() || row < b || row >= b + len {
+            return false;
+        }
+        ring[(row % len) as usize].store(row + 1, Ordering::Release);
+        true
+    }
+
+    /// Is row `row` marked ahead of the boundary (see [`Spared::mark_ahead`])?
+    pub fn is_ahead(&self, row: u64) -> bool {
+        self.ahead.get().is_some_and(|ring| {
+            ring[(row % ring.len() as u64) as usize].load(Ordering::Acquire) == row + 1
+        })
     }
 
     /// Is `slot`'s every chunk in the spare space (so the slot is not out)?
@@ -379,6 +434,7 @@ impl Placement {
             first_slot: AtomicUsize::new(slot),
             first_boundary: AtomicU64::new(fb),
             first_recorded: AtomicU64::new(fb),
+            ahead: OnceLock::new(),
         }));
     }
 
@@ -397,7 +453,7 @@ impl Placement {
         let Some(to) = &sp.to else {
             return &sp.from;
         };
-        if row < sp.boundary.load(Ordering::Acquire)
+        if sp.moved(row)
             || (row < sp.first_boundary.load(Ordering::Acquire) && self.first_pass_row(sp, row))
         {
             return to;
@@ -964,10 +1020,11 @@ mod tests {
         }
 
         /// With slots spared (and a transition under way to one more, or one fewer, at
-        /// some row): every volume block still maps to exactly one member block, which
-        /// maps back to it; no stripe uses a member twice or a member its row's list
-        /// spares; and the rows below the boundary differ from the rows above only where
-        /// the transition moves chunks.
+        /// some row, some rows ahead of it marked): every volume block still maps to
+        /// exactly one member block, which maps back to it; no stripe uses a member twice
+        /// or a member its row's list spares; and the rows below the boundary (or marked
+        /// ahead of it) differ from the rows above only where the transition moves
+        /// chunks. Only a distributed rebuild marks rows, and only within the ring.
         #[test]
         fn spared_map_is_one_to_one(
             groups in 1u32..3,
@@ -978,6 +1035,8 @@ mod tests {
             boundary in 0u64..40,
             first in proptest::option::of((0usize..1000, 0u64..41)),
             height in 1u32..6,
+            ahead in proptest::collection::vec(0u64..40, 0..6),
+            ring in 1usize..50,
         ) {
             let rows = 40;
             let g = declustered_h(Level::Raid6, width, groups, spares, rows, height);
@@ -1001,6 +1060,19 @@ mod tests {
                 (y, fb.max(boundary))
             });
             p.set_spared_first(from.clone(), Some(to.clone()), boundary, first);
+            let sp = p.spared();
+            sp.ahead_init(ring);
+            let mut marked = std::collections::HashSet::new();
+            for &r in &ahead {
+                let want = grow && r >= boundary && r < boundary + ring as u64;
+                proptest::prop_assert_eq!(sp.mark_ahead(r), want, "row {}", r);
+                if want {
+                    marked.insert(r);
+                }
+            }
+            for r in 0..rows {
+                proptest::prop_assert_eq!(sp.is_ahead(r), marked.contains(&r));
+            }
             let d = p.declustered().unwrap();
             let cols = (groups * width) as usize;
             let x_slot = to.last().copied().unwrap_or(0);
@@ -1012,7 +1084,11 @@ mod tests {
                 let moved_first = first.is_some_and(|(y, fb)| {
                     row < fb && d.shares_stripe(row, cols, width as usize, &from, x_slot, y)
                 });
-                let l = if row < boundary || moved_first { &to } else { &from };
+                let l = if row < boundary || moved_first || marked.contains(&row) {
+                    &to
+                } else {
+                    &from
+                };
                 proptest::prop_assert!(!l.contains(&x.slot));
                 let slots = p.stripe_slots(x.addr);
                 let mut uniq = slots.clone();
@@ -1067,6 +1143,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A row marked ahead of the boundary stays resolved through the new list: its ring
+    /// entry is taken by a row `len` further on only once the boundary has passed it.
+    #[test]
+    fn rows_marked_ahead_stay_moved_as_the_ring_turns() {
+        let g = declustered_h(Level::Raid6, 6, 1, 2, 64, 1);
+        let p = Placement::striped(&g);
+        p.set_spared(vec![], Some(vec![3]), 0);
+        let sp = p.spared();
+        assert!(!sp.mark_ahead(2), "marked before the ring was set up");
+        sp.ahead_init(8);
+        assert!(sp.mark_ahead(2) && sp.mark_ahead(7));
+        assert!(
+            !sp.mark_ahead(10),
+            "marked beyond the ring: it would take row 2's entry"
+        );
+        assert_eq!(sp.list_at(2), &[3]);
+        assert_eq!(sp.list_at(3), &[] as &[usize]);
+        sp.boundary.store(3, Ordering::Release);
+        assert!(sp.mark_ahead(10));
+        assert!(!sp.is_ahead(2) && sp.is_ahead(10) && sp.is_ahead(7));
+        assert_eq!(sp.list_at(2), &[3], "below the boundary");
+        assert_eq!(sp.list_at(9), &[] as &[usize]);
+        // A copy-back marks nothing: its old places are what a crash reads.
+        p.set_spared(vec![3], Some(vec![]), 0);
+        let sp = p.spared();
+        sp.ahead_init(8);
+        assert!(!sp.mark_ahead(1));
+        assert_eq!(sp.list_at(1), &[3]);
     }
 
     /// md's raid5 left-symmetric table for 4 disks (from raid5.c's algorithm):

@@ -718,12 +718,16 @@ struct HoldDev {
 
 impl HoldDev {
     fn new(inner: Arc<MemDev>) -> Arc<HoldDev> {
-        Arc::new(HoldDev {
+        Arc::new(HoldDev::of(inner))
+    }
+
+    fn of(inner: Arc<MemDev>) -> HoldDev {
+        HoldDev {
             inner,
             hold: parking_lot::Mutex::new(0..0),
             held: parking_lot::Mutex::new(Vec::new()),
             beyond: AtomicU64::new(0),
-        })
+        }
     }
 
     fn release(&self) {
@@ -905,6 +909,137 @@ fn killed_while_windows_are_pipelined() {
         assert_eq!(spared(&a), (vec![5], false));
         check_volume(&a, &data, "killed with two windows in flight, spared after").await;
         scrub_check(&a, "spared after the kill").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// The tall-block array on held members, filled with `data`; `x` (a member with chunks
+/// in the first and the last block of the distributed rebuild's first window) failed,
+/// with the last block's writes held on every member, so the boundary cannot pass the
+/// window. A client's write (FUA) to the first row's stripe in `x`'s group, the first
+/// block's, completes meanwhile and reads back: the block let its stripes go once done,
+/// not when the boundary passes its window. Returns the members, the array, the volume
+/// as it is now and `x`.
+async fn a_done_block_written(seed: u64) -> (Vec<Arc<HoldDev>>, Arc<Array>, Vec<u8>, usize) {
+    let (devs, a) = tall_array(|_, m| HoldDev::of(Arc::new(m))).await;
+    let mut data = fill(&a, seed).await;
+    let g = a.geometry();
+    let chunk = g.chunk as u64;
+    let rows = g.member_size.div_ceil(chunk);
+    let h = g.declustered.expect("declustered").height as u64;
+    // The first window as spare.rs cuts it here (at least 16 windows, whole blocks).
+    let window = rows.div_ceil(16).div_ceil(h) * h;
+    assert!(window >= 2 * h, "a window of {window} rows holds one block");
+    let p = a.placement();
+    let last = window - h;
+    let x = (0..MEMBERS)
+        .find(|&s| p.group_at(0, s).is_some() && p.group_at(last, s).is_some())
+        .expect("a member with chunks in both blocks");
+    let group = p.group_at(0, x).expect("in a group");
+    let held = g.data_offset + last * chunk..g.data_offset + window * chunk;
+    for d in &devs {
+        *d.hold.lock() = held.clone();
+    }
+    a.fail(&format!("m{x}"), false).await.unwrap();
+    let mut waited = 0;
+    while devs.iter().all(|d| d.held.lock().is_empty()) {
+        waited += 1;
+        assert!(waited < 3000, "the rebuild wrote nothing in the held block");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let addr = sbod_core::placement::StripeAddr { group, stripe: 0 };
+    let off = p.volume_offset(addr, 0);
+    let new = pattern(BLOCK as usize, seed + 1000);
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        a.write(off, AlignedBuf::from_slice(&new), true),
+    )
+    .await
+    .expect("a write to a block the rebuild had done waited for the boundary to pass its window")
+    .unwrap();
+    let sp = a.placement().spared();
+    assert_eq!(
+        sp.boundary.load(AtomicOrdering::Acquire),
+        0,
+        "the boundary passed the first window with its last block's writes held"
+    );
+    assert!(sp.is_ahead(0), "the first row was not marked ahead");
+    let got = a.read(off, BLOCK as usize).await.unwrap();
+    assert!(
+        got[..] == new[..],
+        "the write to a row ahead of the boundary reads back other bytes"
+    );
+    data[off as usize..(off + BLOCK) as usize].copy_from_slice(&new);
+    (devs, a, data, x)
+}
+
+/// A distributed rebuild lets the stripes of a block it has done go at once (its rows
+/// marked ahead of the boundary, resolved through the new list): a client's write there
+/// does not wait for the slowest block of the window. The held writes land, the rebuild
+/// ends, and every byte reads back, the client's too.
+#[test]
+fn a_write_to_a_block_done_waits_for_no_window() {
+    rt(2).block_on(async {
+        let (devs, a, data, x) = a_done_block_written(31).await;
+        for d in &devs {
+            d.release();
+        }
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a).0, vec![x]);
+        check_volume(&a, &data, "a write ahead of the boundary, rebuilt").await;
+        scrub_check(&a, "a write ahead of the boundary").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// The same, killed before the boundary passes the window (its last block's writes never
+/// land): the members recorded no boundary, so the rows written ahead of it are read in
+/// the old list again (the failed member's chunks rebuilt from parity, which the write
+/// through the new list kept right), and the resumed rebuild ends with every byte.
+#[test]
+fn killed_after_a_write_ahead_of_the_boundary() {
+    rt(2).block_on(async {
+        let (devs, a, data, x) = a_done_block_written(32).await;
+        a.abandon().await;
+        drop(a);
+        for d in &devs {
+            d.drop_held();
+        }
+        let copies: Vec<Arc<MemDev>> = devs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != x)
+            .map(|(_, d)| {
+                let c = Arc::new(MemDev::new(d.name().to_string(), TALL_SIZE));
+                let bytes = d.inner.with_data(|v| v.clone());
+                c.with_data(|v| *v = bytes);
+                c
+            })
+            .collect();
+        let a = match Array::assemble(specs(&copies), AssembleOptions::default()).await {
+            Ok(a) => a,
+            Err(e) => {
+                assert!(
+                    e.to_string().contains("not shut down cleanly"),
+                    "refused for another reason: {e}"
+                );
+                let force = AssembleOptions {
+                    force: true,
+                    ..Default::default()
+                };
+                Array::assemble(specs(&copies), force).await.unwrap()
+            }
+        };
+        check_volume(&a, &data, "killed after a write ahead of the boundary").await;
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a).0, vec![x]);
+        check_volume(
+            &a,
+            &data,
+            "killed after a write ahead of the boundary, rebuilt",
+        )
+        .await;
+        scrub_check(&a, "killed after a write ahead of the boundary").await;
         a.close().await.unwrap();
     });
 }

@@ -20,7 +20,9 @@
 //!    request a member ([`Runs`], within `SBOD_DECL_RUNS` of memory), and the block's
 //!    chunks rebuilt from them and written a run a member ([`Array::move_block`]);
 //! 3. the row boundary moves past the window in memory once every chunk of it **and of
-//!    every window before it** is written, before the window's locks are let go. A
+//!    every window before it** is written, before the window's locks are let go (a
+//!    distributed rebuild's main pass lets a block's locks go as soon as its chunks are
+//!    written, its rows marked ahead of the boundary: `Spared::mark_ahead`). A
 //!    copy-back first flushes the members and records the boundary in the superblocks
 //!    (with `mgmt` held, so no other superblock write records an older one): after it,
 //!    writes go to the new places only. A distributed rebuild records it every few
@@ -118,6 +120,10 @@ const PARTS_PER_BLOCK: usize = 1;
 /// 12.6 s against 18.0 s; docs/PERFORMANCE.md).
 const RUN_WINDOWS: usize = 8;
 
+/// The most rows a distributed rebuild marks ahead of its boundary (`Spared::mark_ahead`;
+/// 2 MiB of ring): its windows run no further ahead than this with any chunk size.
+const AHEAD_ROWS: u64 = 1 << 18;
+
 /// How often a distributed rebuild records its boundary (flushed first): a crash
 /// rebuilds at most this much of the walk again.
 const RECORD_EVERY: Duration = Duration::from_secs(2);
@@ -155,8 +161,8 @@ impl Runs {
     }
 }
 
-/// A window of rows under way: the stripes of its blocks under way or done locked until
-/// the boundary passes it.
+/// A window of rows under way: the stripes of its blocks done locked until the boundary
+/// passes it (but a distributed rebuild's blocks whose rows are marked ahead of it).
 struct Window<'a> {
     /// The row after its last.
     end: u64,
@@ -168,8 +174,10 @@ struct Window<'a> {
 
 /// The chunks of one block (the rows of one permutation) in a window, moved as a unit:
 /// its stripes are locked as it starts, and it is under way until its last chunk is
-/// written.
-struct Blk {
+/// written. A distributed rebuild's main pass then marks its rows ahead of the boundary
+/// and lets its locks go (`Spared::mark_ahead`); otherwise they go to its window, let go
+/// when the boundary passes it.
+struct Blk<'a> {
     /// Its window's sequence number.
     win: u64,
     /// Its permutation (its first row over the row height): the parts of one tall
@@ -181,12 +189,16 @@ struct Blk {
     left: usize,
     /// Chunks in flight.
     flying: usize,
+    /// Its stripes' locks, once started.
+    guards: Vec<StripeGuard<'a>>,
+    /// The rows it locked, in order.
+    rows: Vec<u64>,
 }
 
 /// The blocks of a window's chunks (`moves`, in row order): the chunks of each `height`
 /// rows of one permutation.
-fn window_blocks(moves: Vec<Move>, unit: u64, height: u64, win: u64) -> Vec<Blk> {
-    let mut out: Vec<Blk> = Vec::new();
+fn window_blocks<'a>(moves: Vec<Move>, unit: u64, height: u64, win: u64) -> Vec<Blk<'a>> {
+    let mut out: Vec<Blk<'a>> = Vec::new();
     let mut last_block = None;
     for mv in moves {
         let block = mv.addr.stripe / unit;
@@ -198,6 +210,8 @@ fn window_blocks(moves: Vec<Move>, unit: u64, height: u64, win: u64) -> Vec<Blk>
                 moves: VecDeque::new(),
                 left: 0,
                 flying: 0,
+                guards: Vec::new(),
+                rows: Vec::new(),
             });
         }
         let b = out.last_mut().expect("pushed");
@@ -213,7 +227,11 @@ fn window_blocks(moves: Vec<Move>, unit: u64, height: u64, win: u64) -> Vec<Blk>
 /// blocks' in a row, so only those blocks' members (10 of 48 each) worked while the rest
 /// went idle. With at most `parts` of one block under way, the budget spreads over as many
 /// blocks, and each member still reads its part of a block in order.
-fn next_part(waiting: &VecDeque<Blk>, active: &[(u64, Blk)], parts: usize) -> Option<usize> {
+fn next_part(
+    waiting: &VecDeque<Blk<'_>>,
+    active: &[(u64, Blk<'_>)],
+    parts: usize,
+) -> Option<usize> {
     if parts == usize::MAX {
         return (!waiting.is_empty()).then_some(0);
     }
@@ -695,8 +713,16 @@ impl Array {
         // window's sequence number, `first` being the front window's, and their block's).
         let mut wins: VecDeque<Window<'_>> = VecDeque::new();
         let mut first: u64 = 0;
-        let mut waiting: VecDeque<Blk> = VecDeque::new();
-        let mut active: Vec<(u64, Blk)> = Vec::new();
+        let mut waiting: VecDeque<Blk<'_>> = VecDeque::new();
+        let mut active: Vec<(u64, Blk<'_>)> = Vec::new();
+        // A distributed rebuild's main pass lets a block's locks go once it is done, its
+        // rows marked ahead of the boundary (`Spared::mark_ahead`): in a ring as long as
+        // the rows its windows can run ahead.
+        let ahead = pass == Pass::Main && !copyback;
+        if ahead {
+            let most = (windows.max(RUN_WINDOWS) as u64 + 1) * window;
+            sp.ahead_init(most.min(AHEAD_ROWS) as usize);
+        }
         let mut next_blk: u64 = 0;
         let sched = height >= SCHED_HEIGHT;
         let mut flying = FuturesUnordered::new();
@@ -814,7 +840,8 @@ impl Array {
                     // `parts` under way: see `next_part`).
                     let mut b = waiting.remove(i).expect("in range");
                     // Locked as it starts (a client request to its stripes waits from now
-                    // until the boundary passes its window). Only the transition holds
+                    // until the block is done and its rows marked ahead, else until the
+                    // boundary passes its window). Only the transition holds
                     // more than one stripe lock at a time, so the order is free.
                     let mut keys: Vec<(usize, u64)> = b
                         .moves
@@ -823,6 +850,9 @@ impl Array {
                         .collect();
                     keys.sort_unstable();
                     keys.dedup();
+                    b.rows = keys.iter().map(|k| k.1).collect();
+                    b.rows.sort_unstable();
+                    b.rows.dedup();
                     // The chunks in flight are driven while the locks are waited for (their
                     // completions kept for below): a client request holding one of these
                     // stripes may wait on something a chunk in flight holds (a checksum
@@ -849,7 +879,7 @@ impl Array {
                             }
                         }
                     };
-                    wins[(b.win - first) as usize].guards.extend(guards);
+                    b.guards = guards;
                     // Its members' runs, read from now on (its stripes are locked: no
                     // write changes them before its chunks are written).
                     if runs_now {
@@ -874,6 +904,11 @@ impl Array {
                     let end = (next_row + window).min(rows);
                     let seq = first + wins.len() as u64;
                     let mut moves = window_moves(d, &g, next_row..end, &from, to);
+                    // Rows an earlier pass over this transition (stopped, or cut short by
+                    // a first pass) marked ahead are done: resolved through `to` since,
+                    // kept by every write there, not moved again (their old places are no
+                    // longer theirs to read).
+                    moves.retain(|m| !sp.is_ahead(m.addr.stripe));
                     if pass == Pass::First || sp.first().is_some() {
                         let rows_kept: std::collections::HashSet<u64> =
                             (next_row..end).filter(|&r| keep(r)).collect();
@@ -948,7 +983,19 @@ impl Array {
                 active[i].1.left -= n;
                 active[i].1.flying -= n;
                 if active[i].1.left == 0 {
-                    active.remove(i);
+                    let (_, b) = active.remove(i);
+                    // Every chunk of it written: its rows marked ahead and its locks let
+                    // go (a client request to them waits no longer); where they cannot
+                    // be, its window holds them until the boundary passes it.
+                    let last = b.rows.last().copied();
+                    if ahead && last.is_some_and(|r| sp.mark_ahead(r)) {
+                        for &r in &b.rows {
+                            sp.mark_ahead(r);
+                        }
+                        drop(b.guards);
+                    } else {
+                        wins[(b.win - first) as usize].guards.extend(b.guards);
+                    }
                 }
             }
         }
