@@ -916,11 +916,16 @@ fn killed_while_windows_are_pipelined() {
 /// The tall-block array on held members, filled with `data`; `x` (a member with chunks
 /// in the first and the last block of the distributed rebuild's first window) failed,
 /// with the last block's writes held on every member, so the boundary cannot pass the
-/// window. A client's write (FUA) to the first row's stripe in `x`'s group, the first
-/// block's, completes meanwhile and reads back: the block let its stripes go once done,
-/// not when the boundary passes its window. Returns the members, the array, the volume
-/// as it is now and `x`.
-async fn a_done_block_written(seed: u64) -> (Vec<Arc<HoldDev>>, Arc<Array>, Vec<u8>, usize) {
+/// window (with `one_row`, only the second row's: the first block cannot end). A
+/// client's write (FUA) to the first row's stripe in `x`'s group, the first block's,
+/// completes meanwhile and reads back: the first row was let go once its chunk moved
+/// (the walk starts row by row: clients were busy within its first second), not when
+/// its block ended or the boundary passed its window. Returns the members, the array,
+/// the volume as it is now and `x`.
+async fn a_done_block_written(
+    seed: u64,
+    one_row: bool,
+) -> (Vec<Arc<HoldDev>>, Arc<Array>, Vec<u8>, usize) {
     let (devs, a) = tall_array(|_, m| HoldDev::of(Arc::new(m))).await;
     let mut data = fill(&a, seed).await;
     let g = a.geometry();
@@ -936,7 +941,12 @@ async fn a_done_block_written(seed: u64) -> (Vec<Arc<HoldDev>>, Arc<Array>, Vec<
         .find(|&s| p.group_at(0, s).is_some() && p.group_at(last, s).is_some())
         .expect("a member with chunks in both blocks");
     let group = p.group_at(0, x).expect("in a group");
-    let held = g.data_offset + last * chunk..g.data_offset + window * chunk;
+    // The rows of one block share its permutation: x has a chunk in the second row too.
+    let held = if one_row {
+        g.data_offset + chunk..g.data_offset + 2 * chunk
+    } else {
+        g.data_offset + last * chunk..g.data_offset + window * chunk
+    };
     for d in &devs {
         *d.hold.lock() = held.clone();
     }
@@ -955,7 +965,7 @@ async fn a_done_block_written(seed: u64) -> (Vec<Arc<HoldDev>>, Arc<Array>, Vec<
         a.write(off, AlignedBuf::from_slice(&new), true),
     )
     .await
-    .expect("a write to a block the rebuild had done waited for the boundary to pass its window")
+    .expect("a write to a row the rebuild had moved waited for its block to end or the boundary to pass its window")
     .unwrap();
     let sp = a.placement().spared();
     assert_eq!(
@@ -964,6 +974,10 @@ async fn a_done_block_written(seed: u64) -> (Vec<Arc<HoldDev>>, Arc<Array>, Vec<
         "the boundary passed the first window with its last block's writes held"
     );
     assert!(sp.is_ahead(0), "the first row was not marked ahead");
+    assert!(
+        !one_row || !sp.is_ahead(1),
+        "the second row was marked with its writes held"
+    );
     let got = a.read(off, BLOCK as usize).await.unwrap();
     assert!(
         got[..] == new[..],
@@ -980,15 +994,17 @@ async fn a_done_block_written(seed: u64) -> (Vec<Arc<HoldDev>>, Arc<Array>, Vec<
 #[test]
 fn a_write_to_a_block_done_waits_for_no_window() {
     rt(2).block_on(async {
-        let (devs, a, data, x) = a_done_block_written(31).await;
-        for d in &devs {
-            d.release();
+        for one_row in [false, true] {
+            let (devs, a, data, x) = a_done_block_written(31, one_row).await;
+            for d in &devs {
+                d.release();
+            }
+            a.rebuild_now().await.unwrap();
+            assert_eq!(spared(&a).0, vec![x]);
+            check_volume(&a, &data, "a write ahead of the boundary, rebuilt").await;
+            scrub_check(&a, "a write ahead of the boundary").await;
+            a.close().await.unwrap();
         }
-        a.rebuild_now().await.unwrap();
-        assert_eq!(spared(&a).0, vec![x]);
-        check_volume(&a, &data, "a write ahead of the boundary, rebuilt").await;
-        scrub_check(&a, "a write ahead of the boundary").await;
-        a.close().await.unwrap();
     });
 }
 
@@ -999,7 +1015,7 @@ fn a_write_to_a_block_done_waits_for_no_window() {
 #[test]
 fn killed_after_a_write_ahead_of_the_boundary() {
     rt(2).block_on(async {
-        let (devs, a, data, x) = a_done_block_written(32).await;
+        let (devs, a, data, x) = a_done_block_written(32, true).await;
         a.abandon().await;
         drop(a);
         for d in &devs {

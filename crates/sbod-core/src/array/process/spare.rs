@@ -10,8 +10,9 @@
 //! 1. the window's chunks whose member differs between `L` and `L'` are cut into blocks
 //!    (the rows of one permutation; the whole window where the row height is below
 //!    [`SCHED_HEIGHT`]), started in row order, [`BLOCKS_IN_FLIGHT`] under way at once
-//!    ([`BUSY_BLOCKS`] while clients are busy); a block's stripes are locked as it starts
-//!    (client requests to them wait from then on);
+//!    ([`BUSY_BLOCKS`] while clients are busy); a block whose runs are read ahead has its
+//!    stripes locked as it starts (client requests to them wait from then on), any other
+//!    block one row at a time, while that row's chunks move;
 //! 2. every chunk of a block under way is written to its new place: read from its old
 //!    place, else rebuilt from its stripe (`Family::recover`), at most [`BLOCK_DEPTH`] of
 //!    a block and `IN_FLIGHT` chunks at once over all the windows under way (and, while
@@ -22,7 +23,9 @@
 //! 3. the row boundary moves past the window in memory once every chunk of it **and of
 //!    every window before it** is written, before the window's locks are let go (a
 //!    distributed rebuild's main pass lets a block's locks go as soon as its chunks are
-//!    written, its rows marked ahead of the boundary: `Spared::mark_ahead`). A
+//!    written, its rows marked ahead of the boundary: `Spared::mark_ahead`; a block
+//!    whose runs are not read ahead is locked a row at a time, while the row's chunks
+//!    move). A
 //!    copy-back first flushes the members and records the boundary in the superblocks
 //!    (with `mgmt` held, so no other superblock write records an older one): after it,
 //!    writes go to the new places only. A distributed rebuild records it every few
@@ -193,6 +196,9 @@ struct Blk<'a> {
     guards: Vec<StripeGuard<'a>>,
     /// The rows it locked, in order.
     rows: Vec<u64>,
+    /// Locked as a whole as it started (its runs read ahead); else each row is locked
+    /// while its chunks move.
+    locked: bool,
 }
 
 /// The blocks of a window's chunks (`moves`, in row order): the chunks of each `height`
@@ -212,6 +218,7 @@ fn window_blocks<'a>(moves: Vec<Move>, unit: u64, height: u64, win: u64) -> Vec<
                 flying: 0,
                 guards: Vec::new(),
                 rows: Vec::new(),
+                locked: false,
             });
         }
         let b = out.last_mut().expect("pushed");
@@ -818,14 +825,56 @@ impl Array {
                     .iter_mut()
                     .find(|(_, b)| !b.moves.is_empty() && b.flying < depth)
                 {
-                    let mv = b.moves.pop_front().expect("not empty");
-                    b.flying += 1;
                     let (id, seq) = (*id, b.win);
-                    let permits = room.enter(self, &mv);
+                    if b.locked {
+                        let mv = b.moves.pop_front().expect("not empty");
+                        b.flying += 1;
+                        let permits = room.enter(self, &mv);
+                        flying.push(
+                            async move {
+                                let _p = permits.await;
+                                let r = self.move_chunk(mv.addr, mv.old, mv.new).await;
+                                (seq, id, 1, r, Vec::new())
+                            }
+                            .boxed(),
+                        );
+                        continue;
+                    }
+                    // A block not locked as a whole (no runs read ahead): one row's chunks
+                    // at a time, the row locked only while they move (after the room's
+                    // permits), then marked ahead and let go, so a client's request waits
+                    // for one row, and a sequential writer that caught up with the walk
+                    // passes it instead of following it block by block. Where the row
+                    // cannot be marked, its locks go to its window.
+                    let row = b.moves.front().expect("not empty").addr.stripe;
+                    let mut mvs = Vec::new();
+                    while b.moves.front().is_some_and(|m| m.addr.stripe == row) {
+                        mvs.push(b.moves.pop_front().expect("not empty"));
+                    }
+                    let n = mvs.len();
+                    b.flying += n;
+                    let permits: Vec<_> = mvs.iter().map(|mv| room.enter(self, mv)).collect();
+                    let mut keys: Vec<usize> = mvs.iter().map(|m| m.addr.group).collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    let dp = &dp;
                     flying.push(
                         async move {
-                            let _p = permits.await;
-                            (seq, id, 1, self.move_chunk(mv.addr, mv.old, mv.new).await)
+                            let _p = futures::future::join_all(permits).await;
+                            let mut guards = Vec::with_capacity(keys.len());
+                            for group in keys {
+                                guards.push(dp.locks.lock(group, row).await);
+                            }
+                            let moved = futures::future::join_all(
+                                mvs.iter()
+                                    .map(|mv| self.move_chunk(mv.addr, mv.old, mv.new)),
+                            )
+                            .await;
+                            let r = moved.into_iter().sum::<Result<u64>>();
+                            if r.is_ok() && ahead && sp.mark_ahead(row) {
+                                guards.clear();
+                            }
+                            (seq, id, n, r, guards)
                         }
                         .boxed(),
                     );
@@ -839,6 +888,13 @@ impl Array {
                     // The next block in row order (of a tall block's parts, at most
                     // `parts` under way: see `next_part`).
                     let mut b = waiting.remove(i).expect("in range");
+                    if !runs_now {
+                        // Its rows locked one at a time as their chunks move (above).
+                        active.push((next_blk, b));
+                        next_blk += 1;
+                        continue;
+                    }
+                    b.locked = true;
                     // Locked as it starts (a client request to its stripes waits from now
                     // until the block is done and its rows marked ahead, else until the
                     // boundary passes its window). Only the transition holds
@@ -893,8 +949,11 @@ impl Array {
                             let (n, seq, id) = (moves.len(), b.win, next_blk);
                             b.flying = n;
                             flying.push(
-                                async move { (seq, id, n, self.move_block(moves, runs, mem).await) }
-                                    .boxed(),
+                                async move {
+                                    let r = self.move_block(moves, runs, mem).await;
+                                    (seq, id, n, r, Vec::new())
+                                }
+                                .boxed(),
                             );
                         }
                     }
@@ -962,9 +1021,10 @@ impl Array {
                     else => None,
                 },
             };
-            if let Some((seq, id, n, r)) = next {
+            if let Some((seq, id, n, r, guards)) = next {
                 let w = &mut wins[(seq - first) as usize];
                 w.left -= n;
+                w.guards.extend(guards);
                 w.bytes += match r {
                     Ok(b) => b,
                     Err(e) => {
