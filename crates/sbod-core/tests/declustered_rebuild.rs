@@ -602,7 +602,14 @@ async fn after_cut(
 ) -> (Arc<Array>, Vec<(String, Arc<PowerCutDev>)>) {
     let supply = PowerSupply::new();
     let devs = again(devs, &supply, rng);
-    let a = match Array::assemble(specs_of(&devs), AssembleOptions::default()).await {
+    let a = assemble_after_kill(|| specs_of(&devs)).await;
+    (a, devs)
+}
+
+/// Assemble members left by a crash: refused only as not shut down cleanly, and then
+/// assembled with `force`.
+async fn assemble_after_kill(specs: impl Fn() -> Vec<MemberSpec>) -> Arc<Array> {
+    match Array::assemble(specs(), AssembleOptions::default()).await {
         Ok(a) => a,
         Err(e) => {
             assert!(
@@ -613,10 +620,27 @@ async fn after_cut(
                 force: true,
                 ..Default::default()
             };
-            Array::assemble(specs_of(&devs), force).await.unwrap()
+            Array::assemble(specs(), force).await.unwrap()
         }
-    };
-    (a, devs)
+    }
+}
+
+/// What held members hold after a kill (their held writes dropped), `gone` left out: a
+/// memory copy of each.
+fn left_by_kill(devs: &[Arc<HoldDev>], gone: usize) -> Vec<Arc<MemDev>> {
+    for d in devs {
+        d.drop_held();
+    }
+    devs.iter()
+        .enumerate()
+        .filter(|(i, _)| *i != gone)
+        .map(|(_, d)| {
+            let c = Arc::new(MemDev::new(d.name().to_string(), d.size()));
+            let bytes = d.inner.with_data(|v| v.clone());
+            c.with_data(|v| *v = bytes);
+            c
+        })
+        .collect()
 }
 
 /// Power cuts at random points of a distributed rebuild (client writes before and while
@@ -850,37 +874,16 @@ fn killed_while_windows_are_pipelined() {
         let first = devs[0].hold.lock().clone();
         a.abandon().await;
         drop(a);
-        for d in &devs {
-            d.drop_held();
-        }
         // What the members hold now (held writes never landed), the failed one gone.
-        let copies: Vec<Arc<HoldDev>> = devs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != 5)
-            .map(|(_, d)| {
-                let c = Arc::new(MemDev::new(d.name().to_string(), MEMBER_SIZE));
-                let bytes = d.inner.with_data(|v| v.clone());
-                c.with_data(|v| *v = bytes);
+        let copies: Vec<Arc<HoldDev>> = left_by_kill(&devs, 5)
+            .into_iter()
+            .map(|c| {
                 let c = HoldDev::new(c);
                 *c.hold.lock() = first.clone();
                 c
             })
             .collect();
-        let a = match Array::assemble(specs(&copies), AssembleOptions::default()).await {
-            Ok(a) => a,
-            Err(e) => {
-                assert!(
-                    e.to_string().contains("not shut down cleanly"),
-                    "refused for another reason: {e}"
-                );
-                let force = AssembleOptions {
-                    force: true,
-                    ..Default::default()
-                };
-                Array::assemble(specs(&copies), force).await.unwrap()
-            }
-        };
+        let a = assemble_after_kill(|| specs(&copies)).await;
         let run = tokio::spawn({
             let a = a.clone();
             async move { a.rebuild_now().await }
@@ -1018,34 +1021,8 @@ fn killed_after_a_write_ahead_of_the_boundary() {
         let (devs, a, data, x) = a_done_block_written(32, true).await;
         a.abandon().await;
         drop(a);
-        for d in &devs {
-            d.drop_held();
-        }
-        let copies: Vec<Arc<MemDev>> = devs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != x)
-            .map(|(_, d)| {
-                let c = Arc::new(MemDev::new(d.name().to_string(), TALL_SIZE));
-                let bytes = d.inner.with_data(|v| v.clone());
-                c.with_data(|v| *v = bytes);
-                c
-            })
-            .collect();
-        let a = match Array::assemble(specs(&copies), AssembleOptions::default()).await {
-            Ok(a) => a,
-            Err(e) => {
-                assert!(
-                    e.to_string().contains("not shut down cleanly"),
-                    "refused for another reason: {e}"
-                );
-                let force = AssembleOptions {
-                    force: true,
-                    ..Default::default()
-                };
-                Array::assemble(specs(&copies), force).await.unwrap()
-            }
-        };
+        let copies = left_by_kill(&devs, x);
+        let a = assemble_after_kill(|| specs(&copies)).await;
         check_volume(&a, &data, "killed after a write ahead of the boundary").await;
         a.rebuild_now().await.unwrap();
         assert_eq!(spared(&a).0, vec![x]);
