@@ -175,11 +175,13 @@ struct Window<'a> {
     bytes: u64,
 }
 
-/// The chunks of one block (the rows of one permutation) in a window, moved as a unit:
-/// its stripes are locked as it starts, and it is under way until its last chunk is
-/// written. A distributed rebuild's main pass then marks its rows ahead of the boundary
-/// and lets its locks go (`Spared::mark_ahead`); otherwise they go to its window, let go
-/// when the boundary passes it.
+/// The chunks of one block (the rows of one permutation) in a window, moved as a unit,
+/// under way until its last chunk is written. With its runs read ahead its stripes are
+/// locked as it starts, and once it is done a distributed rebuild's main pass marks its
+/// rows ahead of the boundary and lets its locks go (`Spared::mark_ahead`); otherwise
+/// they go to its window, let go when the boundary passes it. Without runs, each row is
+/// locked only while its chunks move, and marked (or its locks given to the window) as
+/// they are written.
 struct Blk<'a> {
     /// Its window's sequence number.
     win: u64,
@@ -938,24 +940,22 @@ impl Array {
                     b.guards = guards;
                     // Its members' runs, read from now on (its stripes are locked: no
                     // write changes them before its chunks are written).
-                    if runs_now {
-                        let mem = mem_ready
-                            .take()
-                            .or_else(|| runs_mem.clone().try_acquire_many_owned(part_units).ok());
-                        if let Some(runs) = self.block_runs(&b.moves) {
-                            // The whole block as one: its chunks rebuilt from the runs
-                            // as they all arrive, written a run a member.
-                            let moves: Vec<Move> = b.moves.drain(..).collect();
-                            let (n, seq, id) = (moves.len(), b.win, next_blk);
-                            b.flying = n;
-                            flying.push(
-                                async move {
-                                    let r = self.move_block(moves, runs, mem).await;
-                                    (seq, id, n, r, Vec::new())
-                                }
-                                .boxed(),
-                            );
-                        }
+                    let mem = mem_ready
+                        .take()
+                        .or_else(|| runs_mem.clone().try_acquire_many_owned(part_units).ok());
+                    if let Some(runs) = self.block_runs(&b.moves) {
+                        // The whole block as one: its chunks rebuilt from the runs as
+                        // they all arrive, written a run a member.
+                        let moves: Vec<Move> = b.moves.drain(..).collect();
+                        let (n, seq, id) = (moves.len(), b.win, next_blk);
+                        b.flying = n;
+                        flying.push(
+                            async move {
+                                let r = self.move_block(moves, runs, mem).await;
+                                (seq, id, n, r, Vec::new())
+                            }
+                            .boxed(),
+                        );
                     }
                     active.push((next_blk, b));
                     next_blk += 1;
