@@ -24,6 +24,13 @@ pub struct Knob {
 /// How long a partial stripe at the edge of a large write waits for the neighbouring
 /// write that completes it (write coalescing, `family/parity/coalesce.rs`).
 pub const COALESCE_WAIT: &str = "SBOD_GATHER_US";
+
+/// How many of the recent large writes' average latency a partial stripe waits for its
+/// neighbour (at least `SBOD_GATHER_US`; default [`COALESCE_LATENCIES_DEFAULT`]), for A/B
+/// benchmarks.
+pub const COALESCE_LATENCIES: &str = "SBOD_GATHER_LATENCIES";
+/// Default of [`COALESCE_LATENCIES`].
+pub const COALESCE_LATENCIES_DEFAULT: u32 = 4;
 /// Batch member requests issued on one thread into one wake-up of each member's queue.
 pub const PLUG: &str = "SBOD_PLUG";
 /// Merge neighbouring requests into one I/O on io_uring members.
@@ -75,6 +82,16 @@ pub fn coalesce_wait() -> Duration {
             .and_then(|v| v.parse().ok())
             .unwrap_or(COALESCE_WAIT_DEFAULT_US);
         Duration::from_micros(us)
+    })
+}
+
+/// How many average latencies coalescing waits ([`COALESCE_LATENCIES`]).
+pub fn coalesce_latencies() -> u32 {
+    static V: OnceLock<u32> = OnceLock::new();
+    *V.get_or_init(|| {
+        var(COALESCE_LATENCIES)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(COALESCE_LATENCIES_DEFAULT)
     })
 }
 

@@ -43,6 +43,8 @@ pub(super) struct Coalescer {
     probes: AtomicUsize,
     ids: AtomicU64,
     wait: Duration,
+    /// How many average latencies a partial stripe waits (`SBOD_GATHER_LATENCIES`).
+    latencies: u32,
     /// Recent large client writes' time from arrival to completion, in ns (a moving
     /// average): how long a stream's next request can take to arrive (see
     /// [`Coalescer::wait`]).
@@ -75,6 +77,7 @@ impl Coalescer {
             ids: AtomicU64::new(0),
             // `SBOD_GATHER_US` (0: off), for A/B benchmarks.
             wait: crate::tuning::coalesce_wait(),
+            latencies: crate::tuning::coalesce_latencies(),
             latency_ns: AtomicU64::new(0),
         }
     }
@@ -95,9 +98,17 @@ impl Coalescer {
     /// stripe write takes milliseconds, a 1 MiB client write at QD16 tens of them) the
     /// wait follows the writes' recent latency, up to [`COALESCE_WAIT_MAX`]. Where nobody
     /// comes (not a stream), `worth_waiting` stops the waits after a few misses.
+    ///
+    /// The latency is an average, and about a third of a stream's next requests come later
+    /// than the average: with eight streams at QD2 each (the lab's connections), 34% of
+    /// the waits ran out at one average, the misses then stopped the waiting, and 3.7
+    /// member reads per 1 MiB request came back; at four averages (`SBOD_GATHER_LATENCIES`), 2% ran out
+    /// and 0.04 reads a request were left (docs/PERFORMANCE.md, "One connection against
+    /// eight"). A wait holds nothing (no lock, no region): waiting longer costs only the
+    /// waiting write's own latency.
     fn wait(&self) -> Duration {
         let lat = Duration::from_nanos(self.latency_ns.load(Ordering::Relaxed));
-        self.wait.max(lat.min(COALESCE_WAIT_MAX))
+        self.wait.max((lat * self.latencies).min(COALESCE_WAIT_MAX))
     }
 
     fn shard(&self, key: &(usize, u64)) -> &Mutex<HashMap<(usize, u64), Open>> {
@@ -268,5 +279,34 @@ impl Parity {
             let _ = tx.send(r.as_ref().map(|_| ()).map_err(Error::again));
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream's next request comes within a few of the writes' average latencies, not
+    /// within one: the wait covers several (up to its bound), and never less than the
+    /// fixed floor for members in memory.
+    #[test]
+    fn a_partial_stripe_waits_several_average_latencies() {
+        let g = Coalescer::new();
+        assert_eq!(g.wait(), g.wait, "no latency seen yet: the floor");
+        for _ in 0..64 {
+            g.took(Duration::from_millis(10));
+        }
+        let avg = Duration::from_nanos(g.latency_ns.load(Ordering::Relaxed));
+        assert!(avg > Duration::from_millis(9), "{avg:?}");
+        // Later than the average but within four of them: still met.
+        assert!(
+            g.wait() >= avg * 3,
+            "{:?} for an average of {avg:?}",
+            g.wait()
+        );
+        for _ in 0..64 {
+            g.took(Duration::from_secs(1));
+        }
+        assert_eq!(g.wait(), COALESCE_WAIT_MAX.max(g.wait));
     }
 }
