@@ -78,8 +78,10 @@ for i in $(seq 0 $((members - 1))); do
 done
 wipe() { for f in "${files[@]}"; do truncate -s 0 "$f"; truncate -s "$size" "$f"; done; }
 
+# One client connection on both sides: fio's rbd engine is one librbd client of the image,
+# so sbod's arrays get one NBD connection too (`--connections 1`; docs/LAB.md).
 common=(--workloads "$workloads" --runtime "$runtime" --ramp "$ramp" --reps "$reps"
-        --precondition seq --working-set "$ws" --destructive "${sweep[@]}")
+        --precondition seq --working-set "$ws" --destructive "${sweep[@]}" --connections 1)
 t0=$(date +%s)
 systems=()
 

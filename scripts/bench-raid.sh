@@ -42,6 +42,8 @@
 #                               --drives; --no-fill leaves them sparse)
 #   --create-args "ARGS"        more arguments for `sbod create` (e.g. "--declustered
 #                               --spares 1", "--copies 2")
+#   --connections auto          client connections of the array's jobs (`sbod bench
+#                               --connections`: auto, as many as BASELINE's; 1 as before)
 # Environment: SBOD=path/to/sbod skips the build; SBOD_IO etc. pass through to the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +67,7 @@ DRIVES=
 REGION=
 FILL=
 CREATE_ARGS=
+CONNS=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --places) PLACES=$2; shift 2 ;;
@@ -88,6 +91,7 @@ while [ $# -gt 0 ]; do
     --fill) FILL=1; shift ;;
     --no-fill) FILL=0; shift ;;
     --create-args) CREATE_ARGS=$2; shift 2 ;;
+    --connections) CONNS=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -160,7 +164,7 @@ for place in "${places[@]}"; do
     echo "## $place $level" >&2
     "$SBOD" bench braid --destructive --workloads "$WORKLOADS" --phases "$PHASES" \
       --runtime "$RUNTIME" --ramp "$RAMP" --reps "$REPS" --precondition "$PRECOND" \
-      --working-set "$WS" --out "$out" >"$WORK/bench.log" 2>&1 || {
+      --working-set "$WS" --connections "$CONNS" --out "$out" >"$WORK/bench.log" 2>&1 || {
       echo "sbod bench failed for $place $level:" >&2
       tail -20 "$WORK/bench.log" >&2
       exit 1

@@ -70,7 +70,10 @@ fi
 common=(--places disk --members 8 --size-each 512M --drives "$DRIVES,slow=$SLOW"
   --workloads seqread-1m,seqwrite-1m,randread-4k,randwrite-4k
   --phases baseline,nominal,device-down --runtime "$RUNTIME" --ramp "$RAMP" --reps "$REPS"
-  --working-set 1G --precondition seq --bitmap-region 128M --dir "$DIR" --reports "$REPORTS")
+  --working-set 1G --precondition seq --bitmap-region 128M --dir "$DIR" --reports "$REPORTS"
+  # One client connection, as the planner was calibrated: with one per member a
+  # sequential workload is eight streams on every drive (docs/LAB.md, "Connections").
+  --connections 1)
 scripts/bench-raid.sh "${common[@]}" --levels "$LEVELS"
 if [ "$DECL" = 1 ]; then
   scripts/bench-raid.sh "${common[@]}" --levels raid6 \

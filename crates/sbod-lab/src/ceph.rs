@@ -573,6 +573,7 @@ impl Backend for CephBackend {
             Target {
                 uri: self.t.fio_uri(),
                 size: info.size_bytes,
+                ..Default::default()
             },
             info,
         ))

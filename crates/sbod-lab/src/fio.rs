@@ -23,11 +23,13 @@ pub fn is_cancelled(e: &anyhow::Error) -> bool {
     e.downcast_ref::<Cancelled>().is_some()
 }
 
-/// An NBD export fio drives: its URI and how many bytes (from offset 0) the job addresses.
-#[derive(Clone, Debug, PartialEq)]
+/// An NBD export fio drives: its URI and the bytes the job addresses (`size` of them from
+/// `offset`). One job section, so one client connection, per target.
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct Target {
     pub uri: String,
     pub size: u64,
+    pub offset: u64,
 }
 
 /// One fio invocation: one job section per target, reported as one group.
@@ -101,6 +103,9 @@ impl FioJob {
                 None => a.push(format!("--uri={}", t.uri)),
             }
             a.push(format!("--size={}", t.size));
+            if t.offset > 0 {
+                a.push(format!("--offset={}", t.offset));
+            }
         }
         a
     }
@@ -316,10 +321,12 @@ mod tests {
                 Target {
                     uri: "nbd+unix:///?socket=/a".into(),
                     size: 100,
+                    ..Default::default()
                 },
                 Target {
                     uri: "nbd+unix:///?socket=/b".into(),
                     size: 200,
+                    ..Default::default()
                 },
             ],
             args: vec!["--rw=randread".into()],

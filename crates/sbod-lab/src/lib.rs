@@ -22,6 +22,7 @@ pub mod stats;
 pub mod workload;
 
 use anyhow::{bail, Context, Result};
+pub use orchestrate::Connections;
 use orchestrate::{Cancel, Config, Precondition, Progress, RebuildRate, PERCENTILES};
 use schema::{Report, PHASES};
 use std::path::{Path, PathBuf};
@@ -112,6 +113,8 @@ pub struct DemoOptions {
     /// `--drives`: the members are modelled drives of this profile (with options, as in
     /// `model:PROFILE[,OPTIONS]:PATH`; checked by the caller).
     pub drives: Option<String>,
+    /// `--connections`: client connections of the array's jobs.
+    pub connections: Connections,
     pub sbod_version: String,
 }
 
@@ -167,6 +170,7 @@ pub fn demo_plan(o: &DemoOptions, free_bytes: Option<u64>) -> Result<(sbod::Setu
         percentiles: PERCENTILES.to_vec(),
         rebuild_rate: RebuildRate::Span,
         fail_member: None,
+        connections: o.connections,
     };
     let setup = sbod::Setup::Fresh {
         dir: o.dir.join("members"),
@@ -205,6 +209,8 @@ pub struct BenchOptions {
     /// `--drives`: serve the array's file members (and BASELINE's) as modelled drives of
     /// this profile (`SBOD_DRIVE_MODEL` in the servers' environment).
     pub drives: Option<String>,
+    /// `--connections`: client connections of the array's jobs.
+    pub connections: Connections,
     pub sbod_version: String,
 }
 
@@ -260,6 +266,7 @@ pub fn bench_plan(o: &BenchOptions) -> Result<(sbod::Setup, Config)> {
         percentiles: PERCENTILES.to_vec(),
         rebuild_rate: o.rebuild_rate,
         fail_member: o.fail_member.clone(),
+        connections: o.connections,
     };
     if cfg.reps == 0 || cfg.runtime <= 0.0 {
         bail!("--reps and --runtime must be positive");

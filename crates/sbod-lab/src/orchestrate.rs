@@ -70,6 +70,100 @@ pub enum RebuildRate {
     Span,
 }
 
+/// How many client connections (fio job sections) carry the RAID set's queue depth.
+///
+/// BASELINE spreads a depth over up to one connection per member (each member is its own
+/// export), so its client side copies and waits on as many sockets as the depth allows;
+/// one connection for the array made every memory-speed ratio a measure of one socket's
+/// ping-pong (docs/PERFORMANCE.md, "One connection against eight"). `Auto` gives the array
+/// the same number of connections as BASELINE gets for the same depth, as a host with
+/// multi-conn (nbd-client -C, nbdcopy) would use; an RBD image keeps one client, as
+/// several librbd clients of one image fight over its exclusive lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connections {
+    Auto,
+    Fixed(u32),
+}
+
+impl std::str::FromStr for Connections {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if s == "auto" {
+            return Ok(Connections::Auto);
+        }
+        match s.parse::<u32>() {
+            Ok(n) if (1..=256).contains(&n) => Ok(Connections::Fixed(n)),
+            _ => Err(format!(
+                "--connections {s}: give auto or a count from 1 to 256"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Connections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Connections::Auto => write!(f, "auto"),
+            Connections::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl Connections {
+    /// Connections for a job of depth `qd` on a target of an array of `members` (never
+    /// more than the depth: every connection keeps at least one request in flight).
+    pub fn count(self, qd: u32, members: usize, uri: &str) -> u32 {
+        let n = match self {
+            Connections::Fixed(n) => n,
+            Connections::Auto if uri.starts_with("rbd:") => 1,
+            Connections::Auto => members.max(1) as u32,
+        };
+        n.min(qd).max(1)
+    }
+}
+
+/// Bytes in an fio size ("1M", "128k", "4096"; binary units, as fio's default kb_base).
+fn fio_bytes(s: &str) -> Option<u64> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mul) = match s.chars().last()? {
+        'k' => (&s[..s.len() - 1], 1u64 << 10),
+        'm' => (&s[..s.len() - 1], 1 << 20),
+        'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (&s[..], 1),
+    };
+    num.parse::<u64>().ok().map(|n| n * mul)
+}
+
+/// One target's job split over `n` connections. Random workloads address the whole
+/// target from every connection. A sequential workload becomes `n` sequential streams,
+/// connection i streaming through the i-th of `n` equal parts (whole blocks) of the
+/// target, as fio's `numjobs` with `offset_increment` does: a host's writers each on its
+/// own connection (a Linux multi-queue NBD client maps each CPU's requests to one
+/// connection). One stream dealt out over the connections in turn (`rw=write:SKIP`) was
+/// tried and dropped: the connections drift apart, and a stripe split between two
+/// requests waits for a neighbour on a lagging connection (docs/PERFORMANCE.md, "One
+/// connection against eight").
+pub fn split_connections(t: &Target, w: &Workload, n: u32) -> Vec<Target> {
+    if n <= 1 {
+        return vec![t.clone()];
+    }
+    let seq_bs = match (w.rw.as_str(), &w.bs) {
+        ("read" | "write", Some(bs)) => fio_bytes(bs).filter(|b| *b > 0),
+        _ => None,
+    };
+    let share = seq_bs.map(|bs| t.size / n as u64 / bs * bs);
+    (0..n as u64)
+        .map(|i| match share {
+            Some(share) if share > 0 => Target {
+                uri: t.uri.clone(),
+                offset: t.offset + i * share,
+                size: share,
+            },
+            _ => t.clone(),
+        })
+        .collect()
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -92,6 +186,8 @@ pub struct Config {
     pub rebuild_rate: RebuildRate,
     /// The member to fail for DEVICE DOWN (default: the one in the last slot).
     pub fail_member: Option<String>,
+    /// Client connections of the RAID set's jobs.
+    pub connections: Connections,
 }
 
 /// Percentiles fio reports: enough points for a curve on a "nines" scale.
@@ -448,6 +544,7 @@ impl<'a> Lab<'a> {
                 .map(|t| Target {
                     size: per.min(mib_floor(t.size)),
                     uri: t.uri,
+                    ..Default::default()
                 })
                 .collect();
             self.precondition(BASELINE, &targets)?;
@@ -466,6 +563,7 @@ impl<'a> Lab<'a> {
         let target = Target {
             size: ws.min(mib_floor(target.size)),
             uri: target.uri,
+            ..Default::default()
         };
         let targets = vec![target];
         self.precondition(NOMINAL, &targets)?;
@@ -649,12 +747,25 @@ impl<'a> Lab<'a> {
     fn measure(&mut self, phase: &str, targets: &[Target]) -> Result<()> {
         // BASELINE offers the same total queue depth as the RAID job: spread over as many
         // members as the depth allows, each at an equal share (rounded up).
-        let spread = |qd: u32| -> (Vec<Target>, u32) {
+        // The array's jobs get as many connections (`Connections`), each with its share of
+        // the depth.
+        let members = self.info.as_ref().map_or(1, |i| i.members.len());
+        let conns = self.cfg.connections;
+        let spread = |qd: u32, w: &Workload| -> (Vec<Target>, u32) {
             if phase == BASELINE {
                 let used = (qd as usize).clamp(1, targets.len());
                 (targets[..used].to_vec(), qd.div_ceil(used as u32).max(1))
             } else {
-                (targets.to_vec(), qd)
+                let n = targets
+                    .iter()
+                    .map(|t| conns.count(qd, members, &t.uri))
+                    .min()
+                    .unwrap_or(1);
+                let split = targets
+                    .iter()
+                    .flat_map(|t| split_connections(t, w, n))
+                    .collect();
+                (split, qd.div_ceil(n).max(1))
             }
         };
         let mut plan: Vec<(Workload, u32)> = self
@@ -677,7 +788,8 @@ impl<'a> Lab<'a> {
                 }
                 let what = format!("{} qd{qd} rep {rep}/{}", w.id, self.cfg.reps);
                 self.step(phase, &what, self.cfg.run_secs());
-                let (job_targets, job_qd) = spread(qd);
+                let (job_targets, job_qd) = spread(qd, &w);
+                let job_targets_n = job_targets.len() as u32;
                 let job = FioJob {
                     label: format!("{phase} {what}"),
                     targets: job_targets,
@@ -715,6 +827,7 @@ impl<'a> Lab<'a> {
                     phase: phase.into(),
                     workload: w.id.clone(),
                     iodepth: qd,
+                    connections: job_targets_n,
                     rep,
                     started_secs,
                     wall_secs: wall,
@@ -879,6 +992,7 @@ impl<'a> Lab<'a> {
                 precondition: self.cfg.precondition.name().into(),
                 working_set_bytes: self.working_set(&info),
                 baseline_iodepth: "spread".into(),
+                connections: self.cfg.connections.to_string(),
                 percentiles: self.cfg.percentiles.clone(),
                 rebuild_rate_limit: match self.cfg.rebuild_rate {
                     RebuildRate::Default => None,

@@ -530,6 +530,7 @@ impl Backend for SbodBackend {
             targets.push(Target {
                 uri: uri(&s.sock),
                 size,
+                ..Default::default()
             });
             self.baseline.push(s);
         }
@@ -589,6 +590,7 @@ impl Backend for SbodBackend {
             Target {
                 uri: uri(&sock),
                 size: info.size_bytes,
+                ..Default::default()
             },
             info,
         ))

@@ -112,6 +112,10 @@ pub struct Settings {
     pub working_set_bytes: u64,
     /// How BASELINE jobs get their queue depth: see docs/LAB.md.
     pub baseline_iodepth: String,
+    /// Client connections of the RAID set's jobs: "auto" (as many as BASELINE's for the
+    /// same depth) or a count; reports from before the setting used one.
+    #[serde(default = "one_connection")]
+    pub connections: String,
     /// Percentiles fio reports for every run.
     pub percentiles: Vec<f64>,
     /// Rebuild rate limit applied during DEVICE REBUILD, bytes/s (null: the array's default).
@@ -156,6 +160,9 @@ pub struct Run {
     pub phase: String,
     pub workload: String,
     pub iodepth: u32,
+    /// Client connections (fio job sections) the depth was spread over.
+    #[serde(default = "one")]
+    pub connections: u32,
     /// 1-based repetition.
     pub rep: u32,
     pub started_secs: f64,
@@ -305,4 +312,12 @@ impl Report {
             None => anyhow::bail!("not an sbod bench report (no \"schema\" field)"),
         }
     }
+}
+
+fn one_connection() -> String {
+    "1".into()
+}
+
+fn one() -> u32 {
+    1
 }

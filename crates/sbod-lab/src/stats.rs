@@ -140,6 +140,7 @@ mod tests {
             phase: phase.into(),
             workload: "w".into(),
             iodepth: 32,
+            connections: 1,
             rep,
             started_secs: 0.0,
             wall_secs: 1.0,

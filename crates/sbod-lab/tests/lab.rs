@@ -5,7 +5,9 @@
 use anyhow::{anyhow, bail, Result};
 use sbod_lab::backend::{ArrayState, Backend};
 use sbod_lab::fio::{Cancelled, FioJob, FioRunner, Target};
-use sbod_lab::orchestrate::{Cancel, Config, Lab, NoProgress, Precondition, RebuildRate};
+use sbod_lab::orchestrate::{
+    Cancel, Config, Connections, Lab, NoProgress, Precondition, RebuildRate,
+};
 use sbod_lab::schema::*;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -93,6 +95,7 @@ impl Backend for FakeSbod {
             .map(|i| Target {
                 uri: format!("base://{i}"),
                 size: 1 << 30,
+                ..Default::default()
             })
             .collect())
     }
@@ -109,6 +112,7 @@ impl Backend for FakeSbod {
             Target {
                 uri: "array://".into(),
                 size: info.size_bytes,
+                ..Default::default()
             },
             info,
         ))
@@ -268,6 +272,7 @@ fn config(phases: &[&str]) -> Config {
         percentiles: vec![50.0, 99.0, 99.9],
         rebuild_rate: RebuildRate::Span,
         fail_member: None,
+        connections: Connections::Auto,
     }
 }
 
@@ -418,21 +423,94 @@ fn baseline_spreads_the_same_workload_over_every_member() {
     // working set occupies (raid6 of 8: 1 GiB of volume is 8/6 GiB over 8 members,
     // 170 MiB each, whole MiB), so both stream over the same member bytes.
     assert!(b.args.contains(&"--iodepth=4".to_string()), "{:?}", b.args);
-    assert!(nominal[0].args.contains(&"--iodepth=32".to_string()));
     assert!(
         b.targets.iter().all(|t| t.size == 170 << 20),
         "{:?}",
         b.targets
     );
-    assert_eq!(nominal[0].targets[0].size, 1 << 30);
-    // Preconditioning runs a pass over the same bytes, not time-based.
+    // The array's job: the same depth over as many connections, each addressing the
+    // whole working set (random reads).
+    let n = &nominal[0];
+    assert!(n.args.contains(&"--iodepth=4".to_string()), "{:?}", n.args);
+    assert_eq!(n.targets.len(), 8);
+    assert!(n
+        .targets
+        .iter()
+        .all(|t| t.uri == "array://" && t.offset == 0 && t.size == 1 << 30));
+    // Preconditioning runs a pass over the same bytes, not time-based, as one stream.
     let pre = o
         .jobs
         .iter()
         .find(|j| j.label.starts_with("nominal precondition"))
         .unwrap();
     assert!(pre.runtime.is_none());
-    assert_eq!(pre.targets, nominal[0].targets);
+    assert_eq!(pre.targets, n.targets[..1]);
+    // A sequential workload: 16 deep over 8 connections, each streaming through its
+    // eighth of the same bytes (whole MiB blocks).
+    let seq = o
+        .jobs
+        .iter()
+        .find(|j| j.label.starts_with("nominal seqwrite-1m"))
+        .unwrap();
+    assert!(
+        seq.args.contains(&"--iodepth=2".to_string()),
+        "{:?}",
+        seq.args
+    );
+    assert_eq!(seq.targets.len(), 8);
+    for (i, t) in seq.targets.iter().enumerate() {
+        let i = i as u64;
+        assert_eq!((t.offset, t.size), (i << 27, 1 << 27));
+    }
+    let line = seq.command_line().join(" ");
+    assert!(
+        line.contains("--name=t3 --uri=array:// --size=134217728 --offset=402653184 --name=t4"),
+        "{line}"
+    );
+    // Each run says how many connections carried it.
+    let runs = |phase: &str, w: &str| {
+        o.report
+            .runs
+            .iter()
+            .filter(|r| r.phase == phase && r.workload == w)
+            .map(|r| r.connections)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(runs(NOMINAL, "seqwrite-1m"), vec![8, 8]);
+    assert_eq!(runs(BASELINE, "seqwrite-1m"), vec![8, 8]);
+    assert_eq!(o.report.settings.connections, "auto");
+}
+
+#[test]
+fn one_connection_when_asked() {
+    let log: Log = Default::default();
+    let mut cfg = config(&[BASELINE, NOMINAL]);
+    cfg.connections = "1".parse().unwrap();
+    let o = run_with(cfg, FakeSbod::new(log, false), vec![], Cancel::new());
+    o.result.unwrap();
+    for j in o.jobs.iter().filter(|j| j.label.starts_with("nominal")) {
+        assert_eq!(j.targets.len(), 1, "{}", j.label);
+        assert_eq!(j.targets[0].offset, 0);
+    }
+    let n = o
+        .jobs
+        .iter()
+        .find(|j| j.label.starts_with("nominal randread"))
+        .unwrap();
+    assert!(n.args.contains(&"--iodepth=32".to_string()));
+    assert_eq!(o.report.settings.connections, "1");
+    // An RBD image keeps one client (librbd clients of one image share its exclusive
+    // lock); a count never exceeds the depth.
+    assert_eq!(Connections::Auto.count(32, 8, "rbd:pool/img"), 1);
+    assert_eq!(Connections::Auto.count(32, 8, "nbd+unix:///?socket=/s"), 8);
+    assert_eq!(
+        Connections::Fixed(4).count(2, 8, "nbd+unix:///?socket=/s"),
+        2
+    );
+    for bad in ["0", "x", "257", ""] {
+        let e = bad.parse::<Connections>().unwrap_err();
+        assert!(e.contains("auto or a count"), "{e}");
+    }
 }
 
 #[test]
@@ -466,7 +544,10 @@ fn baseline_at_low_queue_depth_uses_as_many_members_as_the_depth() {
     assert_eq!(shape("baseline sweep-randread-4k qd4 "), (4, 1));
     assert_eq!(shape("baseline sweep-randread-4k qd12 "), (8, 2));
     assert_eq!(shape("baseline sweep-randread-4k qd64 "), (8, 8));
-    assert_eq!(shape("nominal sweep-randread-4k qd12 "), (1, 12));
+    // The array's job: as many connections as BASELINE's members for the depth.
+    assert_eq!(shape("nominal qd1-randread-4k"), (1, 1));
+    assert_eq!(shape("nominal sweep-randread-4k qd4 "), (4, 1));
+    assert_eq!(shape("nominal sweep-randread-4k qd12 "), (8, 2));
 }
 
 #[test]
@@ -827,6 +908,7 @@ fn bench_opts() -> sbod_lab::BenchOptions {
         replacement: None,
         fail_member: None,
         drives: None,
+        connections: Connections::Auto,
         sbod_version: "test".into(),
     }
 }
@@ -870,6 +952,7 @@ fn demo_fits_the_free_space() {
         qd_sweep: false,
         integrity: "crc32c".into(),
         drives: None,
+        connections: Connections::Auto,
         sbod_version: "t".into(),
     };
     let size = |free: Option<u64>| match sbod_lab::demo_plan(&o, free).unwrap().0 {

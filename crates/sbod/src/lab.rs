@@ -41,6 +41,11 @@ pub struct DemoArgs {
     /// drives"). The member files keep the data; the model sets the time.
     #[arg(long)]
     pub drives: Option<String>,
+    /// Client connections the array's jobs spread their queue depth over: auto (as many as
+    /// BASELINE gets for the same depth, one per member up to the depth; a sequential
+    /// stream stays one stream, its blocks taken in turn) or a count, e.g. 1.
+    #[arg(long, default_value = "auto")]
+    pub connections: sbod_lab::Connections,
 }
 
 /// Check a `--drives` value as the member name `model:DRIVES:PATH` would be.
@@ -225,6 +230,11 @@ pub struct BenchArgs {
     /// e.g. hdd-nearline (docs/LAB.md, "Modelled drives").
     #[arg(long)]
     pub drives: Option<String>,
+    /// Client connections the array's jobs spread their queue depth over: auto (as many as
+    /// BASELINE gets for the same depth, one per member up to the depth; a sequential
+    /// stream stays one stream, its blocks taken in turn) or a count, e.g. 1.
+    #[arg(long, default_value = "auto")]
+    pub connections: sbod_lab::Connections,
 }
 
 /// Ctrl-C and SIGTERM count into `cancel`: the first stops the measurements, the second
@@ -294,6 +304,7 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
         qd_sweep: a.qd_sweep,
         integrity: a.integrity.to_string(),
         drives: a.drives.clone(),
+        connections: a.connections,
         sbod_version: env!("CARGO_PKG_VERSION").into(),
     };
     let (setup, cfg) = sbod_lab::demo_plan(&o, sbod_lab::machine::free_bytes(&dir))?;
@@ -371,6 +382,7 @@ pub async fn bench(a: BenchArgs) -> Result<()> {
         replacement: a.replacement,
         fail_member: a.fail,
         drives: a.drives,
+        connections: a.connections,
         sbod_version: env!("CARGO_PKG_VERSION").into(),
     };
     if let Some(t) = &a.target {
