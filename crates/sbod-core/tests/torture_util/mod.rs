@@ -18,9 +18,11 @@ pub fn iters(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// A seed per run: `SBOD_TORTURE_SEED` replays one.
+/// A seed per run: `SBOD_TORTURE_SEED` replays one. Printed, so a failure's output
+/// (the test harness shows what a failed test printed) says how to replay it, whatever
+/// assertion failed.
 pub fn seed() -> u64 {
-    std::env::var("SBOD_TORTURE_SEED")
+    let seed = std::env::var("SBOD_TORTURE_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| {
@@ -28,7 +30,9 @@ pub fn seed() -> u64 {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(1)
-        })
+        });
+    println!("replay with SBOD_TORTURE_SEED={seed}");
+    seed
 }
 
 /// Append one JSON line of figures to `$SBOD_TORTURE_REPORT`, and print it.
