@@ -137,6 +137,43 @@ impl ProcessHandle {
     }
 }
 
+/// A process's slot, held by whatever runs it. Whoever waits for a process (`rebuild_now`,
+/// `sbod replace --wait`, the next process to claim the slot) waits for its end, so the
+/// end must come however the runner stops: dropped (the array closes, a caller gives up)
+/// or panicking (a bug), the claim ends the process with an error that says so, instead
+/// of leaving every waiter waiting forever.
+pub(crate) struct Claim(Arc<ProcessHandle>);
+
+impl Claim {
+    /// The handle, for status and for the caller that started the process.
+    pub(crate) fn handle(&self) -> Arc<ProcessHandle> {
+        self.0.clone()
+    }
+}
+
+impl std::ops::Deref for Claim {
+    type Target = ProcessHandle;
+    fn deref(&self) -> &ProcessHandle {
+        &self.0
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.0.is_finished() {
+            self.0.finish(Some(if std::thread::panicking() {
+                "the process stopped in a panic (a bug in sbod: its log says where); \
+                 what it had done is kept and the next start goes on from there"
+                    .into()
+            } else {
+                "the process stopped before its end (the array closed or its caller \
+                 went away); the next start goes on from where it was"
+                    .into()
+            }));
+        }
+    }
+}
+
 /// Keeps a background process to its rate: `min_rate` while clients are busy, `max_rate`
 /// otherwise (0 = unlimited).
 pub(crate) struct Throttle {
@@ -226,8 +263,9 @@ impl Array {
         }
     }
 
-    /// Claim the process slot, or say what is running.
-    fn claim(&self, kind: ProcessKind, total: u64) -> Result<Arc<ProcessHandle>> {
+    /// Claim the process slot, or say what is running. The claim ends the process when it
+    /// is dropped, whatever way its task stops (see [`Claim`]).
+    fn claim(&self, kind: ProcessKind, total: u64) -> Result<Claim> {
         let mut slot = self.bg.process.lock();
         if let Some(p) = slot.as_ref() {
             if !p.is_finished() {
@@ -245,7 +283,7 @@ impl Array {
         }
         let h = ProcessHandle::new(kind, total);
         *slot = Some(h.clone());
-        Ok(h)
+        Ok(Claim(h))
     }
 
     pub(crate) fn start_processes(self: &Arc<Self>) {
@@ -475,5 +513,49 @@ mod tests {
         assert_eq!(a.elapsed_secs, b.elapsed_secs);
         assert_eq!(a.rate, b.rate);
         assert!(a.elapsed_secs >= 0.005 && a.eta_secs.is_none(), "{a:?}");
+    }
+
+    /// A runner that panics or is dropped still ends its process: whoever waits for it
+    /// is woken, and the status says why it ended.
+    #[tokio::test]
+    async fn a_process_whose_runner_panics_or_is_dropped_ends() {
+        let claim = Claim(ProcessHandle::new(ProcessKind::Rebuild, 10));
+        let h = claim.handle();
+        let runner = tokio::spawn(async move {
+            let _claim = claim;
+            tokio::task::yield_now().await;
+            panic!("a bug in the walk");
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(10), h.wait())
+            .await
+            .expect("a panicking runner wakes the waiters");
+        assert!(runner.await.unwrap_err().is_panic());
+        let st = h.status();
+        assert!(st.finished, "{st:?}");
+        assert!(st.error.as_deref().unwrap().contains("panic"), "{st:?}");
+
+        let claim = Claim(ProcessHandle::new(ProcessKind::Check, 10));
+        let h = claim.handle();
+        let runner = tokio::spawn(async move {
+            let _claim = claim;
+            std::future::pending::<()>().await;
+        });
+        tokio::task::yield_now().await;
+        runner.abort();
+        tokio::time::timeout(std::time::Duration::from_secs(10), h.wait())
+            .await
+            .expect("an aborted runner wakes the waiters");
+        let st = h.status();
+        assert!(
+            st.error.as_deref().unwrap().contains("before its end"),
+            "{st:?}"
+        );
+
+        // A process that ended on its own keeps its own outcome.
+        let claim = Claim(ProcessHandle::new(ProcessKind::Check, 10));
+        claim.finish(None);
+        let h = claim.handle();
+        drop(claim);
+        assert_eq!(h.status().error, None);
     }
 }

@@ -37,8 +37,8 @@ impl Array {
     pub fn start_scrub(self: &Arc<Self>, repair: bool) -> Result<Arc<ProcessHandle>> {
         if self.dp().geometry.redundancy() == 0 && self.dp().integrity.is_some() {
             // Checksums can still be verified; nothing can be repaired.
-            let h = self.claim(ProcessKind::Check, self.dp().geometry.member_size)?;
-            let (a, h2) = (self.clone(), h.clone());
+            let h2 = self.claim(ProcessKind::Check, self.dp().geometry.member_size)?;
+            let (a, h) = (self.clone(), h2.handle());
             let task = tokio::spawn(async move {
                 let r = a.verify_pass(&h2).await;
                 h2.finish(r.err().map(|e| e.to_string()));
@@ -72,9 +72,9 @@ impl Array {
             ProcessKind::Check
         };
         let stripes = self.dp().geometry.stripes();
-        let h = self.claim(kind, stripes * self.dp().geometry.chunk as u64)?;
+        let h2 = self.claim(kind, stripes * self.dp().geometry.chunk as u64)?;
         let a = self.clone();
-        let h2 = h.clone();
+        let h = h2.handle();
         let task = tokio::spawn(async move {
             let mode = if repair {
                 CheckMode::Repair
