@@ -28,6 +28,8 @@
 #   --drives PROFILE[,OPTS] (hdd-nearline; "none" for plain files; e.g.
 #   hdd-nearline,slow=6,span=size) --dir DIR
 #   --rebuild-only: only the two rebuilds (no copy-back, no clients)
+#   --clients-only: only the clients (no timed first rebuild, no copy-back): for
+#     comparing what clients get while the arrays rebuild, several runs in the time of one
 # Environment: SBOD=path/to/sbod skips the build; SBOD_BENCH_LOGS=DIR keeps the servers'
 # logs there (with SBOD_DRIVE_STATS=1, what each modelled drive did and its media time).
 set -euo pipefail
@@ -40,6 +42,7 @@ DRIVES=hdd-nearline
 DIR=
 RUNTIME=3
 REBUILD_ONLY=0
+CLIENTS_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --groups) GROUPS_=$2; shift 2 ;;
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
     --dir) DIR=$2; shift 2 ;;
     --runtime) RUNTIME=$2; shift 2 ;;
     --rebuild-only) REBUILD_ONLY=1; shift ;;
+    --clients-only) CLIENTS_ONLY=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -134,7 +138,7 @@ m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member c$i)"); done
 serve classic
 wait_optimal classic
 t0=$(now); c0=$(cpu)
-"$SBOD" fail classic "$(member c0)" >/dev/null
+[ "$CLIENTS_ONLY" = 1 ] || "$SBOD" fail classic "$(member c0)" >/dev/null
 sleep 0.05
 wait_optimal classic
 t1=$(now); c1=$(cpu)
@@ -144,6 +148,12 @@ member_bytes=$("$SBOD" status classic --json | python3 -c 'import json,sys; s=js
 classic_clients="0 0 0 0 True"
 [ "$REBUILD_ONLY" = 1 ] || classic_clients=$(clients classic c1)
 unserve
+# The classic array's member files go before the declustered array starts: on this
+# machine's tmpfs, 3 GB of other data there halved the next array's 1M writes (129 ->
+# 66 MB/s for the same raid6 groups, 115 -> 56 for the declustered layout), so an
+# array run second beside the first one's files measured the machine, not the layout
+# (docs/PERFORMANCE.md, "The bench's order").
+rm -f "$WORK"/c*.img
 
 # The declustered array on as many members of the same kind.
 m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member d$i)"); done
@@ -152,7 +162,7 @@ m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member d$i)"); done
 serve decl
 wait_optimal decl
 t0=$(now); c0=$(cpu)
-"$SBOD" fail decl "$(member d0)" >/dev/null
+[ "$CLIENTS_ONLY" = 1 ] || "$SBOD" fail decl "$(member d0)" >/dev/null
 sleep 0.05
 wait_optimal decl
 t1=$(now); c1=$(cpu)
@@ -162,11 +172,13 @@ copy_s=0
 decl_clients="0 0 0 0 True"
 if [ "$REBUILD_ONLY" = 0 ]; then
   # The copy-back onto a replacement (the slot's chunks copied out of the spare space).
-  t0=$(now)
-  "$SBOD" replace decl "$(member d0)" "$(member r0)" --size "$SIZE_EACH" --wait >/dev/null
-  wait_optimal decl
-  t1=$(now)
-  copy_s=$(python3 -c "print($t1 - $t0)")
+  if [ "$CLIENTS_ONLY" = 0 ]; then
+    t0=$(now)
+    "$SBOD" replace decl "$(member d0)" "$(member r0)" --size "$SIZE_EACH" --wait >/dev/null
+    wait_optimal decl
+    t1=$(now)
+    copy_s=$(python3 -c "print($t1 - $t0)")
+  fi
   decl_clients=$(clients decl d1)
 fi
 unserve
@@ -182,20 +194,22 @@ if [ "$DRIVES" = none ]; then
   rm -f "$WORK/raw.img"
 fi
 
-python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
+CLIENTS_ONLY=$CLIENTS_ONLY python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
   "$classic_s" "$decl_s" "$copy_s" "$raw_s" "$classic_clients" "$decl_clients" \
   "$classic_cpu" "$decl_cpu" <<'EOF'
-import sys
+import os, sys
 n, g, w, s, size, drives, mb, cs, ds, cps, raw, cc, dc, ccpu, dcpu = sys.argv[1:]
 n, g, w, s, mb = int(n), int(g), int(w), int(s), int(mb)
 cs, ds, cps, raw = float(cs), float(ds), float(cps), float(raw)
 d = w - 2
 bound = (n - 1) / (d + 1)
-print(f"time to full redundancy after one failure: {n} members of {size} ({drives})")
-print(f"  raid6 {g} x {w} + {s} hot spares             {cs:8.2f} s  {mb/cs/1e6:8.1f} MB/s of the member")
-print(f"  the same, declustered (distributed rebuild) {ds:8.2f} s  {mb/ds/1e6:8.1f} MB/s of the member")
-print(f"  server CPU during the rebuild: classic {float(ccpu)/cs:.2f}, declustered {float(dcpu)/ds:.2f} cores")
-print(f"  speed-up {cs/ds:.2f} = {cs/ds/bound:.2f} of the bound (N-1)/(D+1) = {bound:.2f}")
+clients_only = os.environ.get("CLIENTS_ONLY") == "1"
+print(f"{'clients' if clients_only else 'time to full redundancy after one failure'}: {n} members of {size} ({drives})")
+if not clients_only:
+  print(f"  raid6 {g} x {w} + {s} hot spares             {cs:8.2f} s  {mb/cs/1e6:8.1f} MB/s of the member")
+  print(f"  the same, declustered (distributed rebuild) {ds:8.2f} s  {mb/ds/1e6:8.1f} MB/s of the member")
+  print(f"  server CPU during the rebuild: classic {float(ccpu)/cs:.2f}, declustered {float(dcpu)/ds:.2f} cores")
+  print(f"  speed-up {cs/ds:.2f} = {cs/ds/bound:.2f} of the bound (N-1)/(D+1) = {bound:.2f}")
 if cps > 0:
     print(f"  declustered copy-back onto a replacement    {cps:8.2f} s  {mb/cps/1e6:8.1f} MB/s")
 if raw > 0:

@@ -123,6 +123,9 @@ impl Connections {
 }
 
 /// Bytes in an fio size ("1M", "128k", "4096"; binary units, as fio's default kb_base).
+/// Not `sbod_types::size::parse_size`: that reads `4KB` as 4000, as disk vendors count,
+/// where fio (kb_base=1024) reads it as 4096; this reads only the catalogue's spellings
+/// and says None for anything else (the job is then split as a random one).
 fn fio_bytes(s: &str) -> Option<u64> {
     let s = s.trim().to_ascii_lowercase();
     let (num, mul) = match s.chars().last()? {
