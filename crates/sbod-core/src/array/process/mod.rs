@@ -163,11 +163,12 @@ impl Drop for Claim {
         if !self.0.is_finished() {
             self.0.finish(Some(if std::thread::panicking() {
                 "the process stopped in a panic (a bug in sbod: its log says where); \
-                 what it had done is kept and the next start goes on from there"
+                 a rebuild, resync or reshape goes on from its last record at the next start"
                     .into()
             } else {
                 "the process stopped before its end (the array closed or its caller \
-                 went away); the next start goes on from where it was"
+                 went away); a rebuild, resync or reshape goes on from its last record \
+                 at the next start"
                     .into()
             }));
         }
