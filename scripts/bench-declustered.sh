@@ -12,7 +12,15 @@
 # Then clients on each array (fio's nbd engine, QD16, --runtime seconds each): 4K random
 # reads and 1M sequential writes with every member in service (nominal), and again right
 # after a second member is failed, while the array rebuilds it (onto the next hot spare, or
-# into the spare space).
+# into the spare space), with how fast each array's rebuild moved while they ran.
+# While clients are busy a rebuild runs at the array's floor (`sbod set
+# --rebuild-min-rate`, 50 MiB/s by default: docs/ENGINE.md). Drives in slow motion
+# (`slow=K`) take K times as long for everything, so the bench sets the floor of both
+# arrays to 50 MiB/s / K: the same share of a drive's time that the default takes of a
+# real one (at slow=8, 6.25 MiB/s). Without that, at slow=8 beside the 1M writer, the
+# declustered rebuild (which can keep up a floor the classic one cannot) moved 27-40
+# MB/s against the classic's 5-7, and the writer got a third of the groups' rate
+# (docs/PERFORMANCE.md, "The rebuild floor").
 # Members should be slower than memory so they, not the CPU, set the time: modelled drives
 # (docs/LAB.md); with `--drives none` (plain files, on /dev/shm) the rebuilds' rate is
 # compared with a plain write of one member's size to the same file system.
@@ -30,6 +38,8 @@
 #   --rebuild-only: only the two rebuilds (no copy-back, no clients)
 #   --clients-only: only the clients (no timed first rebuild, no copy-back): for
 #     comparing what clients get while the arrays rebuild, several runs in the time of one
+#   --rebuild-min-rate RATE: both arrays' rebuild floor while clients are busy (e.g. 50M;
+#     default 50M, divided by K for drives with slow=K)
 # Environment: SBOD=path/to/sbod skips the build; SBOD_BENCH_LOGS=DIR keeps the servers'
 # logs there (with SBOD_DRIVE_STATS=1, what each modelled drive did and its media time).
 set -euo pipefail
@@ -43,6 +53,7 @@ DIR=
 RUNTIME=3
 REBUILD_ONLY=0
 CLIENTS_ONLY=0
+MIN_RATE=
 while [ $# -gt 0 ]; do
   case "$1" in
     --groups) GROUPS_=$2; shift 2 ;;
@@ -54,9 +65,15 @@ while [ $# -gt 0 ]; do
     --runtime) RUNTIME=$2; shift 2 ;;
     --rebuild-only) REBUILD_ONLY=1; shift ;;
     --clients-only) CLIENTS_ONLY=1; shift ;;
+    --rebuild-min-rate) MIN_RATE=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+if [ -z "$MIN_RATE" ]; then
+  # 50 MiB/s (the arrays' default floor) over the drives' slow motion, if any.
+  slow=$(sed -n 's/.*slow=\([0-9]*\).*/\1/p' <<<"$DRIVES")
+  MIN_RATE=$(((50 << 20) / ${slow:-1}))
+fi
 export PATH="$HOME/.cargo/bin:$PATH"
 if [ -z "${SBOD:-}" ]; then
   cargo build --release -q -p sbod
@@ -95,7 +112,10 @@ serve() { # name
   "$SBOD" serve "$1" --nbd "unix:$sock" >/dev/null 2>"$WORK/$1.log" &
   SERVER=$!
   for _ in $(seq 1 600); do
-    nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1 && return
+    if nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1; then
+      "$SBOD" set "$1" --rebuild-min-rate "$MIN_RATE" >/dev/null
+      return
+    fi
     sleep 0.1
   done
   echo "sbod serve did not come up" >&2; cat "$WORK/$1.log" >&2; exit 1
@@ -109,6 +129,16 @@ state() { "$SBOD" status "$1" --json | python3 -c 'import json,sys; print(json.l
 settled() {
   "$SBOD" status "$1" --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["state"] == "optimal" and not s.get("process"))'
 }
+# "SECONDS BYTES": the time now and how far the running rebuild has got on its member
+# (the member's size once none runs).
+progress() {
+  "$SBOD" status "$1" --json | python3 -c '
+import json,sys,time
+s=json.load(sys.stdin); p=s.get("process")
+print(time.time(), p["done"] if p else s["members"][1]["size"])'
+}
+# The rebuild's member bytes a second between two `progress` readings, in MB/s.
+rate() { python3 -c "import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print('%.1f' % ((int(b[1])-int(a[1]))/(float(b[0])-float(a[0]))/1e6))" "$1" "$2"; }
 wait_optimal() { while [ "$(settled "$1")" != True ]; do sleep 0.05; done; }
 fio_job() { # array rw bs -> "iops mbps"
   local uri="nbd+unix:///?socket=$WORK/$1.sock"
@@ -120,14 +150,19 @@ t=sys.stdin.read(); d=json.loads(t[t.index("{"):]); j=d["jobs"][0]
 x=j["read"] if j["read"]["io_bytes"]>0 else j["write"]
 print("%.0f %.1f" % (x["iops"], x["bw_bytes"]/1e6))'
 }
-clients() { # array victim -> "rr_nominal sw_nominal rr_during sw_during rebuilding_at_end"
-  local rrn swn rrd swd
+# -> "rr_nominal sw_nominal rr_during sw_during rebuilding_at_end rebuild_rate_during_rr
+#     rebuild_rate_during_sw"
+clients() { # array victim
+  local rrn swn rrd swd p0 p1 p2
   read -r rrn _ <<<"$(fio_job "$1" randread 4k)"
   read -r _ swn <<<"$(fio_job "$1" write 1M)"
   "$SBOD" fail "$1" "$(member "$2")" >/dev/null
+  p0=$(progress "$1")
   read -r rrd _ <<<"$(fio_job "$1" randread 4k)"
+  p1=$(progress "$1")
   read -r _ swd <<<"$(fio_job "$1" write 1M)"
-  echo "$rrn $swn $rrd $swd $(settled "$1")"
+  p2=$(progress "$1")
+  echo "$rrn $swn $rrd $swd $(settled "$1") $(rate "$p0" "$p1") $(rate "$p1" "$p2")"
   wait_optimal "$1"
 }
 
@@ -145,7 +180,7 @@ t1=$(now); c1=$(cpu)
 classic_s=$(python3 -c "print($t1 - $t0)")
 classic_cpu=$(python3 -c "print($c1 - $c0)")
 member_bytes=$("$SBOD" status classic --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["members"][1]["size"])')
-classic_clients="0 0 0 0 True"
+classic_clients="0 0 0 0 True 0 0"
 [ "$REBUILD_ONLY" = 1 ] || classic_clients=$(clients classic c1)
 unserve
 # The classic array's member files go before the declustered array starts: on this
@@ -169,7 +204,7 @@ t1=$(now); c1=$(cpu)
 decl_s=$(python3 -c "print($t1 - $t0)")
 decl_cpu=$(python3 -c "print($c1 - $c0)")
 copy_s=0
-decl_clients="0 0 0 0 True"
+decl_clients="0 0 0 0 True 0 0"
 if [ "$REBUILD_ONLY" = 0 ]; then
   # The copy-back onto a replacement (the slot's chunks copied out of the spare space).
   if [ "$CLIENTS_ONLY" = 0 ]; then
@@ -194,7 +229,7 @@ if [ "$DRIVES" = none ]; then
   rm -f "$WORK/raw.img"
 fi
 
-CLIENTS_ONLY=$CLIENTS_ONLY python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
+CLIENTS_ONLY=$CLIENTS_ONLY MIN_RATE=$MIN_RATE python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
   "$classic_s" "$decl_s" "$copy_s" "$raw_s" "$classic_clients" "$decl_clients" \
   "$classic_cpu" "$decl_cpu" <<'EOF'
 import os, sys
@@ -223,4 +258,9 @@ for name, i in (("4K rand read IOPS, nominal", 0), ("1M seq write MB/s, nominal"
                 ("4K rand read IOPS, rebuilding", 2), ("1M seq write MB/s, rebuilding", 3)):
     print(f"  {name:30} {float(c[i]):12.1f} {float(dl[i]):13.1f} {float(dl[i])/float(c[i]):12.2f}")
 print(f"  (still rebuilding when the jobs ended: groups {c[4] != 'True'}, declustered {dl[4] != 'True'})")
+floor = os.environ["MIN_RATE"]
+floor = f"{int(floor) / 2**20:.2f} MiB/s" if floor.isdigit() else floor
+print(f"  rebuild MB/s while the clients ran (floor {floor} while busy):")
+print(f"    during the 4K reads:  groups {float(c[5]):6.1f}, declustered {float(dl[5]):6.1f}")
+print(f"    during the 1M writes: groups {float(c[6]):6.1f}, declustered {float(dl[6]):6.1f}")
 EOF
