@@ -123,7 +123,6 @@ serve() { # name
 unserve() {
   "$SBOD" stop "$NAME" >/dev/null; wait "$SERVER" 2>/dev/null || true; SERVER=
 }
-state() { "$SBOD" status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 # Optimal, and no process running (a declustered array is optimal as its distributed
 # rebuild commits, a moment before the process ends).
 settled() {
