@@ -40,6 +40,13 @@ pub const IO_BACKEND: &str = "SBOD_IO";
 /// Bytes of checksum tags each member keeps cached.
 pub const TAG_CACHE: &str = "SBOD_TAG_CACHE";
 
+/// Member space the write-intent bitmap sets dirty ahead of a writer moving forward, in
+/// the same write as the bit it waits for (`Bitmap::ahead_locked`).
+pub const BITMAP_AHEAD: &str = "SBOD_BITMAP_AHEAD";
+/// Default of [`BITMAP_AHEAD`]: 16 MiB (16 regions of a 1 GiB member's 1 MiB, one of the
+/// 128 MiB a large member gets).
+pub const BITMAP_AHEAD_DEFAULT: u64 = 16 << 20;
+
 /// Windows of rows a declustered layout's distributed rebuild or copy-back keeps under way.
 pub const DECL_WINDOWS: &str = "SBOD_DECL_WINDOWS";
 /// A declustered transition's chunks in flight on one member while clients are busy.
@@ -138,6 +145,17 @@ pub fn tag_cache_bytes() -> u64 {
     })
 }
 
+/// Bytes of member space set dirty ahead of a writer moving forward ([`BITMAP_AHEAD`]; 0:
+/// none). Unparsable values give the default.
+pub fn bitmap_ahead_bytes() -> u64 {
+    static V: OnceLock<u64> = OnceLock::new();
+    *V.get_or_init(|| {
+        var(BITMAP_AHEAD)
+            .and_then(|v| sbod_types::parse_size(&v).ok())
+            .unwrap_or(BITMAP_AHEAD_DEFAULT)
+    })
+}
+
 /// Windows of rows a declustered transition keeps under way (1: one at a time, each
 /// window's chunks all written before the next one's are read). Out of range or
 /// unparsable values give the default.
@@ -229,6 +247,16 @@ pub fn knobs() -> Vec<Knob> {
             meaning: "checksum tags each member keeps cached (16 MiB covers 16 GiB of its \
                       data)",
             value: tag_cache_bytes().to_string(),
+        },
+        Knob {
+            name: BITMAP_AHEAD,
+            default: "16M",
+            range: "a size, 0 (off) and up",
+            meaning: "member space the write-intent bitmap sets dirty ahead of a writer moving \
+                      forward (the region before the one it enters is dirty), in the same write \
+                      as the bit it waits for: one wait per that much instead of per region; at \
+                      least one region, at most 16 (a crash resyncs that much more)",
+            value: bitmap_ahead_bytes().to_string(),
         },
         Knob {
             name: DECL_WINDOWS,

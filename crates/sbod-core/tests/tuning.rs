@@ -11,6 +11,10 @@ fn defaults_match_the_engine() {
         tuning::TAG_CACHE_DEFAULT,
         "the table's default"
     );
+    assert_eq!(
+        sbod_types::parse_size("16M").unwrap(),
+        tuning::BITMAP_AHEAD_DEFAULT
+    );
     let names: Vec<&str> = knobs().iter().map(|k| k.name).collect();
     assert_eq!(
         names,
@@ -20,6 +24,7 @@ fn defaults_match_the_engine() {
             tuning::URING_MERGE,
             tuning::IO_BACKEND,
             tuning::TAG_CACHE,
+            tuning::BITMAP_AHEAD,
             tuning::DECL_WINDOWS,
             tuning::DECL_ROOM,
             tuning::DECL_RUNS

@@ -779,7 +779,10 @@ pub fn run(o: &Options) -> Result<Summary> {
             let resynced = st["assembly"]["resynced_bytes"].as_u64().unwrap_or(0);
             s.resynced_bytes += resynced;
             s.member_space_at_restarts += member_data;
-            let bound = (member_data as f64 * o.hot_fraction) as u64 + 2 * region;
+            // Past the hot spot's end, the regions the bitmap set ahead of a writer
+            // moving forward (`SBOD_BITMAP_AHEAD`, the server's environment is ours).
+            let ahead = sbod_core::bitmap::ahead_regions(region);
+            let bound = (member_data as f64 * o.hot_fraction) as u64 + (2 + ahead) * region;
             if resynced > bound {
                 bail!(
                     "{what}: resynced {resynced} bytes of {member_data}, though the clients only write {:.0}% of the volume",

@@ -55,8 +55,13 @@ impl DataPath {
             region: Some(r),
         };
         if bm.enter_locked(r, &mut img) {
+            // A writer moving forward: the regions it enters next go in the same write.
+            let ahead = bm.ahead_locked(r, &mut img);
             self.write_bitmap_block(blk, &img).await?;
             bm.set_dirty(r);
+            for a in ahead {
+                bm.set_dirty(a);
+            }
         }
         Ok(guard)
     }
