@@ -284,6 +284,10 @@ impl BlockDev for ModelDev {
                 g(&s.late_ns) / g(&s.ticks).max(1) / 1000,
                 g(&s.late_max_ns) / 1000
             );
+            let by_kind = self.core.state.lock().model.breakdown();
+            if !by_kind.is_empty() {
+                eprintln!("{}: media time by kind: {by_kind}", self.name);
+            }
         }
         let slots: Vec<Slot> = {
             let mut st = self.core.state.lock();

@@ -55,6 +55,11 @@ pub trait Model: Send {
     fn media_ns(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// Where the media time went, by kind of operation, for `SBOD_DRIVE_STATS` (empty
+    /// where the model does not say).
+    fn breakdown(&self) -> String {
+        String::new()
+    }
 }
 
 const NS: f64 = 1e9;
@@ -243,6 +248,10 @@ pub struct HddModel {
     /// Media time spent on operations, and of it transferring (see [`Model::media_ns`]).
     busy_ns: u64,
     xfer_ns: u64,
+    /// The same by kind (cached writes destaged, writes through the cache, reads): count,
+    /// media ns, transfer ns, and how many did not start where the head was (see
+    /// [`Model::breakdown`]).
+    by_kind: [[u64; 4]; 3],
 }
 
 impl HddModel {
@@ -280,6 +289,7 @@ impl HddModel {
             events: BinaryHeap::new(),
             busy_ns: 0,
             xfer_ns: 0,
+            by_kind: [[0; 4]; 3],
             p,
         }
     }
@@ -508,6 +518,17 @@ impl HddModel {
             let x0 = self.local(op.offset);
             self.busy_ns += end.saturating_sub(self.t);
             self.xfer_ns += self.geo.transfer_ns(x0, x0 + op.len) as u64;
+            let k = &mut self.by_kind[if d {
+                0
+            } else if op.write {
+                1
+            } else {
+                2
+            }];
+            k[0] += 1;
+            k[1] += end.saturating_sub(self.t);
+            k[2] += self.geo.transfer_ns(x0, x0 + op.len) as u64;
+            k[3] += u64::from(x0 != self.acts[a].head);
             self.acts[a].busy = Some((op, end));
             self.at(end, Ev::Actuator(a));
         }
@@ -625,6 +646,25 @@ impl Model for HddModel {
 
     fn media_ns(&self) -> (u64, u64) {
         (self.busy_ns, self.xfer_ns)
+    }
+    fn breakdown(&self) -> String {
+        let names = [
+            "cached writes destaged",
+            "writes through the cache",
+            "reads",
+        ];
+        names
+            .iter()
+            .zip(self.by_kind)
+            .map(|(name, [n, busy, xfer, away])| {
+                format!(
+                    "{name}: {n}, {} ms ({} ms transferring), {away} not where the head was",
+                    busy / 1_000_000,
+                    xfer / 1_000_000
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
