@@ -40,6 +40,13 @@
 #     comparing what clients get while the arrays rebuild, several runs in the time of one
 #   --rebuild-min-rate RATE: both arrays' rebuild floor while clients are busy (e.g. 50M;
 #     default 50M, divided by K for drives with slow=K)
+#   --bitmap-region SIZE: both arrays' write-intent bitmap region (default 128M on
+#     modelled drives, the region sbod gives a member of a nearline drive's size, as the
+#     lab's demo does: docs/LAB.md; sbod's own choice for plain files). A 1 GiB member
+#     gets 1 MiB regions, and on a drive in slow motion each region's first write (a FUA
+#     write a seek away) and the sweeper's flush and clear each second take K times the
+#     share of the drive they take of a real one: the 1M writer then measured the bitmap
+#     (docs/PERFORMANCE.md, "The write-intent bitmap ahead of a writer").
 # Environment: SBOD=path/to/sbod skips the build; SBOD_BENCH_LOGS=DIR keeps the servers'
 # logs there (with SBOD_DRIVE_STATS=1, what each modelled drive did and its media time).
 set -euo pipefail
@@ -54,6 +61,7 @@ RUNTIME=3
 REBUILD_ONLY=0
 CLIENTS_ONLY=0
 MIN_RATE=
+REGION=
 while [ $# -gt 0 ]; do
   case "$1" in
     --groups) GROUPS_=$2; shift 2 ;;
@@ -66,6 +74,7 @@ while [ $# -gt 0 ]; do
     --rebuild-only) REBUILD_ONLY=1; shift ;;
     --clients-only) CLIENTS_ONLY=1; shift ;;
     --rebuild-min-rate) MIN_RATE=$2; shift 2 ;;
+    --bitmap-region) REGION=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -74,6 +83,7 @@ if [ -z "$MIN_RATE" ]; then
   slow=$(sed -n 's/.*slow=\([0-9]*\).*/\1/p' <<<"$DRIVES")
   MIN_RATE=$(((50 << 20) / ${slow:-1}))
 fi
+if [ -z "$REGION" ] && [ "$DRIVES" != none ]; then REGION=128M; fi
 export PATH="$HOME/.cargo/bin:$PATH"
 if [ -z "${SBOD:-}" ]; then
   cargo build --release -q -p sbod
@@ -168,7 +178,7 @@ clients() { # array victim
 # The classic array: G groups of W and S hot spares.
 m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member c$i)"); done
 "$SBOD" create classic --level raid6 --groups "$GROUPS_" --spares "$SPARES" \
-  --size-each "$SIZE_EACH" --assume-clean "${m[@]}" >/dev/null
+  --size-each "$SIZE_EACH" ${REGION:+--bitmap-region "$REGION"} --assume-clean "${m[@]}" >/dev/null
 serve classic
 wait_optimal classic
 t0=$(now); c0=$(cpu)
@@ -192,7 +202,7 @@ rm -f "$WORK"/c*.img
 # The declustered array on as many members of the same kind.
 m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member d$i)"); done
 "$SBOD" create decl --level raid6 --groups "$GROUPS_" --spares "$SPARES" --declustered \
-  --size-each "$SIZE_EACH" --assume-clean "${m[@]}" >/dev/null
+  --size-each "$SIZE_EACH" ${REGION:+--bitmap-region "$REGION"} --assume-clean "${m[@]}" >/dev/null
 serve decl
 wait_optimal decl
 t0=$(now); c0=$(cpu)
@@ -228,7 +238,7 @@ if [ "$DRIVES" = none ]; then
   rm -f "$WORK/raw.img"
 fi
 
-CLIENTS_ONLY=$CLIENTS_ONLY MIN_RATE=$MIN_RATE python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
+CLIENTS_ONLY=$CLIENTS_ONLY MIN_RATE=$MIN_RATE REGION=$REGION python3 - "$N" "$GROUPS_" "$WIDTH" "$SPARES" "$SIZE_EACH" "$DRIVES" "$member_bytes" \
   "$classic_s" "$decl_s" "$copy_s" "$raw_s" "$classic_clients" "$decl_clients" \
   "$classic_cpu" "$decl_cpu" <<'EOF'
 import os, sys
@@ -259,7 +269,7 @@ for name, i in (("4K rand read IOPS, nominal", 0), ("1M seq write MB/s, nominal"
 print(f"  (still rebuilding when the jobs ended: groups {c[4] != 'True'}, declustered {dl[4] != 'True'})")
 floor = os.environ["MIN_RATE"]
 floor = f"{int(floor) / 2**20:.2f} MiB/s" if floor.isdigit() else floor
-print(f"  rebuild MB/s while the clients ran (floor {floor} while busy):")
+print(f"  rebuild MB/s while the clients ran (floor {floor} while busy; bitmap region {os.environ['REGION'] or 'sbod default'}):")
 print(f"    during the 4K reads:  groups {float(c[5]):6.1f}, declustered {float(dl[5]):6.1f}")
 print(f"    during the 1M writes: groups {float(c[6]):6.1f}, declustered {float(dl[6]):6.1f}")
 EOF
