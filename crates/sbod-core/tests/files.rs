@@ -314,18 +314,42 @@ fn foreign_and_mismatched_members_are_refused() {
     });
 }
 
+/// A raid6 of five 66 MiB files with 1 MiB bitmap regions, and its member files.
+async fn raid6_with_1mib_regions(dir: &Path) -> (Vec<PathBuf>, Arc<Array>) {
+    let paths = make_files(dir, 5, 66 * MIB, "d");
+    let spec = CreateSpec {
+        bitmap_region: Some(MIB),
+        ..spec("vol0", Level::Raid6)
+    };
+    let a = Array::create(spec, paths.iter().map(|p| open(p)).collect())
+        .await
+        .unwrap();
+    (paths, a)
+}
+
+/// The power cut: `a` abandoned with `dirty` regions set, assembled again, which must
+/// notice the crash and resync exactly those regions.
+async fn cut_and_assemble(
+    a: Arc<Array>,
+    paths: &[PathBuf],
+    dirty: u64,
+    region: u64,
+) -> (Arc<Array>, sbod_types::AssemblyReport) {
+    a.abandon().await;
+    drop(a);
+    let b = assemble(paths).await.unwrap();
+    let rep = b.report();
+    assert!(rep.unclean);
+    assert_eq!(rep.resynced_regions, dirty);
+    assert_eq!(rep.resynced_bytes, dirty * region);
+    (b, rep)
+}
+
 #[test]
 fn unclean_shutdown_resyncs_only_dirty_regions() {
     let dir = tempfile::tempdir().unwrap();
     rt().block_on(async {
-        let paths = make_files(dir.path(), 5, 66 * MIB, "d");
-        let spec = CreateSpec {
-            bitmap_region: Some(MIB),
-            ..spec("vol0", Level::Raid6)
-        };
-        let a = Array::create(spec, paths.iter().map(|p| open(p)).collect())
-            .await
-            .unwrap();
+        let (paths, a) = raid6_with_1mib_regions(dir.path()).await;
         let size = a.size() as usize;
         let region = a.status().bitmap_region.unwrap();
         let data = pattern(size, 3);
@@ -349,13 +373,7 @@ fn unclean_shutdown_resyncs_only_dirty_regions() {
             .unwrap();
         let dirty = a.status().dirty_regions;
         assert!(dirty >= 2, "{dirty} dirty regions");
-        a.abandon().await;
-        drop(a);
-        let b = assemble(&paths).await.unwrap();
-        let rep = b.report();
-        assert!(rep.unclean);
-        assert_eq!(rep.resynced_regions, dirty);
-        assert_eq!(rep.resynced_bytes, dirty * region);
+        let (b, rep) = cut_and_assemble(a, &paths, dirty, region).await;
         assert!(
             rep.resynced_bytes < b.geometry().member_size / 4,
             "resync was not limited: {rep:?}"
@@ -378,14 +396,7 @@ fn unclean_shutdown_resyncs_only_dirty_regions() {
 fn a_writer_moving_forward_dirties_the_regions_ahead_and_a_crash_resyncs_them() {
     let dir = tempfile::tempdir().unwrap();
     rt().block_on(async {
-        let paths = make_files(dir.path(), 5, 66 * MIB, "d");
-        let spec = CreateSpec {
-            bitmap_region: Some(MIB),
-            ..spec("vol0", Level::Raid6)
-        };
-        let a = Array::create(spec, paths.iter().map(|p| open(p)).collect())
-            .await
-            .unwrap();
+        let (paths, a) = raid6_with_1mib_regions(dir.path()).await;
         let size = a.size() as usize;
         let region = a.status().bitmap_region.unwrap();
         let ahead = sbod_core::bitmap::ahead_regions(region);
@@ -402,13 +413,7 @@ fn a_writer_moving_forward_dirties_the_regions_ahead_and_a_crash_resyncs_them() 
         // its bit, and region 2 found its bit already set.
         let dirty = a.status().dirty_regions;
         assert_eq!(dirty, 2 + ahead, "regions 0, 1 and the {ahead} ahead");
-        a.abandon().await;
-        drop(a);
-        let b = assemble(&paths).await.unwrap();
-        let rep = b.report();
-        assert!(rep.unclean);
-        assert_eq!(rep.resynced_regions, dirty);
-        assert_eq!(rep.resynced_bytes, dirty * region);
+        let (b, _) = cut_and_assemble(a, &paths, dirty, region).await;
         let got = b.read(0, size).await.unwrap();
         assert!(
             got[..data.len()] == data[..],
