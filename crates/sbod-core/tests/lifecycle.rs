@@ -10,7 +10,8 @@
 //! or (failed array) an error; a rescue returns, per block, a value the block held at some
 //! time or an error; never other bytes. A member that comes back is recovered from the
 //! write-intent bitmap when the model says the bitmap covers it, and then rebuilds no more
-//! than the regions written since the bitmap was last known clear.
+//! than the regions written since the bitmap was last known clear (and the regions the
+//! bitmap set ahead of a writer moving forward, `SBOD_BITMAP_AHEAD`, past each of them).
 //!
 //! `SBOD_LIFECYCLE_CASES` sets the number of random lives (default 200);
 //! `SBOD_TORTURE_REPORT` collects the figures (see docs/RELIABILITY.md).
@@ -212,6 +213,18 @@ impl Life {
             .collect();
         out.insert(slot);
         out.len() > self.red
+    }
+
+    /// Bytes a bitmap recovery may cover: the regions written since the bitmap was last
+    /// known clear, and after each the regions the bitmap may have set ahead of a writer
+    /// moving forward (`bitmap::ahead_regions`).
+    fn bitmap_bound(&self) -> u64 {
+        let ahead = sbod_core::bitmap::ahead_regions(self.region);
+        let mut may: BTreeSet<u64> = BTreeSet::new();
+        for &r in &self.touched {
+            may.extend(r..=r + ahead);
+        }
+        may.len() as u64 * self.region
     }
 
     fn regions_of(&self, first: u64, n: u64) -> Vec<u64> {
@@ -480,8 +493,8 @@ impl Life {
                 }
                 if stale.bitmap {
                     prop_assert!(
-                        stale.planned_bytes <= self.touched.len() as u64 * self.region,
-                        "{}: bitmap recovery of {} covers {} bytes, more than the {} regions written",
+                        stale.planned_bytes <= self.bitmap_bound(),
+                        "{}: bitmap recovery of {} covers {} bytes, more than the {} regions written (and those ahead of them)",
                         what,
                         s,
                         stale.planned_bytes,
@@ -524,7 +537,7 @@ impl Life {
             prop_assert!(r.bitmap, "{}: re-add of {} in full: {:?}", what, i, r);
         }
         if r.bitmap {
-            prop_assert!(r.planned_bytes <= self.touched.len() as u64 * self.region);
+            prop_assert!(r.planned_bytes <= self.bitmap_bound());
             self.fig.bitmap_recoveries += 1;
         } else {
             self.bitmap_sure.remove(&i);
@@ -554,8 +567,8 @@ impl Life {
         for r in a.status().recoveries.iter().filter(|r| r.state == "done") {
             if r.bitmap {
                 prop_assert!(
-                    r.recovered_bytes <= self.touched.len() as u64 * self.region,
-                    "bitmap recovery of {} rebuilt {} bytes, more than the {} regions written",
+                    r.recovered_bytes <= self.bitmap_bound(),
+                    "bitmap recovery of {} rebuilt {} bytes, more than the {} regions written (and those ahead of them)",
                     r.path,
                     r.recovered_bytes,
                     self.touched.len()
