@@ -67,9 +67,12 @@ cleanup() {
 trap cleanup EXIT
 N=$((GROUPS_ * 10 + SPARES))
 m=(); for i in $(seq 0 $((N - 1))); do m+=("model:$DRIVES:$WORK/m$i.img"); done
-"$SBOD" create a --level raid6 --groups "$GROUPS_" --spares "$SPARES" $DECL \
-  --size-each "$SIZE_EACH" ${REGION:+--bitmap-region "$REGION"} --assume-clean "${m[@]}" \
-  >/dev/null 2>&1
+# Its output only if it fails (a sparse-files warning otherwise, on tmpfs).
+if ! out=$("$SBOD" create a --level raid6 --groups "$GROUPS_" --spares "$SPARES" $DECL \
+  --size-each "$SIZE_EACH" ${REGION:+--bitmap-region "$REGION"} --assume-clean "${m[@]}" 2>&1); then
+  echo "$out" >&2
+  exit 1
+fi
 sock=$WORK/s
 uri="nbd+unix:///?socket=$sock"
 env ${AHEAD:+SBOD_BITMAP_AHEAD=$AHEAD} SBOD_DRIVE_STATS=1 "$SBOD" serve a --nbd "unix:$sock" \
