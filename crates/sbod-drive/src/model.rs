@@ -245,12 +245,9 @@ pub struct HddModel {
     flushes: Vec<(u64, u64)>,
     acts: Vec<Actuator>,
     events: BinaryHeap<Reverse<(u64, Ev)>>,
-    /// Media time spent on operations, and of it transferring (see [`Model::media_ns`]).
-    busy_ns: u64,
-    xfer_ns: u64,
-    /// The same by kind (cached writes destaged, writes through the cache, reads): count,
-    /// media ns, transfer ns, and how many did not start where the head was (see
-    /// [`Model::breakdown`]).
+    /// By kind of operation (cached writes destaged, writes through the cache, reads):
+    /// count, media ns, of it transferring, and how many did not start where the head was
+    /// ([`Model::media_ns`] is their sum, [`Model::breakdown`] each).
     by_kind: [[u64; 4]; 3],
 }
 
@@ -287,8 +284,6 @@ impl HddModel {
                 n as usize
             ],
             events: BinaryHeap::new(),
-            busy_ns: 0,
-            xfer_ns: 0,
             by_kind: [[0; 4]; 3],
             p,
         }
@@ -516,8 +511,6 @@ impl HddModel {
             };
             let end = self.cost(a, &op);
             let x0 = self.local(op.offset);
-            self.busy_ns += end.saturating_sub(self.t);
-            self.xfer_ns += self.geo.transfer_ns(x0, x0 + op.len) as u64;
             let k = &mut self.by_kind[if d {
                 0
             } else if op.write {
@@ -645,7 +638,9 @@ impl Model for HddModel {
     }
 
     fn media_ns(&self) -> (u64, u64) {
-        (self.busy_ns, self.xfer_ns)
+        self.by_kind
+            .iter()
+            .fold((0, 0), |(busy, xfer), k| (busy + k[1], xfer + k[2]))
     }
     fn breakdown(&self) -> String {
         let names = [
