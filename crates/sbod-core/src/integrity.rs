@@ -259,6 +259,22 @@ pub struct MemberTags {
     /// cleared): a read-ahead adopts the blocks it read only if none left while it ran
     /// (see [`MemberTags::adopt`]).
     gone: AtomicU64,
+    /// Read-aheads in flight: the tag blocks `[first, end)` each reads, and a semaphore
+    /// closed when it is done. A read-ahead that starts inside one waits for it instead
+    /// of reading the same blocks again (a rebuild's chunks ask for the same region's
+    /// tags dozens of times at once as it starts: each read them again), and one that
+    /// starts before one stops short of it.
+    ahead: Mutex<Vec<(u64, u64, Arc<tokio::sync::Semaphore>)>>,
+}
+
+/// What [`MemberTags::claim_ahead`] gave a read-ahead.
+enum Claim {
+    /// Another read-ahead reads the block: done when its semaphore is closed.
+    Wait(Arc<tokio::sync::Semaphore>),
+    /// The block is loaded.
+    Nothing,
+    /// These blocks, from the first on, to read (registered as in flight).
+    Run(Vec<Arc<TagBlock>>),
 }
 
 /// Tag blocks a load reads at once when the block before it is cached (a stream moving
@@ -299,6 +315,7 @@ impl MemberTags {
             cap: blocks.div_ceil(SHARDS),
             stats: CacheStats::default(),
             gone: AtomicU64::new(0),
+            ahead: Mutex::new(Vec::new()),
         }
     }
 
@@ -389,30 +406,27 @@ impl MemberTags {
         {
             return;
         }
-        let most = (READ_AHEAD as u64)
-            .min((self.cap * SHARDS / 4).max(1) as u64)
-            .min(total - first);
-        // The run of blocks not loaded from `first` on, each in the cache (held here, so
-        // none is evicted) before the read: a block loaded meanwhile by another reader
-        // keeps what it has (`get_or_try_init` runs once), and one not loaded cannot have
-        // changed on the member since (tags change only in loaded blocks).
-        let mut run: Vec<Arc<TagBlock>> = Vec::new();
-        for idx in first..first + most {
-            let mut map = self.shard(idx).lock();
-            let b = match map.get(&idx) {
-                Some(b) if b.loaded.initialized() => break,
-                Some(b) => b.clone(),
-                None => {
-                    if map.len() >= self.cap {
-                        self.evict(&mut map, self.cap - 1);
-                    }
-                    let b = Arc::new(TagBlock::new());
-                    map.insert(idx, b.clone());
-                    b
+        let run = match self.claim_ahead(first, total) {
+            Claim::Wait(done) => {
+                // Closed when that read is done (its blocks loaded, or left to the reads).
+                let _ = done.acquire().await;
+                return;
+            }
+            Claim::Nothing => return,
+            Claim::Run(run) => run,
+        };
+        // Unregistered and its waiters let go however this ends (an error, or the
+        // future dropped).
+        struct Done<'a>(&'a MemberTags, u64);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                let mut v = self.0.ahead.lock();
+                if let Some(i) = v.iter().position(|(a, _, _)| *a == self.1) {
+                    v.swap_remove(i).2.close();
                 }
-            };
-            run.push(b);
+            }
         }
+        let _done = Done(self, first);
         let buf = AlignedBuf::zeroed(run.len() * TAG_BLOCK).into_shared();
         let at = layout.offset + first * TAG_BLOCK as u64;
         if dev::read_at(dev, at, buf.clone(), IoClass::Background)
@@ -439,6 +453,55 @@ impl MemberTags {
                 })
                 .await;
         }
+    }
+
+    /// The run a read-ahead from tag block `first` reads, registered as in flight; or
+    /// the read-ahead in flight that already reads `first`, to wait for. One read-ahead
+    /// at a time for any tag block: checked and registered under the member's list of
+    /// those in flight (the background processes' path only; not held across an await).
+    fn claim_ahead(&self, first: u64, total: u64) -> Claim {
+        let mut inflight = self.ahead.lock();
+        if let Some((_, _, done)) = inflight.iter().find(|(a, e, _)| (*a..*e).contains(&first)) {
+            return Claim::Wait(done.clone());
+        }
+        // Short of the next read-ahead in flight.
+        let next = inflight
+            .iter()
+            .filter(|(a, _, _)| *a > first)
+            .map(|(a, _, _)| a - first)
+            .min()
+            .unwrap_or(u64::MAX);
+        let most = (READ_AHEAD as u64)
+            .min((self.cap * SHARDS / 4).max(1) as u64)
+            .min(total - first)
+            .min(next);
+        // The run of blocks not loaded from `first` on, each in the cache (held here, so
+        // none is evicted) before the read: a block loaded meanwhile by another reader
+        // keeps what it has (`get_or_try_init` runs once), and one not loaded cannot have
+        // changed on the member since (tags change only in loaded blocks).
+        let mut run: Vec<Arc<TagBlock>> = Vec::new();
+        for idx in first..first + most {
+            let mut map = self.shard(idx).lock();
+            let b = match map.get(&idx) {
+                Some(b) if b.loaded.initialized() => break,
+                Some(b) => b.clone(),
+                None => {
+                    if map.len() >= self.cap {
+                        self.evict(&mut map, self.cap - 1);
+                    }
+                    let b = Arc::new(TagBlock::new());
+                    map.insert(idx, b.clone());
+                    b
+                }
+            };
+            run.push(b);
+        }
+        if run.is_empty() {
+            return Claim::Nothing;
+        }
+        let end = first + run.len() as u64;
+        inflight.push((first, end, Arc::new(tokio::sync::Semaphore::new(0))));
+        Claim::Run(run)
     }
 
     /// Drop clean, loaded blocks nobody holds, second-chance by their clock bit. Dirty

@@ -1,5 +1,5 @@
 use super::*;
-use crate::dev::MemDev;
+use crate::dev::{IoReq, MemDev};
 use crate::fault::{PowerCutDev, PowerSupply};
 use proptest::prelude::*;
 
@@ -249,6 +249,111 @@ fn read_ahead_loads_the_blocks_ahead_in_one_read_and_keeps_what_is_cached() {
         let small = MemberTags::with_capacity(32 * TAG_BLOCK as u64);
         small.read_ahead(&dev, &layout, 0).await;
         assert_eq!(small.cached(), 8);
+    });
+}
+
+/// A member whose reads wait until the test lets them go (to hold a read-ahead in flight).
+struct HeldReads {
+    inner: Arc<dyn BlockDev>,
+    held: Mutex<Vec<(IoReq, crate::dev::Done)>>,
+    seen: Mutex<Vec<(u64, usize)>>,
+}
+
+impl BlockDev for HeldReads {
+    fn submit(&self, req: IoReq, done: crate::dev::Done) {
+        if let crate::dev::IoKind::Read { buf } = &req.kind {
+            self.seen.lock().push((req.offset, buf.len()));
+            self.held.lock().push((req, done));
+        } else {
+            self.inner.submit(req, done);
+        }
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn name(&self) -> &str {
+        "held"
+    }
+}
+
+impl HeldReads {
+    fn release(&self) {
+        for (req, done) in std::mem::take(&mut *self.held.lock()) {
+            self.inner.submit(req, done);
+        }
+    }
+}
+
+/// Read-aheads asked for at once (a rebuild's chunks as it starts) read each tag block
+/// once: one that starts inside another's run waits for it, one that starts before it
+/// stops short of it. Each used to read the whole run again.
+#[test]
+fn read_aheads_in_flight_are_not_read_twice() {
+    rt().block_on(async {
+        let layout = TagLayout {
+            offset: 0,
+            bytes: 256 * TAG_BLOCK as u64,
+            zeroed: false,
+        };
+        let mem = Arc::new(MemDev::new("t", layout.bytes));
+        let dev: Arc<dyn BlockDev> = mem.clone();
+        let w = MemberTags::with_capacity(1 << 20);
+        for i in 0..100u64 {
+            let x = w
+                .set(&dev, &layout, i * SPAN, NewTags::Data(&block_of(i)))
+                .await
+                .unwrap();
+            w.settle(x, true);
+        }
+        w.write_back(&dev, &layout).await.unwrap();
+        let held = Arc::new(HeldReads {
+            inner: dev.clone(),
+            held: Mutex::new(Vec::new()),
+            seen: Mutex::new(Vec::new()),
+        });
+        let hdev: Arc<dyn BlockDev> = held.clone();
+        let t = Arc::new(MemberTags::with_capacity(1 << 20));
+        let spawn = |off: u64| {
+            let (t, d, l) = (t.clone(), hdev.clone(), layout);
+            tokio::spawn(async move { t.read_ahead(&d, &l, off).await })
+        };
+        let first = spawn(10 * SPAN);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(
+            *held.seen.lock(),
+            vec![(10 * TAG_BLOCK as u64, READ_AHEAD * TAG_BLOCK)]
+        );
+        // The same block, a block inside the run, and one before it: all at once.
+        let others: Vec<_> = [10 * SPAN + 7, 30 * SPAN, 8 * SPAN]
+            .into_iter()
+            .map(spawn)
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(
+            *held.seen.lock(),
+            vec![
+                (10 * TAG_BLOCK as u64, READ_AHEAD * TAG_BLOCK),
+                (8 * TAG_BLOCK as u64, 2 * TAG_BLOCK)
+            ],
+            "the blocks in flight are not read again"
+        );
+        assert!(!others[0].is_finished(), "it waits for the read in flight");
+        held.release();
+        first.await.unwrap();
+        for o in others {
+            o.await.unwrap();
+        }
+        assert_eq!(held.seen.lock().len(), 2);
+        assert_eq!(t.cached(), 2 + READ_AHEAD);
+        for i in 8..100u64 {
+            assert!(
+                t.check(&dev, &layout, i * SPAN, &block_of(i))
+                    .await
+                    .unwrap()
+                    .is_empty(),
+                "block {i}"
+            );
+        }
     });
 }
 
