@@ -127,6 +127,19 @@ fn late_submit() -> bool {
     *V.get_or_init(|| std::env::var_os("SBOD_DRIVE_LATE_SUBMIT").is_some_and(|v| v == "1"))
 }
 
+/// `SBOD_DRIVE_TRACE=SUFFIX`: every command a modelled drive whose name ends with SUFFIX
+/// gets (`.img`: all of a bench's) printed to stderr as it arrives: `drive-trace NAME
+/// MODEL_US KIND OFFSET LEN`, the model's clock in microseconds (docs/LAB.md).
+fn trace() -> Option<&'static str> {
+    static V: OnceLock<Option<String>> = OnceLock::new();
+    V.get_or_init(|| {
+        std::env::var("SBOD_DRIVE_TRACE")
+            .ok()
+            .filter(|v| !v.is_empty())
+    })
+    .as_deref()
+}
+
 /// A member that answers in a modelled drive's time.
 pub struct ModelDev {
     name: String,
@@ -190,6 +203,23 @@ impl BlockDev for ModelDev {
             Kind::Trim => 0,
         };
         s.bytes.fetch_add(op.len, Ordering::Relaxed);
+        if trace().is_some_and(|t| self.name.ends_with(t)) {
+            let kind = match op.kind {
+                Kind::Read => "read",
+                Kind::Write { fua: true } => "write-fua",
+                Kind::Write { .. } => "write",
+                Kind::Flush => "flush",
+                Kind::Trim => "trim",
+            };
+            // Model time in microseconds, as the drive sees the command arrive.
+            eprintln!(
+                "drive-trace {} {} {kind} {} {}",
+                self.name,
+                now_ns() / self.core.slow / 1000,
+                op.offset,
+                op.len
+            );
+        }
         let mut ready = Vec::new();
         {
             let mut st = self.core.state.lock();
