@@ -84,6 +84,13 @@ if [ -z "$MIN_RATE" ]; then
   MIN_RATE=$(((50 << 20) / ${slow:-1}))
 fi
 if [ -z "$REGION" ] && [ "$DRIVES" != none ]; then REGION=128M; fi
+# The owner block's heartbeat (every second of the wall's, a read and a write of each
+# member: docs/RELIABILITY.md) slowed with the drives, as in scripts/bench-raid.sh: at
+# slow=K a second of the wall is 1/K of the drives', and an unscaled heartbeat costs the
+# slowed drives K times its real share. Set SBOD_HEARTBEAT_MS to override.
+if [[ ",$DRIVES," =~ ,slow=([0-9]+), ]] && [ -z "${SBOD_HEARTBEAT_MS:-}" ]; then
+  export SBOD_HEARTBEAT_MS=$((1000 * BASH_REMATCH[1]))
+fi
 export PATH="$HOME/.cargo/bin:$PATH"
 if [ -z "${SBOD:-}" ]; then
   cargo build --release -q -p sbod

@@ -50,6 +50,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 for t in fio nbdinfo python3; do
   command -v "$t" >/dev/null || { echo "bench-seqwrite-drives: needs $t: install it (scripts/deps.sh)" >&2; exit 1; }
 done
+# The heartbeat slowed with the drives (see scripts/bench-declustered.sh).
+if [[ ",$DRIVES," =~ ,slow=([0-9]+), ]] && [ -z "${SBOD_HEARTBEAT_MS:-}" ]; then
+  export SBOD_HEARTBEAT_MS=$((1000 * BASH_REMATCH[1]))
+fi
 if [ -z "${SBOD:-}" ]; then
   cargo build --release -q -p sbod
   SBOD=$PWD/target/release/sbod
