@@ -36,6 +36,8 @@
 #   --drives PROFILE[,OPTS] (hdd-nearline; "none" for plain files; e.g.
 #   hdd-nearline,slow=6,span=size) --dir DIR
 #   --rebuild-only: only the two rebuilds (no copy-back, no clients)
+#   --declustered-only: only the declustered array's distributed rebuild (no classic
+#     array, no copy-back, no clients): for A/B runs of builds, whose classic half is the same
 #   --clients-only: only the clients (no timed first rebuild, no copy-back): for
 #     comparing what clients get while the arrays rebuild, several runs in the time of one
 #   --rebuild-min-rate RATE: both arrays' rebuild floor while clients are busy (e.g. 50M;
@@ -60,6 +62,7 @@ DIR=
 RUNTIME=3
 REBUILD_ONLY=0
 CLIENTS_ONLY=0
+DECL_ONLY=0
 MIN_RATE=
 REGION=
 while [ $# -gt 0 ]; do
@@ -73,6 +76,7 @@ while [ $# -gt 0 ]; do
     --runtime) RUNTIME=$2; shift 2 ;;
     --rebuild-only) REBUILD_ONLY=1; shift ;;
     --clients-only) CLIENTS_ONLY=1; shift ;;
+    --declustered-only) DECL_ONLY=1; REBUILD_ONLY=1; shift ;;
     --rebuild-min-rate) MIN_RATE=$2; shift 2 ;;
     --bitmap-region) REGION=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -183,6 +187,8 @@ clients() { # array victim
 }
 
 # The classic array: G groups of W and S hot spares.
+classic_s=0; classic_cpu=0; member_bytes=; classic_clients="0 0 0 0 True 0 0"
+if [ "$DECL_ONLY" = 0 ]; then
 m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member c$i)"); done
 "$SBOD" create classic --level raid6 --groups "$GROUPS_" --spares "$SPARES" \
   --size-each "$SIZE_EACH" ${REGION:+--bitmap-region "$REGION"} --assume-clean "${m[@]}" >/dev/null
@@ -196,7 +202,6 @@ t1=$(now); c1=$(cpu)
 classic_s=$(python3 -c "print($t1 - $t0)")
 classic_cpu=$(python3 -c "print($c1 - $c0)")
 member_bytes=$("$SBOD" status classic --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["members"][1]["size"])')
-classic_clients="0 0 0 0 True 0 0"
 [ "$REBUILD_ONLY" = 1 ] || classic_clients=$(clients classic c1)
 unserve
 # The classic array's member files go before the declustered array starts: on this
@@ -205,6 +210,7 @@ unserve
 # array run second beside the first one's files measured the machine, not the layout
 # (docs/PERFORMANCE.md, "The bench's order").
 rm -f "$WORK"/c*.img
+fi
 
 # The declustered array on as many members of the same kind.
 m=(); for i in $(seq 0 $((N - 1))); do m+=("$(member d$i)"); done
@@ -218,6 +224,7 @@ sleep 0.05
 wait_optimal decl
 t1=$(now); c1=$(cpu)
 decl_s=$(python3 -c "print($t1 - $t0)")
+[ -n "$member_bytes" ] || member_bytes=$("$SBOD" status decl --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["members"][1]["size"])')
 decl_cpu=$(python3 -c "print($c1 - $c0)")
 copy_s=0
 decl_clients="0 0 0 0 True 0 0"
@@ -256,7 +263,10 @@ d = w - 2
 bound = (n - 1) / (d + 1)
 clients_only = os.environ.get("CLIENTS_ONLY") == "1"
 print(f"{'clients' if clients_only else 'time to full redundancy after one failure'}: {n} members of {size} ({drives})")
-if not clients_only:
+if cs == 0 and not clients_only:
+  print(f"  declustered raid6 {g} x {w}, {s} spares' space {ds:8.2f} s  {mb/ds/1e6:8.1f} MB/s of the member")
+  print(f"  server CPU during the rebuild: {float(dcpu)/ds:.2f} cores (no classic array: --declustered-only)")
+elif not clients_only:
   print(f"  raid6 {g} x {w} + {s} hot spares             {cs:8.2f} s  {mb/cs/1e6:8.1f} MB/s of the member")
   print(f"  the same, declustered (distributed rebuild) {ds:8.2f} s  {mb/ds/1e6:8.1f} MB/s of the member")
   print(f"  server CPU during the rebuild: classic {float(ccpu)/cs:.2f}, declustered {float(dcpu)/ds:.2f} cores")
@@ -265,7 +275,8 @@ if cps > 0:
     print(f"  declustered copy-back onto a replacement    {cps:8.2f} s  {mb/cps/1e6:8.1f} MB/s")
 if raw > 0:
     print(f"  plain write of one member's size            {raw:8.2f} s  {mb/raw/1e6:8.1f} MB/s")
-    print(f"  rebuild rate / raw write rate: classic {raw/cs:.2f}, distributed {raw/ds:.2f}")
+    classic = f"classic {raw/cs:.2f}, " if cs > 0 else ""
+    print(f"  rebuild rate / raw write rate: {classic}distributed {raw/ds:.2f}")
 c, dl = cc.split(), dc.split()
 if float(c[0]) == 0:
     sys.exit(0)
