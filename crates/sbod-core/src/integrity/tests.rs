@@ -193,29 +193,36 @@ fn the_cache_is_bounded_and_evicts_only_clean_blocks() {
     });
 }
 
+/// A member with a tag region of 256 blocks, the tags of data blocks 0..100 (`block_of(i)`
+/// at block `i`) written to it by a cache of their own.
+async fn tagged_member() -> (TagLayout, Arc<MemDev>, Arc<dyn BlockDev>) {
+    let layout = TagLayout {
+        offset: 0,
+        bytes: 256 * TAG_BLOCK as u64,
+        zeroed: false,
+    };
+    let mem = Arc::new(MemDev::new("t", layout.bytes));
+    let dev: Arc<dyn BlockDev> = mem.clone();
+    let w = MemberTags::with_capacity(1 << 20);
+    for i in 0..100u64 {
+        let x = w
+            .set(&dev, &layout, i * SPAN, NewTags::Data(&block_of(i)))
+            .await
+            .unwrap();
+        w.settle(x, true);
+    }
+    w.write_back(&dev, &layout).await.unwrap();
+    (layout, mem, dev)
+}
+
 /// The read-ahead loads the run of tag blocks not cached in one read, each as a load
 /// of its own would have it; it keeps a cached block's tags (one changed in memory and
 /// not yet written back is not read over), stops at one, and respects the cache's bound.
 #[test]
 fn read_ahead_loads_the_blocks_ahead_in_one_read_and_keeps_what_is_cached() {
     rt().block_on(async {
-        let layout = TagLayout {
-            offset: 0,
-            bytes: 256 * TAG_BLOCK as u64,
-            zeroed: false,
-        };
-        let mem = Arc::new(MemDev::new("t", layout.bytes));
-        let dev: Arc<dyn BlockDev> = mem.clone();
         // Tags on the member for blocks 0..100 (written back by one cache)...
-        let w1 = MemberTags::with_capacity(1 << 20);
-        for i in 0..100u64 {
-            let w = w1
-                .set(&dev, &layout, i * SPAN, NewTags::Data(&block_of(i)))
-                .await
-                .unwrap();
-            w1.settle(w, true);
-        }
-        w1.write_back(&dev, &layout).await.unwrap();
+        let (layout, mem, dev) = tagged_member().await;
         // ...and, in another, block 40 changed in memory only.
         let t = MemberTags::with_capacity(1 << 20);
         let w = t
@@ -290,22 +297,7 @@ impl HeldReads {
 #[test]
 fn read_aheads_in_flight_are_not_read_twice() {
     rt().block_on(async {
-        let layout = TagLayout {
-            offset: 0,
-            bytes: 256 * TAG_BLOCK as u64,
-            zeroed: false,
-        };
-        let mem = Arc::new(MemDev::new("t", layout.bytes));
-        let dev: Arc<dyn BlockDev> = mem.clone();
-        let w = MemberTags::with_capacity(1 << 20);
-        for i in 0..100u64 {
-            let x = w
-                .set(&dev, &layout, i * SPAN, NewTags::Data(&block_of(i)))
-                .await
-                .unwrap();
-            w.settle(x, true);
-        }
-        w.write_back(&dev, &layout).await.unwrap();
+        let (layout, _, dev) = tagged_member().await;
         let held = Arc::new(HeldReads {
             inner: dev.clone(),
             held: Mutex::new(Vec::new()),
