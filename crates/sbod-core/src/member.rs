@@ -8,6 +8,35 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use uuid::Uuid;
 
+/// Milliseconds since the engine's clock started (the first call), plus one: the time a
+/// member's counters record (`MemberStats::fg_at`), one atomic store a request.
+pub fn clock_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+        + 1
+}
+
+impl MemberStats {
+    /// Count a client (foreground) request.
+    pub(crate) fn client_request(&self) {
+        self.fg_ops.fetch_add(1, Ordering::Relaxed);
+        self.fg_at.store(clock_ms(), Ordering::Relaxed);
+    }
+
+    /// How long ago it last had a client request (None: never, since the process started).
+    pub fn client_idle(&self) -> Option<std::time::Duration> {
+        match self.fg_at.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(std::time::Duration::from_millis(
+                clock_ms().saturating_sub(at),
+            )),
+        }
+    }
+}
+
 /// Per-member counters (the pool view's read/write/checksum columns).
 #[derive(Default, Debug)]
 pub struct MemberStats {
@@ -28,6 +57,9 @@ pub struct MemberStats {
     pub repaired: AtomicU64,
     /// Foreground requests submitted (background processes watch this to yield).
     pub fg_ops: AtomicU64,
+    /// When it last had one ([`clock_ms`]; 0: never since the process started): a
+    /// process that starts can tell clients idle for a while from clients that just came.
+    pub fg_at: AtomicU64,
     /// Writes its file system refused for want of space (ENOSPC, EDQUOT): not failures of
     /// the member, which stays in service.
     pub nospace: AtomicU64,

@@ -1084,6 +1084,16 @@ impl BlockDev for RunDev {
     }
 }
 
+/// The tall-block array on members that count their background reads.
+async fn run_array() -> (Vec<Arc<RunDev>>, Arc<Array>) {
+    tall_array(|i, m| RunDev {
+        inner: Arc::new(FaultDev::new(Arc::new(m), i as u64)),
+        reads: Default::default(),
+        at: Default::default(),
+    })
+    .await
+}
+
 /// The distributed rebuild reads each member's run of a block ahead as one request
 /// (row height 8 here: 8 chunks a run) once clients have been idle for a second. A run that fails (pending sectors) or does not
 /// match its checksums (bits flipped on the medium) is left out and its chunks are read
@@ -1092,12 +1102,7 @@ impl BlockDev for RunDev {
 #[test]
 fn runs_read_ahead_that_fail_or_mismatch_are_read_chunk_by_chunk() {
     rt(2).block_on(async {
-        let (devs, a) = tall_array(|i, m| RunDev {
-            inner: Arc::new(FaultDev::new(Arc::new(m), i as u64)),
-            reads: Default::default(),
-            at: Default::default(),
-        })
-        .await;
+        let (devs, a) = run_array().await;
         let d = a.geometry().declustered.expect("declustered");
         let data = fill(&a, 21).await;
         // Pending sectors on m1 and flipped bits on m2's medium, in rows where they share
@@ -1183,6 +1188,44 @@ fn runs_read_ahead_that_fail_or_mismatch_are_read_chunk_by_chunk() {
             "the rebuild read none of m2's flipped bits"
         );
         check_volume(&a, &data, "rebuilt past failed and mismatched runs").await;
+        a.close().await.unwrap();
+    });
+}
+
+/// A failure on an array whose clients have been idle for a second: the distributed
+/// rebuild reads runs ahead from its first block (each member's last client request's
+/// time says so), not chunk by chunk for a second first, as one that starts while
+/// clients are busy does. Every member's first read of the rebuild is a run.
+#[test]
+fn an_idle_array_reads_runs_from_the_first_block() {
+    rt(2).block_on(async {
+        let (devs, a) = run_array().await;
+        let d = a.geometry().declustered.expect("declustered");
+        let data = fill(&a, 23).await;
+        // Clients idle for more than a second before the failure.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        for dv in &devs {
+            dv.reads.lock().clear();
+            dv.at.lock().clear();
+        }
+        a.fail("m3", false).await.unwrap();
+        a.rebuild_now().await.unwrap();
+        assert_eq!(spared(&a).0, vec![3]);
+        let run = d.height as u64 * a.geometry().chunk as u64;
+        let mut readers = 0;
+        for (i, dv) in devs.iter().enumerate() {
+            let at = dv.at.lock();
+            if let Some(&(len, off)) = at.first() {
+                readers += 1;
+                assert_eq!(
+                    len, run,
+                    "m{i}'s first read of the rebuild (at {off}) was {len} bytes, not a run: \
+                     the rebuild started chunk by chunk on an idle array"
+                );
+            }
+        }
+        assert!(readers > 0, "the rebuild read nothing");
+        check_volume(&a, &data, "rebuilt on an idle array").await;
         a.close().await.unwrap();
     });
 }

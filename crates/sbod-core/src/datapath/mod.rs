@@ -509,7 +509,7 @@ impl DataPath {
             .read_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         if class == IoClass::Foreground {
-            m.stats.fg_ops.fetch_add(1, Ordering::Relaxed);
+            m.stats.client_request();
         }
         dev::read_at(&m.dev, self.member_off(off), buf, class).await
     }
@@ -546,7 +546,7 @@ impl DataPath {
         let len = buf.len() as u64;
         m.stats.write_bytes.fetch_add(len, Ordering::Relaxed);
         if class == IoClass::Foreground {
-            m.stats.fg_ops.fetch_add(1, Ordering::Relaxed);
+            m.stats.client_request();
         }
         if !self.lease.ok() {
             return Err(crate::owner::lapsed());
