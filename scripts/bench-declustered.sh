@@ -159,7 +159,7 @@ print(time.time(), p["done"] if p else s["members"][1]["size"])'
 }
 # The rebuild's member bytes a second between two `progress` readings, in MB/s.
 rate() { python3 -c "import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print('%.1f' % ((int(b[1])-int(a[1]))/(float(b[0])-float(a[0]))/1e6))" "$1" "$2"; }
-wait_optimal() { while [ "$(settled "$1")" != True ]; do sleep 0.05; done; }
+wait_optimal() { python3 scripts/wait-optimal.py "$SBOD" "$1" --settled; }
 fio_job() { # array rw bs -> "iops mbps"
   local uri="nbd+unix:///?socket=$WORK/$1.sock"
   fio --name=j --ioengine=nbd --uri="$uri" --rw="$2" --bs="$3" --iodepth=16 --direct=1 \

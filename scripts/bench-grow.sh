@@ -76,9 +76,7 @@ serve() {
   echo "sbod serve did not come up" >&2; cat "$WORK/serve.log" >&2; exit 1
 }
 state() { "$SBOD" status g --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
-wait_optimal() {
-  while [ "$(state)" != optimal ]; do sleep 0.2; done
-}
+wait_optimal() { python3 scripts/wait-optimal.py "$SBOD" g; }
 fio_job() { # rw bs -> "iops mbps"
   fio --name=j --ioengine=nbd --uri="$URI" --rw="$1" --bs="$2" --iodepth=16 --direct=1 \
     --time_based --runtime="$RUNTIME" --size="$VOL" --output-format=json 2>/dev/null |

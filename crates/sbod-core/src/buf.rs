@@ -110,23 +110,57 @@ impl Drop for AlignedBuf {
 /// A recycling pool of buffers by power-of-two size class (4 KiB to 32 MiB), sharded to
 /// keep threads apart. Every pooled buffer is initialised memory (zeroed when first
 /// allocated, then written by its users), so handing it out again is sound.
+///
+/// Each class keeps up to 16 MiB a shard. Large buffers (1 MiB and up: a distributed
+/// rebuild's runs of 4 MiB, up to its 1 GiB budget of them under way) may also take a
+/// shared share of up to [`pool::BIG_BYTES`]: with 16 MiB a shard, most of a rebuild's
+/// run buffers came from fresh memory, and zeroing its pages as they faulted in was
+/// 45% of the server's CPU at 48 modelled members of 4 GiB (docs/PERFORMANCE.md).
+/// That share is given back to the allocator once no large buffer was taken for
+/// [`pool::IDLE`]: memory a burst of work needed is not held for good.
 mod pool {
     use super::ALIGN;
     use parking_lot::Mutex;
     use std::ptr::NonNull;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::time::Duration;
 
     const CLASSES: usize = 14; // 4K << 0 ..= 4K << 13 = 32 MiB
     const SHARDS: usize = 8;
     /// Bytes each class may hold per shard.
     const CLASS_BYTES: usize = 16 << 20;
+    /// The least capacity that may use the shared share.
+    const BIG: usize = 1 << 20;
+    /// The shared share of large buffers, over every class and shard.
+    pub const BIG_BYTES: usize = 512 << 20;
+    /// How long the shared share is kept with no large buffer taken.
+    pub const IDLE: Duration = Duration::from_secs(5);
 
     struct Ptr(NonNull<u8>);
     // SAFETY: the pool owns the allocations it holds.
     unsafe impl Send for Ptr {}
 
+    /// One class of one shard: buffers within its own share, and buffers of the shared
+    /// share (large classes only).
+    struct Class {
+        own: Vec<Ptr>,
+        shared: Vec<Ptr>,
+    }
+
     #[allow(clippy::type_complexity)]
-    static POOL: [[Mutex<Vec<Ptr>>; CLASSES]; SHARDS] =
-        [const { [const { Mutex::new(Vec::new()) }; CLASSES] }; SHARDS];
+    static POOL: [[Mutex<Class>; CLASSES]; SHARDS] = [const {
+        [const {
+            Mutex::new(Class {
+                own: Vec::new(),
+                shared: Vec::new(),
+            })
+        }; CLASSES]
+    }; SHARDS];
+    /// Bytes held in the shared share.
+    static SHARED: AtomicUsize = AtomicUsize::new(0);
+    /// When a large buffer was last taken (ms, `member::clock_ms`).
+    static BIG_TAKEN: AtomicU64 = AtomicU64::new(0);
+    static TRIMMER: std::sync::Once = std::sync::Once::new();
 
     fn class(cap: usize) -> Option<usize> {
         if !cap.is_power_of_two() || cap < ALIGN {
@@ -147,9 +181,17 @@ mod pool {
     /// A pooled buffer of exactly `cap` bytes (power-of-two capacities only).
     pub fn take(cap: usize) -> Option<(NonNull<u8>, usize)> {
         let c = class(cap)?;
+        if cap >= BIG {
+            BIG_TAKEN.store(crate::member::clock_ms(), Ordering::Relaxed);
+        }
         let s = shard();
         for i in 0..SHARDS {
-            if let Some(p) = POOL[(s + i) % SHARDS][c].lock().pop() {
+            let mut v = POOL[(s + i) % SHARDS][c].lock();
+            if let Some(p) = v.shared.pop() {
+                SHARED.fetch_sub(cap, Ordering::Relaxed);
+                return Some((p.0, cap));
+            }
+            if let Some(p) = v.own.pop() {
                 return Some((p.0, cap));
             }
         }
@@ -160,11 +202,62 @@ mod pool {
     pub fn give(ptr: NonNull<u8>, cap: usize) -> bool {
         let Some(c) = class(cap) else { return false };
         let mut v = POOL[shard()][c].lock();
-        if (v.len() + 1) * cap > CLASS_BYTES.max(cap) {
+        if (v.own.len() + 1) * cap <= CLASS_BYTES.max(cap) {
+            v.own.push(Ptr(ptr));
+            return true;
+        }
+        if cap < BIG
+            || SHARED
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                    (h + cap <= BIG_BYTES).then_some(h + cap)
+                })
+                .is_err()
+        {
             return false;
         }
-        v.push(Ptr(ptr));
+        v.shared.push(Ptr(ptr));
+        drop(v);
+        TRIMMER.call_once(|| {
+            let _ = std::thread::Builder::new()
+                .name("sbod-buf-trim".into())
+                .spawn(|| loop {
+                    std::thread::sleep(IDLE);
+                    trim_idle();
+                });
+        });
         true
+    }
+
+    /// Give the shared share back to the allocator if no large buffer was taken for
+    /// [`IDLE`]. Returns the bytes freed.
+    pub fn trim_idle() -> usize {
+        let idle = crate::member::clock_ms().saturating_sub(BIG_TAKEN.load(Ordering::Relaxed));
+        if idle < IDLE.as_millis() as u64 || SHARED.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let mut freed = 0;
+        for shard in &POOL {
+            for (c, class) in shard.iter().enumerate() {
+                let gone = std::mem::take(&mut class.lock().shared);
+                let cap = ALIGN << c;
+                for p in gone {
+                    SHARED.fetch_sub(cap, Ordering::Relaxed);
+                    freed += cap;
+                    let layout =
+                        std::alloc::Layout::from_size_align(cap, ALIGN).expect("buffer layout");
+                    // SAFETY: allocated in `for_overwrite` with this layout, and the pool
+                    // owned it (no buffer refers to it).
+                    unsafe { std::alloc::dealloc(p.0.as_ptr(), layout) }
+                }
+            }
+        }
+        freed
+    }
+
+    /// Bytes held in the shared share now.
+    #[cfg(test)]
+    pub fn shared_bytes() -> usize {
+        SHARED.load(Ordering::Relaxed)
     }
 }
 
@@ -277,5 +370,39 @@ impl SharedBuf {
 impl std::fmt::Debug for SharedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SharedBuf({:?})", self.range)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A burst of large buffers freed together comes back from the pool, not from fresh
+    /// memory (whose pages fault in as they are zeroed): beyond a class's 16 MiB a shard,
+    /// the shared share takes them. Given back to the allocator only once no large
+    /// buffer was taken for a while.
+    #[test]
+    fn a_burst_of_large_buffers_is_reused() {
+        const N: usize = 40;
+        const LEN: usize = 4 << 20;
+        let burst: Vec<AlignedBuf> = (0..N).map(|_| AlignedBuf::for_overwrite(LEN)).collect();
+        drop(burst);
+        assert!(
+            pool::shared_bytes() >= (N - 8) * LEN,
+            "only {} bytes of {N} freed 4 MiB buffers kept beyond the shard's own",
+            pool::shared_bytes()
+        );
+        let again: Vec<AlignedBuf> = (0..N).map(|_| AlignedBuf::for_overwrite(LEN)).collect();
+        let recycled = again.iter().filter(|b| b.recycled).count();
+        assert!(
+            recycled >= N - 4,
+            "{recycled} of {N} buffers came from the pool"
+        );
+        drop(again);
+        assert_eq!(
+            pool::trim_idle(),
+            0,
+            "trimmed while large buffers are in use"
+        );
     }
 }
