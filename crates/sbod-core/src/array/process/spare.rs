@@ -37,8 +37,10 @@
 //! were not yet all durable, and rows at and above it are read in `L`, whose places the
 //! transition never overwrote: a distributed rebuild writes only spare space no chunk of
 //! `L` holds, and a copy-back only the replacement (only the last slot spared is copied
-//! back: `Decl::resolved_row` then moves nothing else). The transition is recorded before
-//! its first window moves, and resumed from the recorded boundary at the next start.
+//! back: `Decl::resolved_row` then moves nothing else). A copy-back is recorded before its
+//! first window moves; a distributed rebuild with its first boundary (a crash before it
+//! reads `L`, and the next start begins the transition again). Either is resumed from the
+//! recorded boundary at the next start.
 
 use super::{ProcessKind, Throttle};
 use crate::array::{Array, State};
