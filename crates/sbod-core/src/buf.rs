@@ -101,10 +101,20 @@ impl Drop for AlignedBuf {
         if pool::give(self.ptr, self.cap) {
             return;
         }
-        let layout = Layout::from_size_align(self.cap, ALIGN).expect("buffer layout");
-        // SAFETY: allocated in `for_overwrite` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), layout) }
+        // SAFETY: allocated in `for_overwrite` with this capacity, and dropped now.
+        unsafe { free(self.ptr, self.cap) }
     }
+}
+
+/// Give a buffer's memory back to the allocator.
+///
+/// # Safety
+/// `ptr` was allocated by [`AlignedBuf::for_overwrite`] with capacity `cap`, and nothing
+/// refers to it any more.
+unsafe fn free(ptr: NonNull<u8>, cap: usize) {
+    let layout = Layout::from_size_align(cap, ALIGN).expect("buffer layout");
+    // SAFETY: as the caller promises.
+    unsafe { dealloc(ptr.as_ptr(), layout) }
 }
 
 /// A recycling pool of buffers by power-of-two size class (4 KiB to 32 MiB), sharded to
@@ -243,11 +253,9 @@ mod pool {
                 for p in gone {
                     SHARED.fetch_sub(cap, Ordering::Relaxed);
                     freed += cap;
-                    let layout =
-                        std::alloc::Layout::from_size_align(cap, ALIGN).expect("buffer layout");
-                    // SAFETY: allocated in `for_overwrite` with this layout, and the pool
-                    // owned it (no buffer refers to it).
-                    unsafe { std::alloc::dealloc(p.0.as_ptr(), layout) }
+                    // SAFETY: allocated in `for_overwrite` with this capacity, and the
+                    // pool owned it (no buffer refers to it).
+                    unsafe { super::free(p.0, cap) }
                 }
             }
         }
