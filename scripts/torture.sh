@@ -55,15 +55,15 @@ suite() { # ITERS, then cargo test arguments
     exit 1
   }
 }
-suite $((10 * scale)) -p sbod-core --test torture_powercut
-suite $((2 * scale)) -p sbod-core --test torture_faults
-suite $((6 * scale)) -p sbod-core --test sync_modes
-suite $((12 * scale)) -p sbod-core --test log
-suite $((2 * scale)) -p sbod-core --test log_array
-suite 1 -p sbod-core --test torture_fuzz
+suite $((10 * scale)) -p sbod-core --test engine torture_powercut::
+suite $((2 * scale)) -p sbod-core --test engine torture_faults::
+suite $((6 * scale)) -p sbod-core --test engine sync_modes::
+suite $((12 * scale)) -p sbod-core --test engine log::
+suite $((2 * scale)) -p sbod-core --test engine log_array::
+suite 1 -p sbod-core --test engine torture_fuzz::
 export SBOD_LIFECYCLE_CASES=$((400 * scale))
-suite 1 -p sbod-core --test lifecycle
-suite 1 -p sbod-nbd --test fuzz
+suite 1 -p sbod-core --test engine lifecycle::
+suite 1 -p sbod-nbd --test nbd fuzz::
 
 IFS=, read -ra lv <<<"$levels"
 for l in "${lv[@]}"; do

@@ -10,7 +10,7 @@
 //! 12 members of 2 MiB of data each (16 KiB chunks: 128 rows, moved 8 rows a window).
 //! `SBOD_TORTURE_ITERS` sets the power-cut trials (default 6), `SBOD_TORTURE_SEED` the seed.
 
-mod torture_util;
+use crate::torture_util;
 
 use sbod_core::dev::mem::MemDev;
 use sbod_core::dev::{BlockDev, Done, IoClass, IoKind, IoReq};

@@ -1,7 +1,7 @@
 //! The engine on real files with O_DIRECT: the whole life cycle, stale members, foreign
 //! members, and an unclean shutdown resynced from the write-intent bitmap.
 
-mod torture_util;
+use crate::torture_util;
 use torture_util::pattern;
 
 use sbod_core::dev::{self, file, BlockDev};

@@ -4,7 +4,7 @@
 //! block is rewritten in place and the member is charged (and failed past
 //! `max_checksum_errors`); where there is none the client gets EIO. Never the wrong bytes.
 
-mod torture_util;
+use crate::torture_util;
 
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::integrity::Kind;

@@ -16,7 +16,7 @@
 //! `SBOD_LIFECYCLE_CASES` sets the number of random lives (default 200);
 //! `SBOD_TORTURE_REPORT` collects the figures (see docs/RELIABILITY.md).
 
-mod torture_util;
+use crate::torture_util;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};

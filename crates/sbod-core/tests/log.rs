@@ -7,7 +7,7 @@
 //!
 //! `SBOD_TORTURE_ITERS` scales the cuts, `SBOD_TORTURE_SEED` replays a run.
 
-mod torture_util;
+use crate::torture_util;
 
 use sbod_core::buf::AlignedBuf;
 use sbod_core::dev::{self, BlockDev, BoxFut, IoClass, MemDev};

@@ -5,7 +5,7 @@
 //! write goes to the log first, then to the members without FUA, and the power cut keeps
 //! a random part of those member writes (and tears one).
 
-mod torture_util;
+use crate::torture_util;
 
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::error::Step;

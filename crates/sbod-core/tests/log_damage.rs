@@ -19,7 +19,7 @@
 //!
 //! `SBOD_TORTURE_ITERS` scales the random part, `SBOD_TORTURE_SEED` replays a run.
 
-mod torture_util;
+use crate::torture_util;
 
 use sbod_core::buf::AlignedBuf;
 use sbod_core::dev::{BlockDev, BoxFut, MemDev};

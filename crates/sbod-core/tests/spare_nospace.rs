@@ -9,7 +9,7 @@
 //! full, and it resumes once space is back: reads meanwhile rebuild the chunk from its
 //! stripe, as before the transition.
 
-mod torture_util;
+use crate::torture_util;
 
 use sbod_core::dev::{BlockDev, IoClass, MemDev};
 use sbod_core::{AlignedBuf, Array, CreateSpec, Error, Level, MemberSpec};

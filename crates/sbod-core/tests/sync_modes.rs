@@ -15,7 +15,7 @@
 //!
 //! `SBOD_TORTURE_ITERS` sets the cuts per case, `SBOD_TORTURE_SEED` replays a run.
 
-mod torture_util;
+use crate::torture_util;
 
 use sbod_core::{AlignedBuf, Array, AssembleOptions};
 use sbod_testkit::fault::{PowerCutDev, PowerSupply, Rng};

@@ -7,7 +7,7 @@
 //! `SBOD_TORTURE_ITERS` scales the rounds (default 2), `SBOD_TORTURE_SEED` replays,
 //! `SBOD_TORTURE_REPORT` collects the figures.
 
-mod torture_util;
+use crate::torture_util;
 
 use sbod_core::dev::{BlockDev, MemDev};
 use sbod_core::{AlignedBuf, Array, Error, MemberSpec};

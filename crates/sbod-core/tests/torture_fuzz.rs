@@ -6,7 +6,7 @@
 //! Bounded for CI; `SBOD_FUZZ_CASES` multiplies the cases. The figures (inputs tried, and
 //! how they were answered) go to `SBOD_TORTURE_REPORT`.
 
-mod torture_util;
+use crate::torture_util;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};

@@ -17,7 +17,7 @@
 //! `SBOD_TORTURE_ITERS` sets the crashes per layout (default 10), `SBOD_TORTURE_SEED`
 //! replays a run, `SBOD_TORTURE_REPORT` collects the figures.
 
-mod torture_util;
+use crate::torture_util;
 
 use sbod_core::error::Step;
 use sbod_core::{AlignedBuf, Array, AssembleOptions};

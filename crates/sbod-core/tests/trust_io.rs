@@ -3,7 +3,7 @@
 //! files), short reads, ENOSPC from thin members sharing their space, and the stripes a
 //! write leaves inconsistent when it reaches some members only.
 
-mod torture_util;
+use crate::torture_util;
 use torture_util::pattern;
 
 use sbod_core::dev::{self, file, BlockDev, MemDev};

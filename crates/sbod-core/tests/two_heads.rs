@@ -6,7 +6,7 @@
 //! ids are two hosts (the files are opened without flock, as a second host would reach
 //! them over the network).
 
-mod torture_util;
+use crate::torture_util;
 use torture_util::{blocks_of, decode, BLOCK};
 
 use sbod_core::dev::{self, file, BlockDev};

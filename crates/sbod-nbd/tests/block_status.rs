@@ -3,7 +3,7 @@
 //! malformed meta-context options and block-status requests, after which the server
 //! keeps serving.
 
-mod common;
+use crate::common;
 use common::*;
 use sbod_nbd::proto::*;
 use std::io::{Read, Write};

@@ -1,7 +1,7 @@
 //! The server with the real clients from Debian's packages: nbdinfo, nbdsh (libnbd's
 //! Python bindings), nbdcopy, fio's nbd engine and qemu-img.
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 

@@ -8,7 +8,7 @@
 //! Bounded for CI; `SBOD_FUZZ_CASES` multiplies the cases. With `SBOD_TORTURE_REPORT` set,
 //! one JSON line of figures is appended to that file (docs/RELIABILITY.md).
 
-mod common;
+use crate::common;
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};

@@ -3,7 +3,7 @@
 //! spec prescribes, or its own connection closed; a well-behaved client doing verified I/O
 //! keeps working throughout, and nothing of the export is harmed.
 
-mod common;
+use crate::common;
 use common::*;
 use sbod_nbd::proto::*;
 use std::io::{Read, Write};

@@ -5,7 +5,7 @@
 //! closed only when asked. Memory staying bounded is measured on the `sbod export` process
 //! (crates/sbod/tests/nbd_limits.rs).
 
-mod common;
+use crate::common;
 use common::*;
 use sbod_nbd::proto::*;
 use sbod_nbd::{Limits, MemBackend};
