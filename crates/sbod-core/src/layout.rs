@@ -60,6 +60,11 @@ pub struct Declustered {
     /// arrays created before it was recorded; new arrays take [`Declustered::height_for`].
     #[serde(default = "one")]
     pub height: u32,
+    /// Which map places the blocks of rows: 0, a table of random permutations (arrays
+    /// created before the balanced map); 1, the balanced map (`Decl::balanced`), which
+    /// spreads each failure's rebuild evenly over the survivors on any member size.
+    #[serde(default)]
+    pub map: u8,
 }
 
 fn one() -> u32 {

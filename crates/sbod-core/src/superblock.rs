@@ -700,20 +700,24 @@ impl Superblock {
             let mut x = W(Vec::with_capacity(17));
             // Version 1: the layout; version 2 adds the spared slots and a transition;
             // version 3 (the layouts with a row height above 1) the height before them.
+            // Version 4 (the balanced map) the map after the height: an older sbod refuses it
+            // rather than place the data by the other map.
             // An array of height 1 writes what it always did, so older sbods assemble it.
-            let version = match (d.height, self.spared.is_empty()) {
-                (1, true) => 1,
-                (1, false) => 2,
-                _ => 3,
+            let version = match (d.map, d.height, self.spared.is_empty()) {
+                (0, 1, true) => 1,
+                (0, 1, false) => 2,
+                (0, _, _) => 3,
+                _ => 4,
             };
             x.u8(version);
             x.u32(d.spares);
             x.u64(d.seed);
-            x.u32(
-                crate::placement::Decl::new(self.geometry.members(), d.seed, d.height).checksum(),
-            );
-            if version == 3 {
+            x.u32(crate::placement::Decl::for_layout(&self.geometry).checksum());
+            if version >= 3 {
                 x.u32(d.height);
+            }
+            if version == 4 {
+                x.u8(d.map);
             }
             if version >= 2 {
                 let list = |x: &mut W, l: &[u16]| {
@@ -913,7 +917,7 @@ impl Superblock {
         if let Some((d, crc)) = known.decluster {
             geometry.declustered = Some(d);
             geometry.validate().map_err(SbError::Malformed)?;
-            let have = crate::placement::Decl::new(geometry.members(), d.seed, d.height).checksum();
+            let have = crate::placement::Decl::for_layout(&geometry).checksum();
             if have != crc {
                 return Err(SbError::Malformed(format!(
                     "the declustered layout's permutation table has checksum {crc:08x} on the members but {have:08x} in this sbod: it would place the data elsewhere; assemble with the sbod that created the array"
@@ -1140,7 +1144,7 @@ impl Known {
             TAG_DECLUSTER => {
                 let mut r = R { b: data, pos: 0 };
                 let version = r.u8()?;
-                if !(1..=3).contains(&version) {
+                if !(1..=4).contains(&version) {
                     return Err(SbError::Malformed(
                         "unknown declustered record version".into(),
                     ));
@@ -1148,7 +1152,11 @@ impl Known {
                 let spares = r.u32()?;
                 let seed = r.u64()?;
                 let crc = r.u32()?;
-                let height = if version == 3 { r.u32()? } else { 1 };
+                let height = if version >= 3 { r.u32()? } else { 1 };
+                let map = if version == 4 { r.u8()? } else { 0 };
+                if map > 1 || (version == 4 && map == 0) {
+                    return Err(SbError::Malformed(format!("unknown declustered map {map}")));
+                }
                 if version >= 2 {
                     let list = |r: &mut R| -> Result<Vec<u16>, SbError> {
                         let n = r.u8()? as usize;
@@ -1197,6 +1205,7 @@ impl Known {
                             spares,
                             seed,
                             height,
+                            map,
                         },
                         crc,
                     ))
@@ -1418,6 +1427,7 @@ mod tests {
             spares: 1,
             seed: crate::layout::DECLUSTER_SEED,
             height: 1,
+            map: 0,
         });
         let mut extra = sb.slots[0].clone();
         extra.member.as_mut().unwrap().uuid = Uuid::new_v4();
@@ -1456,6 +1466,7 @@ mod tests {
             spares: 2,
             seed: crate::layout::DECLUSTER_SEED,
             height: 1,
+            map: 0,
         });
         for i in 0..2 {
             let mut extra = sb.slots[0].clone();
@@ -1504,6 +1515,42 @@ mod tests {
             assert_eq!(find(&b)[0], 3);
             assert_eq!(Superblock::decode(&b).unwrap(), sb);
         }
+    }
+
+    /// The balanced map is recorded (version 4: the map after the height) and
+    /// round-trips; a map byte this sbod does not know, or 0 in version 4, is refused.
+    #[test]
+    fn the_balanced_map_is_recorded() {
+        let mut sb = declustered_sample();
+        sb.geometry.declustered.as_mut().unwrap().map = 1;
+        let b = sb.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        let head: Vec<u8> = [
+            &TAG_DECLUSTER.to_le_bytes()[..],
+            &EXT_INCOMPAT.to_le_bytes(),
+        ]
+        .concat();
+        let at = b
+            .windows(4)
+            .position(|w| w == &head[..])
+            .expect("the record")
+            + 8;
+        // Version, spares, seed, crc, height, map; then the empty spared list and flag.
+        assert_eq!((b[at], b[at + 21]), (4, 1));
+        for map in [0u8, 2] {
+            let mut bad = b.clone();
+            bad[at + 21] = map;
+            bad[16..20].fill(0);
+            let crc = crc32c::crc32c(&bad);
+            bad[16..20].copy_from_slice(&crc.to_le_bytes());
+            let e = Superblock::decode(&bad).unwrap_err().to_string();
+            assert!(e.contains("declustered map"), "{map}: {e}");
+        }
+        // The other map's table is another table: its crc differs.
+        let d0 =
+            crate::placement::Decl::new(sb.geometry.members(), crate::layout::DECLUSTER_SEED, 1);
+        let d1 = crate::placement::Decl::for_layout(&sb.geometry);
+        assert_ne!(d0.checksum(), d1.checksum());
     }
 
     /// The spared slots and a transition round-trip (record version 2); an array with

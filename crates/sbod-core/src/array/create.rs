@@ -195,6 +195,7 @@ impl CreateSpec {
                 spares: self.spares as u32,
                 seed: crate::layout::DECLUSTER_SEED,
                 height: 1,
+                map: 1,
             }),
         }
         .validate()
@@ -342,6 +343,7 @@ impl Array {
                 height: crate::tuning::decl_height().unwrap_or_else(|| {
                     crate::layout::Declustered::height_for(member_size, spec.chunk as u64)
                 }),
+                map: 1,
             }),
         };
         geometry.validate().map_err(|e| {

@@ -119,6 +119,9 @@ const RUNS_A_MEMBER: u64 = 4;
 /// in 48.2 s with one, 53.7 s with two, 57.3-63.7 s with no limit (docs/PERFORMANCE.md).
 const PARTS_PER_BLOCK: usize = 1;
 
+/// The waiting blocks [`next_part`] weighs at most when it balances the members' queues.
+const BALANCE_LOOK: usize = 256;
+
 /// Windows open at most while runs are read ahead and clients are idle: with two, the
 /// blocks of the second were all started while the front window's last block waited for
 /// its slowest member, and the other members went idle (48 members of 1 GiB at slow=8:
@@ -203,6 +206,8 @@ struct Blk<'a> {
     /// Locked as a whole as it started (its runs read ahead); else each row is locked
     /// while its chunks move.
     locked: bool,
+    /// The members its chunks touch (read or written), each once.
+    members: Vec<usize>,
 }
 
 /// The blocks of a window's chunks (`moves`, in row order): the chunks of each `height`
@@ -223,11 +228,17 @@ fn window_blocks<'a>(moves: Vec<Move>, unit: u64, height: u64, win: u64) -> Vec<
                 guards: Vec::new(),
                 rows: Vec::new(),
                 locked: false,
+                members: Vec::new(),
             });
         }
         let b = out.last_mut().expect("pushed");
+        b.members.extend_from_slice(&mv.members);
         b.moves.push_back(mv);
         b.left += 1;
+    }
+    for b in &mut out {
+        b.members.sort_unstable();
+        b.members.dedup();
     }
     out
 }
@@ -238,17 +249,46 @@ fn window_blocks<'a>(moves: Vec<Move>, unit: u64, height: u64, win: u64) -> Vec<
 /// blocks' in a row, so only those blocks' members (10 of 48 each) worked while the rest
 /// went idle. With at most `parts` of one block under way, the budget spreads over as many
 /// blocks, and each member still reads its part of a block in order.
+///
+/// With `balance` (the members in service, while runs are read ahead): of the first
+/// [`BALANCE_LOOK`] such blocks, the one whose busiest member has the fewest blocks under
+/// way, the first in row order among equals. A block's chunks are rebuilt once every one of
+/// its runs has arrived, so it waits for its slowest member's queue; started in row order,
+/// the blocks piled onto some members' queues while others ran dry (48 members at slow=8:
+/// each member's media busy 61-66% of the rebuild).
 fn next_part(
     waiting: &VecDeque<Blk<'_>>,
     active: &[(u64, Blk<'_>)],
     parts: usize,
+    balance: Option<&[bool]>,
 ) -> Option<usize> {
-    if parts == usize::MAX {
-        return (!waiting.is_empty()).then_some(0);
+    let fits = |b: &Blk<'_>| {
+        parts == usize::MAX || active.iter().filter(|(_, a)| a.perm == b.perm).count() < parts
+    };
+    let Some(serving) = balance else {
+        return waiting.iter().position(fits);
+    };
+    let mut load = vec![0u32; serving.len()];
+    for (_, a) in active {
+        for &m in &a.members {
+            load[m] += 1;
+        }
     }
+    let busiest = |b: &Blk<'_>| {
+        b.members
+            .iter()
+            .filter(|&&m| serving[m])
+            .map(|&m| load[m])
+            .max()
+            .unwrap_or(0)
+    };
     waiting
         .iter()
-        .position(|b| active.iter().filter(|(_, a)| a.perm == b.perm).count() < parts)
+        .take(BALANCE_LOOK)
+        .enumerate()
+        .filter(|(_, b)| fits(b))
+        .min_by_key(|&(i, b)| (busiest(b), i))
+        .map(|(i, _)| i)
 }
 
 /// One chunk to move: its stripe, old and new place, and every member it may touch (the
@@ -734,6 +774,15 @@ impl Array {
         let windows = crate::tuning::decl_windows();
         let mut throttle = Throttle::new();
         let mut room = Room::new(self, self.dp().state.load().slots.len());
+        // The members in service, whose queues a distributed rebuild with runs read ahead
+        // balances (`next_part`).
+        let serving: Option<Vec<bool>> = (!copyback).then(|| {
+            let st = self.dp().state.load();
+            st.slots
+                .iter()
+                .map(|s| s.state == SlotState::Active)
+                .collect()
+        });
         let mut last_record = Instant::now();
         let started = Instant::now();
         let mut recording: Option<futures::future::BoxFuture<'_, Result<()>>> = None;
@@ -844,6 +893,7 @@ impl Array {
             } else {
                 usize::MAX
             };
+            let balance = serving.as_deref().filter(|_| runs_now);
             let (cap, depth) = match (sched, busy) {
                 (false, _) => (usize::MAX, usize::MAX),
                 (true, true) => (BUSY_BLOCKS, usize::MAX),
@@ -926,7 +976,7 @@ impl Array {
                     && (!runs_now
                         || mem_ready.is_some()
                         || runs_mem.available_permits() >= part_units as usize))
-                    .then(|| next_part(&waiting, &active, parts))
+                    .then(|| next_part(&waiting, &active, parts, balance))
                     .flatten()
                 {
                     // The next block in row order (of a tall block's parts, at most
