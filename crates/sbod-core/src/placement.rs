@@ -121,10 +121,12 @@ impl Decl {
     }
 
     /// The table of a declustered geometry: its map's ([`crate::layout::Declustered`]).
+    /// (A geometry that does not validate, as a damaged superblock's, gets the random
+    /// table: decoding refuses it anyway, and encoding one must not panic.)
     pub fn for_layout(g: &crate::layout::Geometry) -> Decl {
         let d = g.declustered.expect("a declustered geometry");
         match d.map {
-            0 => Decl::new(g.members(), d.seed, d.height),
+            _ if d.map == 0 || g.validate().is_err() => Decl::new(g.members(), d.seed, d.height),
             _ => Decl::balanced(
                 g.members(),
                 d.seed,
@@ -333,6 +335,8 @@ fn balanced_permutation(n: usize, seed: u64, groups: usize, width: usize, k: usi
     // No count can be below the mean's ceiling: reached, the search stops.
     let floor = pairs.len().div_ceil(n - 1) as i64;
     let mut best = ((max(&cnt), sq), p.clone());
+    // The largest count is looked at only where the sum of squares is as good as the
+    // best's (a swap costs its own pairs, not a pass over all `n` counts).
     let mut touched: Vec<usize> = Vec::new();
     // Annealing on the sum of squares (plain descent stalled one above the best): a swap
     // that makes it larger by `delta` is kept with probability 2^(-16 delta / t16), the
@@ -373,7 +377,7 @@ fn balanced_permutation(n: usize, seed: u64, groups: usize, width: usize, k: usi
             let shift = (delta.max(0) * 16 / t16).min(40) as u32;
             let draw = splitmix64(&mut state) >> 32;
             if delta <= 0 || draw < (1u64 << 32) >> shift {
-                if sq <= best.0 .1 || max(&cnt) < best.0 .0 {
+                if sq <= best.0 .1 {
                     let now = (max(&cnt), sq);
                     if now < best.0 {
                         best = (now, p.clone());

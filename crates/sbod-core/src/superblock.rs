@@ -1459,6 +1459,19 @@ mod tests {
         assert!(e.contains("permutation table"), "{e}");
     }
 
+    /// Where the data of an encoded superblock's declustered record starts.
+    fn decluster_record_at(b: &[u8]) -> usize {
+        let head: Vec<u8> = [
+            &TAG_DECLUSTER.to_le_bytes()[..],
+            &EXT_INCOMPAT.to_le_bytes(),
+        ]
+        .concat();
+        b.windows(4)
+            .position(|w| w == &head[..])
+            .expect("the record")
+            + 8
+    }
+
     /// A declustered superblock (two spares' worth, height 1) with two more members.
     fn declustered_sample() -> Superblock {
         let mut sb = sample();
@@ -1484,18 +1497,9 @@ mod tests {
         let mut sb = declustered_sample();
         let v1 = sb.encode();
         let find = |b: &[u8]| {
-            let head: Vec<u8> = [
-                &TAG_DECLUSTER.to_le_bytes()[..],
-                &EXT_INCOMPAT.to_le_bytes(),
-            ]
-            .concat();
-            let at = b
-                .windows(4)
-                .position(|w| w == &head[..])
-                .expect("the record")
-                + 4;
-            let len = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
-            b[at + 4..at + 4 + len].to_vec()
+            let at = decluster_record_at(b);
+            let len = u32::from_le_bytes(b[at - 4..at].try_into().unwrap()) as usize;
+            b[at..at + len].to_vec()
         };
         assert_eq!(find(&v1)[0], 1);
         assert_eq!(find(&v1).len(), 17);
@@ -1525,16 +1529,7 @@ mod tests {
         sb.geometry.declustered.as_mut().unwrap().map = 1;
         let b = sb.encode();
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
-        let head: Vec<u8> = [
-            &TAG_DECLUSTER.to_le_bytes()[..],
-            &EXT_INCOMPAT.to_le_bytes(),
-        ]
-        .concat();
-        let at = b
-            .windows(4)
-            .position(|w| w == &head[..])
-            .expect("the record")
-            + 8;
+        let at = decluster_record_at(&b);
         // Version, spares, seed, crc, height, map; then the empty spared list and flag.
         assert_eq!((b[at], b[at + 21]), (4, 1));
         for map in [0u8, 2] {
