@@ -979,8 +979,9 @@ impl Array {
                     .then(|| next_part(&waiting, &active, parts, balance))
                     .flatten()
                 {
-                    // The next block in row order (of a tall block's parts, at most
-                    // `parts` under way: see `next_part`).
+                    // The next block (`next_part`: in row order, or balancing the members'
+                    // queues while runs are read ahead; of a tall block's parts, at most
+                    // `parts` under way).
                     let mut b = waiting.remove(i).expect("in range");
                     if !runs_now {
                         // Its rows locked one at a time as their chunks move (above).
@@ -1482,6 +1483,54 @@ mod tests {
         assert_eq!(
             window_blocks(rows.iter().map(|&r| mv(r)).collect(), 64, 64, 0).len(),
             1
+        );
+    }
+
+    /// A chunk of row `row` read from `from` and written to `to`.
+    fn mv_on(row: u64, from: usize, to: usize) -> Move {
+        Move {
+            members: vec![from, to],
+            ..mv(row)
+        }
+    }
+
+    /// Balancing, the next block is the first whose busiest member in service has the
+    /// fewest blocks under way; members out of service do not count; in row order
+    /// without it, and among equals.
+    #[test]
+    fn next_part_starts_the_block_on_the_least_busy_members() {
+        // Blocks of one row each: on members 1+2 (busy), 3+4, 5+6.
+        let mut blocks = window_blocks(
+            vec![
+                mv_on(0, 1, 2),
+                mv_on(1, 1, 2),
+                mv_on(2, 3, 4),
+                mv_on(3, 5, 6),
+            ],
+            1,
+            1,
+            0,
+        );
+        let active = vec![(0u64, blocks.remove(0))];
+        let waiting: VecDeque<Blk<'_>> = blocks.into();
+        let serving = vec![true; 8];
+        assert_eq!(next_part(&waiting, &active, usize::MAX, None), Some(0));
+        assert_eq!(
+            next_part(&waiting, &active, usize::MAX, Some(&serving)),
+            Some(1)
+        );
+        // Member 1 out of service (the failed one, in every block): 2 still counts.
+        let mut out1 = serving.clone();
+        out1[1] = false;
+        assert_eq!(
+            next_part(&waiting, &active, usize::MAX, Some(&out1)),
+            Some(1)
+        );
+        // Members 1 and 2 both out: every block equal, the first in row order.
+        out1[2] = false;
+        assert_eq!(
+            next_part(&waiting, &active, usize::MAX, Some(&out1)),
+            Some(0)
         );
     }
 }
