@@ -65,10 +65,9 @@ pub struct Decl {
     inv: Vec<u16>,
     /// Rows per permutation.
     height: u64,
-    /// Permutations in `table`: [`TABLE_ROWS`], or 1 for the balanced map.
-    rows: usize,
-    /// The balanced map (`Declustered::map` 1): block `b` is table row `(b / n) % rows`
-    /// shifted by `b % n`; else table row `b % rows` shifted by `(b / rows) % n`.
+    /// The balanced map (`Declustered::map` 1): `table` is one permutation, block `b`
+    /// shifted by `b % n`; else [`TABLE_ROWS`] of them, block `b` taking row
+    /// `b % TABLE_ROWS` shifted by `(b / TABLE_ROWS) % n`.
     sweep: bool,
 }
 
@@ -115,7 +114,6 @@ impl Decl {
             table,
             inv,
             height: height as u64,
-            rows: TABLE_ROWS,
             sweep: false,
         }
     }
@@ -125,17 +123,17 @@ impl Decl {
     /// table: decoding refuses it anyway, and encoding one must not panic.)
     pub fn for_layout(g: &crate::layout::Geometry) -> Decl {
         let d = g.declustered.expect("a declustered geometry");
-        match d.map {
-            _ if d.map == 0 || g.validate().is_err() => Decl::new(g.members(), d.seed, d.height),
-            _ => Decl::balanced(
-                g.members(),
-                d.seed,
-                d.height,
-                g.groups as usize,
-                g.width as usize,
-                g.k(),
-            ),
+        if d.map == 0 || g.validate().is_err() {
+            return Decl::new(g.members(), d.seed, d.height);
         }
+        Decl::balanced(
+            g.members(),
+            d.seed,
+            d.height,
+            g.groups as usize,
+            g.width as usize,
+            g.k(),
+        )
     }
 
     /// The balanced map (`Declustered::map` 1): one permutation `p`, block `b` taking it
@@ -146,8 +144,8 @@ impl Decl {
     /// columns of `p`, of each difference between a lost chunk's member and a member its
     /// rebuild touches (the first `k` of the stripe's other shards in shard order, as a
     /// rebuild reads them, and the first spare column, where it writes). `p` is searched
-    /// (swaps from a shuffle drawn from `seed`, kept unless they make the largest count,
-    /// then the sum of squares, larger) to make those counts as even as they can be, so
+    /// (annealing swaps from a shuffle drawn from `seed`: [`balanced_permutation`]) to
+    /// make those counts as even as they can be, so
     /// every failure's rebuild spreads over the survivors within a few percent of evenly
     /// on any member size. The random table (`map` 0) balances only over `TABLE_ROWS * n`
     /// blocks, more than most members hold: 48 members of 4200 MiB (16 MiB rows) gave the
@@ -186,7 +184,6 @@ impl Decl {
             table: p.to_vec(),
             inv,
             height: height as u64,
-            rows: 1,
             sweep: true,
         }
     }
@@ -204,9 +201,9 @@ impl Decl {
 
     /// The table row and shift of permutation `block`.
     fn block_row(&self, block: u64) -> (usize, usize) {
-        let (n, rows) = (self.n as u64, self.rows as u64);
+        let (n, rows) = (self.n as u64, TABLE_ROWS as u64);
         if self.sweep {
-            (((block / n) % rows) as usize, (block % n) as usize)
+            (0, (block % n) as usize)
         } else {
             ((block % rows) as usize, ((block / rows) % n) as usize)
         }
