@@ -67,8 +67,11 @@ impl Array {
         let mut devs = Vec::new();
         let mut seen = std::collections::HashSet::new();
         let mut array: Option<(Uuid, String)> = None;
-        for m in members {
-            let Ok(sb) = read_superblock(&m.dev).await else {
+        // Every member's superblock read at once: a remote member's read is a round trip,
+        // and sixty of them in a row were seconds of a start.
+        let sbs = futures::future::join_all(members.iter().map(|m| read_superblock(&m.dev))).await;
+        for (m, sb) in members.iter().zip(sbs) {
+            let Ok(sb) = sb else {
                 continue;
             };
             match &array {
@@ -99,8 +102,9 @@ impl Array {
         let (members, logs) = crate::log::slot::split(members).await;
         let mut found: Vec<(MemberSpec, Superblock)> = Vec::new();
         let mut report = AssemblyReport::default();
-        for m in members {
-            match read_superblock(&m.dev).await {
+        let sbs = futures::future::join_all(members.iter().map(|m| read_superblock(&m.dev))).await;
+        for (m, sb) in members.into_iter().zip(sbs) {
+            match sb {
                 Ok(sb) => found.push((m, sb)),
                 Err(e) => {
                     return Err(Error::Refused(

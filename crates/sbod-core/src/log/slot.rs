@@ -91,8 +91,10 @@ impl LogSlot {
 pub(crate) async fn split(specs: Vec<MemberSpec>) -> (Vec<MemberSpec>, Vec<LogDevice>) {
     let mut members = Vec::new();
     let mut logs = Vec::new();
-    for s in specs {
-        match read_super(&s.dev).await {
+    // All at once, as assembly reads the superblocks: a remote device's read is a round trip.
+    let supers = futures::future::join_all(specs.iter().map(|s| read_super(&s.dev))).await;
+    for (s, sb) in specs.into_iter().zip(supers) {
+        match sb {
             Ok(sb) => logs.push(LogDevice {
                 dev: s.dev,
                 uuid: sb.log_uuid,
