@@ -75,17 +75,27 @@ impl Declustered {
     /// The largest row height: 16 MiB of each member per permutation, as dRAID's rows.
     pub const MAX_HEIGHT_BYTES: u64 = 16 << 20;
     /// Permutations a member should see at least, so that each survivor's share of a
-    /// rebuild, and the spare space, stay near the mean on small members too.
+    /// rebuild, and the spare space, stay near the mean on small members too (the random
+    /// table's need: it balances only over many permutations).
     pub const MIN_PERMUTATIONS: u64 = 256;
+    /// Sweeps of `n` permutations a member should see at least on the balanced map, which
+    /// is exactly balanced over each whole sweep (`Decl::balanced`): a sweep's part at the
+    /// member's end is the only unevenness, a quarter of the whole or less.
+    pub const MIN_SWEEPS: u64 = 4;
 
-    /// The row height a new array of members of `member_size` bytes and chunks of `chunk`
-    /// gets: the largest power of two of rows up to 16 MiB of a member that still leaves
-    /// the member at least [`Declustered::MIN_PERMUTATIONS`] permutations (1 on members
-    /// too small for any more).
-    pub fn height_for(member_size: u64, chunk: u64) -> u32 {
+    /// The row height a new array of `members` members of `member_size` bytes and chunks
+    /// of `chunk` gets: the largest power of two of rows up to 16 MiB of a member that
+    /// still leaves each member [`Declustered::MIN_SWEEPS`] sweeps of the balanced map, or
+    /// [`Declustered::MIN_PERMUTATIONS`] permutations if that is fewer (1 on members too
+    /// small for any more). Taller rows are longer runs for a rebuild's reads and writes:
+    /// 48 members of 1 GiB got 2 MiB rows when 256 permutations were asked of them and
+    /// rebuilt in 8.6 s, 4 MiB rows (five and a third sweeps) in 7.8 s
+    /// (docs/PERFORMANCE.md, "Rows for whole sweeps").
+    pub fn height_for(member_size: u64, chunk: u64, members: usize) -> u32 {
         let rows = member_size / chunk.max(1);
         let cap = (Self::MAX_HEIGHT_BYTES / chunk.max(1)).max(1);
-        let want = (rows / Self::MIN_PERMUTATIONS).clamp(1, cap);
+        let perms = Self::MIN_PERMUTATIONS.min(Self::MIN_SWEEPS * members.max(1) as u64);
+        let want = (rows / perms).clamp(1, cap);
         // The largest power of two at most `want`.
         (1u64 << (63 - want.leading_zeros())) as u32
     }

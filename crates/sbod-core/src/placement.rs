@@ -1161,20 +1161,42 @@ mod tests {
         }
     }
 
-    /// The height new arrays get: 16 MiB of a member at most, at least 256 permutations
-    /// a member, a power of two, 1 on small members.
+    /// The height new arrays get: 16 MiB of a member at most, at least four sweeps of the
+    /// balanced map a member (256 permutations where that is fewer), a power of two, 1
+    /// on small members.
     #[test]
     fn row_heights_for_member_sizes() {
         use crate::layout::Declustered;
         const K64: u64 = 64 << 10;
-        assert_eq!(Declustered::height_for(3 << 20, 16 << 10), 1);
-        assert_eq!(Declustered::height_for(256 << 20, K64), 16);
-        assert_eq!(Declustered::height_for(1 << 30, K64), 64);
-        assert_eq!(Declustered::height_for(20_000_000_000_000, K64), 256);
-        assert_eq!(Declustered::height_for(20_000_000_000_000, 1 << 20), 16);
-        assert_eq!(Declustered::height_for(20_000_000_000_000, 16 << 20), 1);
-        assert_eq!(Declustered::height_for(3 << 30, K64), 128);
-        assert_eq!(Declustered::height_for(0, K64), 1);
+        // 64 members and more: 256 permutations, as before the balanced map.
+        assert_eq!(Declustered::height_for(3 << 20, 16 << 10, 64), 1);
+        assert_eq!(Declustered::height_for(256 << 20, K64, 64), 16);
+        assert_eq!(Declustered::height_for(1 << 30, K64, 96), 64);
+        assert_eq!(Declustered::height_for(20_000_000_000_000, K64, 64), 256);
+        assert_eq!(Declustered::height_for(20_000_000_000_000, 1 << 20, 12), 16);
+        assert_eq!(Declustered::height_for(20_000_000_000_000, 16 << 20, 48), 1);
+        assert_eq!(Declustered::height_for(3 << 30, K64, 100), 128);
+        assert_eq!(Declustered::height_for(0, K64, 48), 1);
+        // Fewer: four sweeps. 48 members of a little under 1 GiB (the metadata's MiB
+        // off): 4 MiB rows, 5.3 sweeps, where 256 permutations gave 2 MiB.
+        let gib_less = (1u64 << 30) - (4 << 20);
+        assert_eq!(Declustered::height_for(gib_less, K64, 48), 64);
+        assert_eq!(Declustered::height_for(gib_less, K64, 64), 32);
+        assert_eq!(Declustered::height_for(gib_less, K64, 24), 128);
+        assert_eq!(Declustered::height_for(256 << 20, K64, 12), 64);
+        assert_eq!(Declustered::height_for(20_000_000_000_000, K64, 24), 256);
+        // Whatever the member count, each member gets four whole sweeps or 256
+        // permutations.
+        for n in [4usize, 12, 24, 48, 60, 64, 200] {
+            for size in [8u64 << 20, 100 << 20, 1 << 30, 5 << 30] {
+                let h = Declustered::height_for(size, K64, n) as u64;
+                let perms = size / K64 / h;
+                assert!(
+                    h == 1 || perms >= (4 * n as u64).min(256),
+                    "{n} members of {size}: height {h}, {perms} permutations"
+                );
+            }
+        }
     }
 
     /// The table is part of the on-disk format: these values are what every declustered

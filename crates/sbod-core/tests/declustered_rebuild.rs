@@ -561,8 +561,8 @@ async fn written_on_power(
 }
 
 /// The power-cut trials' layout: `dspec()`, or with `tall` 4 KiB chunks on members of
-/// 5 MiB, so the row height is 4 and a transition moves its chunks a block (4 rows of
-/// one permutation) at a time, the blocks chosen so that no member is in two at once.
+/// 5 MiB, so the rows come in blocks (a row height of 4 or more) and a transition moves its
+/// chunks a block (the rows of one permutation) at a time.
 fn spec_of(tall: bool) -> CreateSpec {
     if tall {
         CreateSpec {
@@ -651,7 +651,7 @@ fn power_cuts_during_the_distributed_rebuild_and_the_copy_back() {
     power_cuts(false);
 }
 
-/// The same with a row height of 4: the chunks move a block at a time, out of row order
+/// The same with tall blocks ([`spec_of`]): the chunks move a block at a time, out of row order
 /// within the windows under way (the boundary still passes a window only once every
 /// chunk of it is written).
 #[test]

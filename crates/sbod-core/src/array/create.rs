@@ -341,7 +341,11 @@ impl Array {
                 spares: spec.spares as u32,
                 seed: crate::layout::DECLUSTER_SEED,
                 height: crate::tuning::decl_height().unwrap_or_else(|| {
-                    crate::layout::Declustered::height_for(member_size, spec.chunk as u64)
+                    crate::layout::Declustered::height_for(
+                        member_size,
+                        spec.chunk as u64,
+                        groups as usize * width as usize + spec.spares,
+                    )
                 }),
                 map: 1,
             }),
