@@ -680,20 +680,40 @@ impl Placement {
     }
 
     /// The member holding column `col` (of the groups' columns) of row `row`.
+    ///
+    /// Every request of a spared array asks this, so the row is resolved whole only where
+    /// it has to be: a column whose member is not in the row's spared list never moves
+    /// ([`Decl::resolved_row`] moves only chunks on spared members), and that is all but
+    /// the failed members' columns.
     fn member_at(&self, d: &Decl, row: u64, col: usize) -> usize {
-        match self.resolved(d, row) {
-            Some(r) => r[col].unwrap_or_else(|| d.member(row, col)),
-            None => d.member(row, col),
+        let own = d.member(row, col);
+        let sp = self.spared.load();
+        let list = self.list_of(&sp, row);
+        if !list.contains(&own) {
+            return own;
         }
+        d.resolved_row(row, self.groups * self.width, list)[col].unwrap_or(own)
     }
 
     /// The groups' column slot `slot` holds in row `row` (None: spare space, or spared).
+    ///
+    /// Resolved whole only where `slot`'s own column is spare space (a chunk may have
+    /// moved there): a spared member holds no chunk (each one's chunks move to members not
+    /// spared before or with it), and a member not spared keeps its own column.
     fn column_of(&self, d: &Decl, row: u64, slot: usize) -> Option<usize> {
         let cols = self.groups * self.width;
-        match self.resolved(d, row) {
-            Some(r) => r.iter().position(|&m| m == Some(slot)),
-            None => Some(d.column(row, slot)).filter(|&c| c < cols),
+        let own = d.column(row, slot);
+        let sp = self.spared.load();
+        let list = self.list_of(&sp, row);
+        if list.is_empty() || list.contains(&slot) {
+            return (list.is_empty() && own < cols).then_some(own);
         }
+        if own < cols {
+            return Some(own);
+        }
+        d.resolved_row(row, cols, list)
+            .iter()
+            .position(|&m| m == Some(slot))
     }
 
     /// The permutation table of a declustered layout.
@@ -1492,6 +1512,57 @@ mod tests {
         sp.ahead_init(8);
         assert!(!sp.mark_ahead(1));
         assert_eq!(sp.list_at(1), &[3]);
+    }
+
+    /// `slot`, `shard_at` and `group_at` of a spared array resolve a row whole only where
+    /// they must: every answer is the whole row's ([`Decl::resolved_row`]), for one, two
+    /// and three members spared (three: more than the spare columns, so chunks with
+    /// nowhere to go), on both maps, below and above a transition's boundary.
+    #[test]
+    fn spared_lookups_agree_with_the_whole_row() {
+        for map in [0u8, 1] {
+            let g = declustered_m(Level::Raid6, 6, 2, 2, 256, 4, map);
+            let p = Placement::striped(&g);
+            let d = p.declustered().expect("declustered");
+            let (n, cols) = (g.members(), 12);
+            for (from, to) in [
+                (vec![], Some(vec![5])),
+                (vec![5], None),
+                (vec![5], Some(vec![5, 0])),
+                (vec![5, 0], None),
+                (vec![5, 0, 9], None),
+            ] {
+                p.set_spared(from, to, 96);
+                let sp = p.spared();
+                for row in 0..256u64 {
+                    let list = p.list_of(&sp, row).to_vec();
+                    let r = d.resolved_row(row, cols, &list);
+                    for col in 0..cols {
+                        let want = r[col].unwrap_or_else(|| d.member(row, col));
+                        let addr = StripeAddr {
+                            stripe: row,
+                            group: col / 6,
+                        };
+                        assert_eq!(
+                            p.slot(addr, col % 6),
+                            want,
+                            "map {map} row {row} col {col} {list:?}"
+                        );
+                    }
+                    for slot in 0..n {
+                        let want = r.iter().position(|&m| m == Some(slot));
+                        assert_eq!(
+                            p.group_at(row, slot),
+                            want.map(|c| c / 6),
+                            "map {map} row {row} slot {slot} {list:?}"
+                        );
+                        if let Some(c) = want {
+                            assert_eq!(p.shard_at(row, slot), c % 6);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// md's raid5 left-symmetric table for 4 disks (from raid5.c's algorithm):
