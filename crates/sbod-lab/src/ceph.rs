@@ -529,6 +529,7 @@ impl Backend for CephBackend {
                         path: format!("osd.{}", o["id"].as_u64().unwrap_or(0)),
                         size_bytes: o["kb"].as_u64().unwrap_or(0) * 1024,
                         kind: "osd".into(),
+                        rotational: false,
                     })
                     .collect()
             })

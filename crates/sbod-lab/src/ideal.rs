@@ -212,6 +212,7 @@ mod tests {
                     path: format!("m{i}"),
                     size_bytes: 1,
                     kind: "file".into(),
+                    rotational: false,
                 })
                 .collect(),
         }

@@ -112,14 +112,25 @@ impl std::fmt::Display for Connections {
 impl Connections {
     /// Connections for a job of depth `qd` on a target of an array of `members` (never
     /// more than the depth: every connection keeps at least one request in flight).
-    pub fn count(self, qd: u32, members: usize, uri: &str) -> u32 {
+    /// `streams` is a sequential job on members that stream like disks (rotational,
+    /// [`crate::schema::MemberInfo::rotational`]): `Auto` gives it one connection, since
+    /// `n` connections make it `n` streams ([`split_connections`]) and each disk would
+    /// seek between them, where BASELINE streams each member once: a different workload,
+    /// not a wider client (0.04 of BASELINE for raid6 of 8 modelled HDDs writing 1M,
+    /// against 0.67-0.78 with one; docs/LAB.md, "Connections").
+    pub fn count(self, qd: u32, members: usize, uri: &str, streams: bool) -> u32 {
         let n = match self {
             Connections::Fixed(n) => n,
-            Connections::Auto if uri.starts_with("rbd:") => 1,
+            Connections::Auto if uri.starts_with("rbd:") || streams => 1,
             Connections::Auto => members.max(1) as u32,
         };
         n.min(qd).max(1)
     }
+}
+
+/// Is `w` one sequential stream (what [`split_connections`] cuts into parts)?
+fn sequential(w: &Workload) -> bool {
+    matches!(w.rw.as_str(), "read" | "write")
 }
 
 /// Bytes in an fio size ("1M", "128k", "4096"; binary units, as fio's default kb_base).
@@ -753,6 +764,10 @@ impl<'a> Lab<'a> {
         // The array's jobs get as many connections (`Connections`), each with its share of
         // the depth.
         let members = self.info.as_ref().map_or(1, |i| i.members.len());
+        let disks = self
+            .info
+            .as_ref()
+            .is_some_and(|i| !i.members.is_empty() && i.members.iter().all(|m| m.rotational));
         let conns = self.cfg.connections;
         let spread = |qd: u32, w: &Workload| -> (Vec<Target>, u32) {
             if phase == BASELINE {
@@ -761,7 +776,7 @@ impl<'a> Lab<'a> {
             } else {
                 let n = targets
                     .iter()
-                    .map(|t| conns.count(qd, members, &t.uri))
+                    .map(|t| conns.count(qd, members, &t.uri, disks && sequential(w)))
                     .min()
                     .unwrap_or(1);
                 let split = targets

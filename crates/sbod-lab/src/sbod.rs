@@ -228,6 +228,20 @@ impl SbodBackend {
         dir.join(format!("m{i}.img"))
     }
 
+    /// `info` with the file members of an existing array that this lab serves as modelled
+    /// drives (`Setup::Existing`'s `drives`) known as what they are served as.
+    fn with_drives(&self, mut info: ArrayInfo) -> ArrayInfo {
+        if let Setup::Existing {
+            drives: Some(d), ..
+        } = &self.setup
+        {
+            for m in info.members.iter_mut().filter(|m| m.kind == "file") {
+                m.rotational = rotational(&format!("model:{d}:{}", m.path), "model");
+            }
+        }
+        info
+    }
+
     /// The member's name for sbod: the file, or the modelled drive that keeps its data in it.
     fn member_name(&self, dir: &Path, i: u32) -> String {
         let p = Self::member_path(dir, i).display().to_string();
@@ -373,6 +387,38 @@ impl SbodBackend {
     }
 }
 
+/// Does a member stream like a disk? A modelled drive by its profile's name (the HDD
+/// profiles are `hdd-*`, sbod_drive::profile::NAMES; read here rather than by depending on
+/// the drive model and the engine below it for a name), a block device (or its disk, for a
+/// partition) by what the kernel says in sysfs; files and remote members: no.
+pub fn rotational(path: &str, kind: &str) -> bool {
+    match kind {
+        "model" => path
+            .strip_prefix("model:")
+            .and_then(|r| r.split([',', ':']).next())
+            .is_some_and(|p| p.starts_with("hdd")),
+        "block" => {
+            use std::os::unix::fs::MetadataExt;
+            let Ok(md) = std::fs::metadata(path) else {
+                return false;
+            };
+            let dev = format!(
+                "/sys/dev/block/{}:{}",
+                libc::major(md.rdev()),
+                libc::minor(md.rdev())
+            );
+            [
+                format!("{dev}/queue/rotational"),
+                format!("{dev}/../queue/rotational"),
+            ]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(f).ok())
+            .is_some_and(|v| v.trim() == "1")
+        }
+        _ => false,
+    }
+}
+
 /// The report's view of `sbod status --json`.
 pub fn array_info(v: &Value) -> ArrayInfo {
     let members = v["members"]
@@ -391,6 +437,7 @@ pub fn array_info(v: &Value) -> ArrayInfo {
                     Some(MemberInfo {
                         slot: slot as u32,
                         size_bytes: m["size"].as_u64().unwrap_or(0),
+                        rotational: rotational(&path, kind),
                         path,
                         kind: kind.into(),
                     })
@@ -467,7 +514,7 @@ impl Backend for SbodBackend {
                 v
             }
         };
-        let info = array_info(&v);
+        let info = self.with_drives(array_info(&v));
         self.original = Some(v);
         self.info = Some(info.clone());
         Ok(info)
@@ -584,7 +631,7 @@ impl Backend for SbodBackend {
             sleep_while(Duration::from_millis(500), keep_going)?;
         }
         let v = self.status_json(sd.as_deref(), &name)?;
-        let info = array_info(&v);
+        let info = self.with_drives(array_info(&v));
         self.info = Some(info.clone());
         Ok((
             Target {

@@ -95,8 +95,13 @@ pub struct MemberInfo {
     pub slot: u32,
     pub path: String,
     pub size_bytes: u64,
-    /// "file", "block" or "nbd" (a remote member, by its NBD URI).
+    /// "file", "block", "model" (a modelled drive) or "nbd" (a remote member, by its NBD
+    /// URI).
     pub kind: String,
+    /// The member streams like a disk: a block device the kernel calls rotational, or a
+    /// modelled HDD (reports from before this was known: false).
+    #[serde(default)]
+    pub rotational: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

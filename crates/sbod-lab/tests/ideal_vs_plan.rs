@@ -106,6 +106,7 @@ fn array(l: &Layout) -> ArrayInfo {
                 path: format!("m{i}"),
                 size_bytes: 1,
                 kind: "model".into(),
+                rotational: true,
             })
             .collect(),
     }

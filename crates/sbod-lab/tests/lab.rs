@@ -36,6 +36,8 @@ struct FakeSbod {
     polls_per_rebuild: u32,
     up: bool,
     cpu: f64,
+    /// The members stream like disks (modelled HDDs).
+    disks: bool,
 }
 
 impl FakeSbod {
@@ -50,6 +52,7 @@ impl FakeSbod {
             polls_per_rebuild: 3,
             up: false,
             cpu: 0.0,
+            disks: false,
         }
     }
 
@@ -73,6 +76,7 @@ impl FakeSbod {
                     path: format!("/d/m{i}"),
                     size_bytes: 1 << 30,
                     kind: "file".into(),
+                    rotational: self.disks,
                 })
                 .collect(),
         }
@@ -481,6 +485,62 @@ fn baseline_spreads_the_same_workload_over_every_member() {
     assert_eq!(o.report.settings.connections, "auto");
 }
 
+/// On members that stream like disks, `auto` keeps a sequential job one stream (eight
+/// connections would make it eight streams, and every disk would seek between them,
+/// where BASELINE streams each member once); random jobs still get the eight.
+#[test]
+fn sequential_jobs_on_disks_stay_one_stream() {
+    let log: Log = Default::default();
+    let mut fake = FakeSbod::new(log, false);
+    fake.disks = true;
+    let o = run_with(config(&[BASELINE, NOMINAL]), fake, vec![], Cancel::new());
+    o.result.unwrap();
+    let job = |label: &str| {
+        o.jobs
+            .iter()
+            .find(|j| j.label.starts_with(label))
+            .unwrap_or_else(|| panic!("no job {label}"))
+    };
+    let seq = job("nominal seqwrite-1m");
+    assert_eq!(seq.targets.len(), 1, "{:?}", seq.targets);
+    assert_eq!(seq.targets[0].offset, 0);
+    assert!(
+        seq.args.contains(&"--iodepth=16".to_string()),
+        "{:?}",
+        seq.args
+    );
+    assert_eq!(job("nominal randread").targets.len(), 8);
+    assert_eq!(job("baseline seqwrite-1m").targets.len(), 8);
+    assert_eq!(o.report.settings.connections, "auto");
+}
+
+/// What streams like a disk: modelled HDDs by their profile, block devices by sysfs (a
+/// loop device over a file is not rotational), files and remote members not.
+#[test]
+fn members_that_stream_like_disks() {
+    use sbod_lab::sbod::{array_info, rotational};
+    assert!(rotational("model:hdd-nearline:/m0.img", "model"));
+    assert!(rotational(
+        "model:hdd-dual,slow=8,span=size:/m0.img",
+        "model"
+    ));
+    assert!(!rotational("model:nvme-dc:/m0.img", "model"));
+    assert!(!rotational("/srv/m0.img", "file"));
+    assert!(!rotational("nbd://h/x", "nbd"));
+    assert!(!rotational("/dev/this-is-not-there", "block"));
+    let v = serde_json::json!({"members": [
+        {"slot": 0, "path": "model:hdd-nearline,wce=off:/x/m0.img", "size": 1},
+        {"slot": 1, "path": "/x/m1.img", "size": 1},
+    ]});
+    let info = array_info(&v);
+    let r: Vec<(&str, bool)> = info
+        .members
+        .iter()
+        .map(|m| (m.kind.as_str(), m.rotational))
+        .collect();
+    assert_eq!(r, vec![("model", true), ("file", false)]);
+}
+
 #[test]
 fn one_connection_when_asked() {
     let log: Log = Default::default();
@@ -501,11 +561,23 @@ fn one_connection_when_asked() {
     assert_eq!(o.report.settings.connections, "1");
     // An RBD image keeps one client (librbd clients of one image share its exclusive
     // lock); a count never exceeds the depth.
-    assert_eq!(Connections::Auto.count(32, 8, "rbd:pool/img"), 1);
-    assert_eq!(Connections::Auto.count(32, 8, "nbd+unix:///?socket=/s"), 8);
+    assert_eq!(Connections::Auto.count(32, 8, "rbd:pool/img", false), 1);
     assert_eq!(
-        Connections::Fixed(4).count(2, 8, "nbd+unix:///?socket=/s"),
+        Connections::Auto.count(32, 8, "nbd+unix:///?socket=/s", false),
+        8
+    );
+    assert_eq!(
+        Connections::Fixed(4).count(2, 8, "nbd+unix:///?socket=/s", false),
         2
+    );
+    // A sequential job on disks: one stream under auto, what was asked otherwise.
+    assert_eq!(
+        Connections::Auto.count(32, 8, "nbd+unix:///?socket=/s", true),
+        1
+    );
+    assert_eq!(
+        Connections::Fixed(4).count(32, 8, "nbd+unix:///?socket=/s", true),
+        4
     );
     for bad in ["0", "x", "257", ""] {
         let e = bad.parse::<Connections>().unwrap_err();
