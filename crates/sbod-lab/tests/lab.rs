@@ -287,6 +287,13 @@ struct Outcome {
     jobs: Vec<FioJob>,
 }
 
+/// The first fio job of a run whose label starts with `label`.
+fn first_job<'a>(jobs: &'a [FioJob], label: &str) -> &'a FioJob {
+    jobs.iter()
+        .find(|j| j.label.starts_with(label))
+        .unwrap_or_else(|| panic!("no job {label}"))
+}
+
 fn run_with(cfg: Config, mut sbod: FakeSbod, traps: Vec<Trap>, cancel: Cancel) -> Outcome {
     let log = sbod.log.clone();
     let jobs = Rc::new(RefCell::new(Vec::new()));
@@ -495,12 +502,7 @@ fn sequential_jobs_on_disks_stay_one_stream() {
     fake.disks = true;
     let o = run_with(config(&[BASELINE, NOMINAL]), fake, vec![], Cancel::new());
     o.result.unwrap();
-    let job = |label: &str| {
-        o.jobs
-            .iter()
-            .find(|j| j.label.starts_with(label))
-            .unwrap_or_else(|| panic!("no job {label}"))
-    };
+    let job = |label: &str| first_job(&o.jobs, label);
     let seq = job("nominal seqwrite-1m");
     assert_eq!(seq.targets.len(), 1, "{:?}", seq.targets);
     assert_eq!(seq.targets[0].offset, 0);
@@ -594,12 +596,7 @@ fn baseline_at_low_queue_depth_uses_as_many_members_as_the_depth() {
     cfg.qd_sweep = vec![1, 4, 12, 64];
     let o = run_with(cfg, FakeSbod::new(log, false), vec![], Cancel::new());
     o.result.unwrap();
-    let job = |label: &str| {
-        o.jobs
-            .iter()
-            .find(|j| j.label.starts_with(label))
-            .unwrap_or_else(|| panic!("no job {label}"))
-    };
+    let job = |label: &str| first_job(&o.jobs, label);
     let shape = |label: &str| {
         let j = job(label);
         let qd: u32 = j
