@@ -1057,18 +1057,7 @@ mod tests {
     }
 
     fn declustered(level: Level, width: u32, groups: u32, spares: u32, rows: u64) -> Geometry {
-        declustered_h(level, width, groups, spares, rows, 1)
-    }
-
-    fn declustered_h(
-        level: Level,
-        width: u32,
-        groups: u32,
-        spares: u32,
-        rows: u64,
-        height: u32,
-    ) -> Geometry {
-        declustered_m(level, width, groups, spares, rows, height, 1)
+        declustered_m(level, width, groups, spares, rows, 1, 1)
     }
 
     fn declustered_m(
@@ -1378,7 +1367,7 @@ mod tests {
             ring in 1usize..50,
         ) {
             let rows = 40;
-            let g = declustered_h(Level::Raid6, width, groups, spares, rows, height);
+            let g = declustered_m(Level::Raid6, width, groups, spares, rows, height, 1);
             let n = g.members();
             let p = Placement::striped(&g);
             let mut list: Vec<usize> = Vec::new();
@@ -1460,7 +1449,7 @@ mod tests {
                 2 if width >= 4 => Level::Raid6,
                 _ => Level::Ec { k: (width - parity.min(width - 1)) as u16, m: parity.min(width - 1) as u16 },
             };
-            let g = declustered_h(level, width, groups, spares, rows, height);
+            let g = declustered_m(level, width, groups, spares, rows, height, 1);
             g.validate().unwrap();
             let p = Placement::striped(&g);
             let mut seen = std::collections::HashSet::new();
@@ -1488,7 +1477,7 @@ mod tests {
     /// entry is taken by a row `len` further on only once the boundary has passed it.
     #[test]
     fn rows_marked_ahead_stay_moved_as_the_ring_turns() {
-        let g = declustered_h(Level::Raid6, 6, 1, 2, 64, 1);
+        let g = declustered_m(Level::Raid6, 6, 1, 2, 64, 1, 1);
         let p = Placement::striped(&g);
         p.set_spared(vec![], Some(vec![3]), 0);
         let sp = p.spared();
