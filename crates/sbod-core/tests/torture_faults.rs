@@ -290,7 +290,17 @@ fn persistent_errors_fail_the_member_and_io_goes_on() {
                     }
                     let m = r.member(victim);
                     assert_eq!(m.state, "failed", "{what}");
-                    assert_eq!(r.a.status().state, "degraded", "{what}");
+                    let state = r.a.status().state;
+                    if l.decl.is_some() {
+                        // Spare space: the array rebuilds into it at once, and a small
+                        // one can be whole again before this looks.
+                        assert!(
+                            state == "degraded" || state == "optimal",
+                            "{what}: {state:?} with a member failed"
+                        );
+                    } else {
+                        assert_eq!(state, "degraded", "{what}");
+                    }
                     if !writes {
                         assert!(m.read_errors > 20, "{what}: failed too early: {m:?}");
                     }
