@@ -906,7 +906,13 @@ impl Manager {
             Some(sz) => members::create_files(&a.members, sz)?,
             None => Vec::new(),
         };
-        let fresh = a.members.iter().all(|m| created.contains(m));
+        // Every member a file made just now (a modelled drive's data file counts: its
+        // member is named `model:PROFILE:PATH`), so every member reads zeros: nothing to
+        // resync.
+        let fresh = a
+            .members
+            .iter()
+            .all(|m| members::local_path(m).is_some_and(|p| created.iter().any(|c| c == p)));
         // What the superblock area of the devices that were there before held, to put it
         // back if the array cannot be made whole (created and registered).
         let mut devices = a.members.clone();
