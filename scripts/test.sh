@@ -12,4 +12,9 @@ cargo fmt --all -- --check
 # 20 of its dependencies inside a test: 5-9 minutes of a 2-core CI run.
 cargo test --workspace --locked --no-run
 export SBOD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/sbod"
+# Four tests at a time in each test binary, on two cores: the tests wait more than they
+# compute (leases, timeouts, daemons coming up, modelled drives), so the engine's 178 took
+# 126 s two at a time and 75 s four at a time, with 1.2 cores busy (docs/PERFORMANCE.md,
+# "The test suite's own time"). RUST_TEST_THREADS set by the caller wins.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 cargo test --workspace --locked
