@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, property and end-to-end tests through real clients.
-# Bounded for CI (2 cores, well under 20 minutes). Longer torture: see docs/RELIABILITY.md.
+# Bounded for CI (2 cores, under 30 minutes with the build). Longer torture: see docs/RELIABILITY.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
