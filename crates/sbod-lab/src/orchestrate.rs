@@ -927,7 +927,7 @@ impl<'a> Lab<'a> {
 
     fn report(&self, incomplete: bool) -> Report {
         let cells = stats::cells(&self.runs, self.cfg.cov_threshold);
-        let flags = cells
+        let mut flags: Vec<String> = cells
             .iter()
             .filter(|c| c.flagged)
             .map(|c| {
@@ -955,6 +955,8 @@ impl<'a> Lab<'a> {
         });
         let mut workloads = self.cfg.workloads.clone();
         workloads.extend(self.cfg.sweep_workloads.iter().cloned());
+        let seek = !info.members.is_empty() && info.members.iter().all(|m| m.rotational);
+        flags.extend(stats::cached_writes(seek, &workloads, &cells));
         let mut cells = cells;
         for c in cells.iter_mut() {
             if let Some(w) = workloads.iter().find(|w| w.id == c.workload) {

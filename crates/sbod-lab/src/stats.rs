@@ -1,6 +1,6 @@
 //! Means, coefficients of variation and ratios over the repetitions.
 
-use crate::schema::{Cell, Cov, Metrics, Ratios, Run, BASELINE, NOMINAL};
+use crate::schema::{Cell, Cov, Metrics, Ratios, Run, Workload, BASELINE, NOMINAL};
 
 pub fn mean(xs: &[f64]) -> f64 {
     if xs.is_empty() {
@@ -131,6 +131,45 @@ pub fn cells(runs: &[Run], cov_threshold: f64) -> Vec<Cell> {
     out
 }
 
+/// BASELINE's random writes this many times its random reads of the same size and depth,
+/// on members that seek, were taken by the drives' write caches: a drive that seeks for a
+/// read seeks for a write too, and reordering a full queue of writes gains 2-3x, not 10.
+const CACHED_WRITES: f64 = 10.0;
+
+/// Flags for BASELINE's random-write cells that the members' write caches took rather
+/// than their platters (`seek`: every member is a disk that seeks, schema's
+/// `MemberInfo::rotational`): a run shorter than the caches take to fill measures the
+/// cache, and every ratio to that BASELINE compares the array with it (a modelled
+/// `hdd-nearline` holds 32 MiB of writes: 8192 of 4 KiB).
+pub fn cached_writes(seek: bool, workloads: &[Workload], cells: &[Cell]) -> Vec<String> {
+    if !seek {
+        return Vec::new();
+    }
+    let work = |id: &str| workloads.iter().find(|w| w.id == id);
+    let mut out = Vec::new();
+    for c in cells.iter().filter(|c| c.phase == BASELINE) {
+        let Some(w) = work(&c.workload).filter(|w| w.rw == "randwrite") else {
+            continue;
+        };
+        let read = cells.iter().find(|r| {
+            r.phase == BASELINE
+                && r.iodepth == c.iodepth
+                && work(&r.workload).is_some_and(|x| x.rw == "randread" && x.bs == w.bs)
+        });
+        let Some(r) = read.filter(|r| r.mean.iops > 0.0) else {
+            continue;
+        };
+        let times = c.mean.iops / r.mean.iops;
+        if times > CACHED_WRITES {
+            out.push(format!(
+                "BASELINE {} qd{}: {:.0} IOPS, {times:.0}x its random reads ({:.0}) on disks that seek: the drives' write caches took the run, not the platters, and the ratios of this workload compare the array with a cache; run longer than the caches take to fill (--runtime), or with the write caches off (modelled drives: wce=off)",
+                c.workload, c.iodepth, c.mean.iops, r.mean.iops
+            ));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +225,44 @@ mod tests {
         assert!((down.vs_baseline.as_ref().unwrap().iops - 0.25).abs() < 1e-12);
         assert_eq!(nom.mean.percentiles, vec![[50.0, 50.0], [99.0, 100.0]]);
         assert!(cs[0].vs_baseline.is_none());
+    }
+    fn workload(id: &str, rw: &str) -> Workload {
+        Workload {
+            id: id.into(),
+            title: id.into(),
+            rw: rw.into(),
+            bs: Some("4k".into()),
+            bssplit: None,
+            rwmixread: None,
+            iodepth: 32,
+            sweep: false,
+        }
+    }
+
+    #[test]
+    fn writes_a_cache_took_are_flagged_on_disks_that_seek() {
+        let ws = [
+            workload("randread-4k", "randread"),
+            workload("randwrite-4k", "randwrite"),
+        ];
+        let with = |read: f64, write: f64| {
+            let mut runs = vec![run("baseline", 1, read), run("baseline", 1, write)];
+            runs[0].workload = "randread-4k".into();
+            runs[1].workload = "randwrite-4k".into();
+            cells(&runs, 0.1)
+        };
+        // The demo on 4 modelled HDDs with their caches on: 581 reads, 31215 writes.
+        let cached = with(581.0, 31215.0);
+        let f = cached_writes(true, &ws, &cached);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].contains("randwrite-4k qd32") && f[0].contains("54x"),
+            "{f:?}"
+        );
+        // Not on members that do not seek (memory, SSDs), nor writes a drive's queue
+        // reorders (2-3x), nor without a read of the same size to judge by.
+        assert!(cached_writes(false, &ws, &cached).is_empty());
+        assert!(cached_writes(true, &ws, &with(581.0, 1500.0)).is_empty());
+        assert!(cached_writes(true, &ws[1..], &cached).is_empty());
     }
 }

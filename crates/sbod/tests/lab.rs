@@ -393,6 +393,12 @@ fn quick_demo_on_modelled_drives() {
             .unwrap()
             .starts_with("model:hdd-nearline,wce=off:"));
     }
+    // With the caches off nothing says a cache took BASELINE's writes.
+    assert!(
+        !v["flags"].to_string().contains("write caches"),
+        "{}",
+        v["flags"]
+    );
     let cells = v["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 4 * 2);
     for c in cells {
