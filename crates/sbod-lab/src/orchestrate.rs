@@ -764,10 +764,7 @@ impl<'a> Lab<'a> {
         // The array's jobs get as many connections (`Connections`), each with its share of
         // the depth.
         let members = self.info.as_ref().map_or(1, |i| i.members.len());
-        let disks = self
-            .info
-            .as_ref()
-            .is_some_and(|i| !i.members.is_empty() && i.members.iter().all(|m| m.rotational));
+        let disks = self.info.as_ref().is_some_and(ArrayInfo::on_disks);
         let conns = self.cfg.connections;
         let spread = |qd: u32, w: &Workload| -> (Vec<Target>, u32) {
             if phase == BASELINE {
@@ -955,8 +952,7 @@ impl<'a> Lab<'a> {
         });
         let mut workloads = self.cfg.workloads.clone();
         workloads.extend(self.cfg.sweep_workloads.iter().cloned());
-        let seek = !info.members.is_empty() && info.members.iter().all(|m| m.rotational);
-        flags.extend(stats::cached_writes(seek, &workloads, &cells));
+        flags.extend(stats::cached_writes(info.on_disks(), &workloads, &cells));
         let mut cells = cells;
         for c in cells.iter_mut() {
             if let Some(w) = workloads.iter().find(|w| w.id == c.workload) {

@@ -90,6 +90,13 @@ pub struct ArrayInfo {
     pub members: Vec<MemberInfo>,
 }
 
+impl ArrayInfo {
+    /// Every member is a disk that seeks ([`MemberInfo::rotational`]); false without members.
+    pub fn on_disks(&self) -> bool {
+        !self.members.is_empty() && self.members.iter().all(|m| m.rotational)
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct MemberInfo {
     pub slot: u32,

@@ -226,6 +226,7 @@ mod tests {
         assert_eq!(nom.mean.percentiles, vec![[50.0, 50.0], [99.0, 100.0]]);
         assert!(cs[0].vs_baseline.is_none());
     }
+
     fn workload(id: &str, rw: &str) -> Workload {
         Workload {
             id: id.into(),
