@@ -532,6 +532,8 @@ fn judge(c: &Crash, logs: &[Vec<u8>], hit_everywhere: &[u64], what: &str) -> Ver
             Verdict::UnsealedTailLost
         }
         Outcome::Refused(why) => {
+            // (Said on a failure: the test's output is captured.)
+            eprintln!("{what}: refused: {why}");
             if let Outcome::Replayed(img, issues) = start(c, logs, true) {
                 let lost: Vec<&slog::Issue> = issues.iter().filter(|i| i.lost).collect();
                 let known = lost

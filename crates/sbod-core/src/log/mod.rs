@@ -554,8 +554,8 @@ enum Copy {
 /// another session with higher sequence numbers than any of the superblock's session
 /// then show that the superblock found is older than the session that wrote them (a
 /// session start's superblock lost), and that session is replayed from its oldest
-/// record found; records missing before the oldest record found are taken as reclaimed
-/// (a checkpoint's superblock lost).
+/// record found that can still be live ([`live_from`]); records missing before it are
+/// taken as reclaimed (a checkpoint's superblock lost).
 pub async fn scan(devs: &[LogDevice], array_uuid: Uuid) -> Result<Scan, String> {
     let mut per_device: Vec<Result<usize, String>> = Vec::new();
     let mut sbs: Vec<Option<(LogSuper, bool)>> = Vec::new();
@@ -673,11 +673,19 @@ pub async fn scan(devs: &[LogDevice], array_uuid: Uuid) -> Result<Scan, String> 
         .max()
         .unwrap_or(0);
     let top = found.keys().next_back().copied();
-    // Missing records before the oldest found, behind a superblock that may be older
-    // than the newest checkpoint: reclaimed, not damaged.
-    let first = match (fallback, found.keys().next()) {
-        (true, Some(&f)) => f,
-        _ => tail,
+    // Behind a superblock that may be older than the newest checkpoint, the session's
+    // records start at the oldest found that can still be live: missing records before
+    // it were reclaimed, not damaged (a checkpoint's superblock lost).
+    let first = if fallback {
+        let at: Vec<(u64, u64, u64)> = found
+            .iter()
+            .map(|(&seq, c)| match c {
+                Copy::Valid(_, h) | Copy::Damaged(h, _) => (seq, h.off, h.total_len),
+            })
+            .collect();
+        live_from(&at, ring_len).unwrap_or(tail)
+    } else {
+        tail
     };
     if let Some(top) = top {
         if top.saturating_sub(first) > 2 * (ring_len / BLOCK as u64) {
@@ -747,6 +755,35 @@ pub async fn scan(devs: &[LogDevice], array_uuid: Uuid) -> Result<Scan, String> 
         generation,
         last_seq: last_any.max(tail.saturating_sub(1)),
     })
+}
+
+/// The oldest of the records found (`(seq, ring offset, length)`, in sequence order) from
+/// which the records up to the newest can all be live at once.
+///
+/// Live records lie in the ring one after another in sequence order, within one turn
+/// from the oldest (a record that does not fit before the ring's end starts at its
+/// start), and every record missing between two found ones takes at least a block
+/// between them. A record of the session that newer records have overrun cannot head
+/// such a run, though its own bytes survive: one in the space a wrap skipped at the
+/// ring's end, say, while the records after it, at the ring's start, were overwritten.
+/// Replaying from it would take the overwritten records for damaged ones.
+fn live_from(found: &[(u64, u64, u64)], ring_len: u64) -> Option<u64> {
+    let fits = |run: &[(u64, u64, u64)]| {
+        let base = run[0].1;
+        let mut end = run[0].2;
+        for w in run.windows(2) {
+            let ((a, _, _), (b, off, len)) = (w[0], w[1]);
+            let d = (off + ring_len - base) % ring_len;
+            if d < end + (b - a - 1) * BLOCK as u64 || d + len > ring_len {
+                return false;
+            }
+            end = d + len;
+        }
+        true
+    };
+    (0..found.len())
+        .find(|&i| fits(&found[i..]))
+        .map(|i| found[i].0)
 }
 
 /// A member range: `len` bytes at `offset` of slot `slot`'s data area.
@@ -1567,5 +1604,49 @@ impl DevRt {
             reason: Mutex::new(None),
             failing: tokio::sync::Mutex::new(()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::live_from;
+
+    const B: u64 = super::BLOCK as u64;
+
+    #[test]
+    fn a_record_newer_ones_overran_does_not_head_the_live_run() {
+        let ring = 100 * B;
+        // Record 10 in the space a wrap skipped at the ring's end; 11 to 14 were at the
+        // ring's start and newer records (20, 21) overwrote them; 15 to 19 follow.
+        let found = [
+            (10, 95 * B, 3 * B),
+            (15, 20 * B, 10 * B),
+            (16, 30 * B, 10 * B),
+            (17, 40 * B, 10 * B),
+            (18, 50 * B, 10 * B),
+            (19, 60 * B, 30 * B),
+            (20, 0, 10 * B),
+            (21, 10 * B, 5 * B),
+        ];
+        assert_eq!(live_from(&found, ring), Some(15));
+        // Without the newer records at the start, 10 can head the run: 11 to 14 lie in
+        // its first 20 blocks, missing (damaged), not reclaimed.
+        assert_eq!(live_from(&found[..6], ring), Some(10));
+    }
+
+    #[test]
+    fn missing_records_need_a_block_each() {
+        let ring = 100 * B;
+        // Four records missing between 1 and 6 need four blocks; three are free.
+        let found = [(1, 0, B), (6, 4 * B, B), (7, 5 * B, B)];
+        assert_eq!(live_from(&found, ring), Some(6));
+        let found = [(1, 0, B), (6, 5 * B, B), (7, 6 * B, B)];
+        assert_eq!(live_from(&found, ring), Some(1));
+        // A run may fill the ring, never lap it.
+        let found = [(1, 50 * B, 50 * B), (2, 0, 50 * B)];
+        assert_eq!(live_from(&found, ring), Some(1));
+        let found = [(1, 50 * B, 50 * B), (2, 0, 51 * B)];
+        assert_eq!(live_from(&found, ring), Some(2));
+        assert_eq!(live_from(&[], ring), None);
     }
 }
