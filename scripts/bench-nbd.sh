@@ -11,7 +11,9 @@
 # with the other two, so every ratio is measured side by side. Each server's CPU time
 # (user + system, all threads, from /proc/PID/stat) over each job gives "CPU us/req", the
 # server's CPU per request (its IOPS per CPU%: 10^4 / that), steadier than IOPS on a shared
-# machine; the ratio columns give the mean and the range of the per-repetition ratios.
+# machine; "host busy %" is the whole machine's busy share over each job (every CPU, from
+# /proc/stat: fio and the server together); the ratio columns give the mean and the range
+# of the per-repetition ratios.
 #
 # Defaults: 10 s per job, 1G export, 1 repetition, every job. --jobs takes a comma-separated
 # list of job names (seqwrite-1M, randread-4K-qd32, randwrite-4K-qd32, seqread-1M,
@@ -76,6 +78,8 @@ if [ -n "$SBOD_B" ]; then
 fi
 # CPU seconds (user + system, every thread) a process has used.
 cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+# The whole host's busy and total jiffies (every CPU), for its busy share over a job.
+host_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
 for s in "${TARGETS[@]}"; do
   for _ in $(seq 100); do nbdinfo --size "nbd+unix:///?socket=$WORK/$s.sock" >/dev/null 2>&1 && break; sleep 0.1; done
 done
@@ -99,12 +103,14 @@ for rep in $(seq "$REPEAT"); do
     for i in $(seq 0 $((n - 1))); do order+=("${TARGETS[$(((i + rep) % n))]}"); done
     for target in "${order[@]}"; do
       c0=$(cpu_of "${PID_OF[$target]}")
+      h0=$(host_ticks)
       # shellcheck disable=SC2086
       fio --name="$name" --ioengine=nbd --uri="nbd+unix:///?socket=$WORK/$target.sock" $opts \
         --time_based --runtime="$RUNTIME" --ramp_time=1 --size="$EXPORT_BYTES" \
         --output-format=json >"$WORK/out.json"
       c1=$(cpu_of "${PID_OF[$target]}")
-      python3 - "$WORK/out.json" "$name" "$target" "$rep" "$c0" "$c1" "$RUNTIME" >>"$RESULTS" <<'PY'
+      h1=$(host_ticks)
+      python3 - "$WORK/out.json" "$name" "$target" "$rep" "$c0" "$c1" "$RUNTIME" "$h0" "$h1" >>"$RESULTS" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
 d = json.loads(text[text.index("{"):])  # fio prints a banner before the JSON
@@ -114,10 +120,16 @@ io = j["write"] if j["write"]["io_bytes"] > 0 else j["read"]
 # (at the measured rate: fio does not count those of the ramp).
 cpu = float(sys.argv[6]) - float(sys.argv[5])
 reqs = io["iops"] * (float(sys.argv[7]) + 1)
+# The host's busy share over the job (fio, the server and anything else on the machine):
+# a server that leaves the host idle while its one connection waits on it is bound by
+# one core, not by the machine.
+b0, t0 = map(int, sys.argv[8].split())
+b1, t1 = map(int, sys.argv[9].split())
+busy = (b1 - b0) / max(t1 - t0, 1)
 print(json.dumps({"job": sys.argv[2], "target": sys.argv[3], "rep": int(sys.argv[4]),
                   "iops": io["iops"], "mbps": io["bw_bytes"] / 1e6,
                   "lat_us": io["lat_ns"]["mean"] / 1000,
-                  "cpu_s": cpu, "reqs": reqs}))
+                  "cpu_s": cpu, "reqs": reqs, "busy": busy}))
 PY
     done
   done
@@ -147,6 +159,7 @@ iops = lambda r: r["iops"]
 cpr = lambda r: r["cpu_s"] / max(r["reqs"], 1)
 head = "| job |" + "".join(f" {t} IOPS |" for t in targets) + "".join(f" {t} MB/s |" for t in targets)
 head += "".join(f" {t} lat us |" for t in targets) + "".join(f" {t} CPU us/req |" for t in targets)
+head += "".join(f" host busy % ({t}) |" for t in targets)
 head += " sbod/nbdkit IOPS | nbdkit/sbod CPU per req |"
 if "sbod-b" in targets:
     head += " sbod-b/nbdkit IOPS | sbod/sbod-b IOPS | sbod-b/sbod CPU per req |"
@@ -158,6 +171,7 @@ for j in jobs:
     line += "".join(f" {mean(j, t, 'mbps'):,.1f} |" for t in targets)
     line += "".join(f" {mean(j, t, 'lat_us'):,.1f} |" for t in targets)
     line += "".join(f" {cpu_us(j, t):,.1f} |" for t in targets)
+    line += "".join(f" {100 * mean(j, t, 'busy'):.0f} |" for t in targets)
     line += f" {ratio(j, 'sbod', 'nbdkit', iops)} | {ratio(j, 'nbdkit', 'sbod', cpr)} |"
     if "sbod-b" in targets:
         line += f" {ratio(j, 'sbod-b', 'nbdkit', iops)} | {ratio(j, 'sbod', 'sbod-b', iops)} | {ratio(j, 'sbod-b', 'sbod', cpr)} |"
