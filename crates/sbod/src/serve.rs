@@ -493,10 +493,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     // onto a hot spare, hot-plug (issue 28).
     let health = tokio::spawn(sbod_mgmt::health::watch(local.clone(), stop_rx.clone()));
     let sock = registry::socket_path(&args.name);
+    // The control socket answers until the array is closed: `sbod stop` waits for it to
+    // go, so that what it reports as stopped is closed cleanly (a process killed after it
+    // returns must not leave the array to be started as after a crash).
+    let (ctl_stop_tx, ctl_stop_rx) = tokio::sync::watch::channel(false);
     let ctl = {
         let sock = sock.clone();
-        let stop_rx = stop_rx.clone();
-        tokio::spawn(async move { control::serve(local, &sock, stop_rx).await })
+        tokio::spawn(async move { control::serve(local, &sock, ctl_stop_rx).await })
     };
     let missing: Vec<String> = {
         let open: Vec<String> = array
@@ -593,7 +596,6 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         r.and(ri)
     };
     let _ = stop_tx.send(true);
-    let _ = ctl.await;
     let _ = watcher.await;
     let _ = health.await;
     // The registration is brought up to date; if it cannot be, the array is still
@@ -608,6 +610,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         }
     }
     let closed = array.close().await;
+    let _ = ctl_stop_tx.send(true);
+    let _ = ctl.await;
     let _ = std::fs::remove_file(&sock);
     eprintln!("sbod: {} stopped", args.name);
     r?;
