@@ -300,6 +300,15 @@ fn live_grid() {
                 continue;
             };
             let row = format!("{} | {} | {}", l.spec, c.phase, c.workload);
+            if c.phase == DEVICE_DOWN && l.spares > 0 {
+                // docs/LAB.md: an array with spares rebuilds into them the moment a member
+                // fails, so the lab's DEVICE DOWN measured a rebuild, not the degraded
+                // array the planner's figure is for.
+                cannot.push(format!(
+                    "{row}: with spare space a member down is rebuilt at once (the lab measured a rebuild)"
+                ));
+                continue;
+            }
             // The ratio of IOPS, as the lab's ideal table takes it (one block size: of bandwidth).
             let measured = c.vs_baseline.as_ref().map(|v| v.iops);
             match (predict(&l, w, &c.phase), measured) {
