@@ -939,6 +939,18 @@ impl<'a> Lab<'a> {
                 )
             })
             .collect();
+        for (c, n) in stats::few_ios(self.cfg.runtime, &cells) {
+            flags.push(format!(
+                "{} {} qd{}: about {n:.0} I/Os a run ({:.0} IOPS for {} s): a count this small is good to about {:.0}% at best; run longer (--runtime {:.0}) before judging its ratios",
+                phase_title(&c.phase),
+                c.workload,
+                c.iodepth,
+                c.mean.iops,
+                self.cfg.runtime,
+                100.0 / n.max(1.0).sqrt(),
+                (1000.0 / c.mean.iops).ceil()
+            ));
+        }
         let info = self.info.clone().unwrap_or(ArrayInfo {
             name: String::new(),
             level: String::new(),

@@ -408,6 +408,20 @@ fn quick_demo_on_modelled_drives() {
         // Reads and (write caches off) writes go to the platters: 4 drives, a few hundred
         // IOPS each at most (NCQ at best about 2.5x QD1's 80-200).
         assert!(iops < 4.0 * 1500.0, "{c}");
+        // Half a second on drives holds a few hundred I/Os or fewer: a cell under 200 a
+        // run is named with its count, and only such a cell.
+        let few = format!(
+            "{} qd{}: about {:.0} I/Os a run",
+            c["workload"].as_str().unwrap(),
+            c["iodepth"],
+            iops * 0.5
+        );
+        assert_eq!(
+            v["flags"].to_string().contains(&few),
+            iops * 0.5 < 200.0,
+            "{few}: {}",
+            v["flags"]
+        );
     }
     assert!(!env.p("demo/members").exists());
     env.assert_clean();
