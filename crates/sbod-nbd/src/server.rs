@@ -1332,15 +1332,7 @@ where
         // ones; large transfers always get their own task, so their copying can run on
         // another core while this one reads the next request.
         let ready = match cost <= INLINE_POLL_MAX {
-            true => {
-                std::future::poll_fn(|cx| {
-                    std::task::Poll::Ready(match work.as_mut().poll(cx) {
-                        std::task::Poll::Ready(x) => Some(x),
-                        std::task::Poll::Pending => None,
-                    })
-                })
-                .await
-            }
+            true => poll_once(&mut work).await,
             false => None,
         };
         match ready {
@@ -1651,9 +1643,18 @@ async fn read_unaligned<B: Backend>(
     Ok(out)
 }
 
-/// Write replies as they come, coalescing those ready together; each reply's budget is
-/// returned once it is written. A client that does not take a batch of replies within
-/// `io_timeout` loses its connection.
+/// Poll `f` once: its output if it completes without waiting, `None` if it would wait
+/// (it is left to be polled again, or dropped).
+async fn poll_once<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut *f).poll(cx) {
+            std::task::Poll::Ready(x) => Some(x),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}
+
 /// Write the replies of requests answered inline (`done`) on the socket, if the writer task
 /// is not writing (else they go to it through `tx`): those that fit in the write buffer
 /// are copied there, then one flush is tried; what it leaves, and what did not fit, the
@@ -1678,12 +1679,9 @@ where
                     // It fits: copied into the buffer, never waiting (a reply cut short
                     // by a wait would break the stream, so it is driven to its end).
                     let mut f = std::pin::pin!(write_reply(&mut w, reply, framing));
-                    let now =
-                        std::future::poll_fn(|cx| std::task::Poll::Ready(f.as_mut().poll(cx)))
-                            .await;
-                    let r = match now {
-                        std::task::Poll::Ready(r) => r,
-                        std::task::Poll::Pending => f.await,
+                    let r = match poll_once(&mut f).await {
+                        Some(r) => r,
+                        None => f.await,
                     };
                     drop(held);
                     if r.is_err() {
@@ -1693,11 +1691,10 @@ where
                 _ => rest.push((reply, held)),
             }
         }
-        let mut f = std::pin::pin!(w.flush());
-        let flushed = std::future::poll_fn(|cx| std::task::Poll::Ready(f.as_mut().poll(cx))).await;
         // Left in the buffer, or the socket failed: the writer task finishes the flush
         // under its deadline, or meets the error and ends the connection.
-        nudge |= !matches!(flushed, std::task::Poll::Ready(Ok(())));
+        let mut f = std::pin::pin!(w.flush());
+        nudge |= !matches!(poll_once(&mut f).await, Some(Ok(())));
     } else {
         rest.append(done);
     }
@@ -1723,6 +1720,9 @@ fn wire_len<Buf: AsRef<[u8]>>(reply: &Reply<Buf>) -> Option<usize> {
     }
 }
 
+/// Write replies as they come, coalescing those ready together; each reply's budget is
+/// returned once it is written. A client that does not take a batch of replies within
+/// `io_timeout` loses its connection.
 async fn write_replies<W, Buf, H>(
     sink: Arc<tokio::sync::Mutex<BufWriter<W>>>,
     mut rx: mpsc::Receiver<(Option<Reply<Buf>>, Option<H>)>,
@@ -1749,14 +1749,7 @@ where
         // A batch the socket takes at once needs no timer (arming and disarming one per
         // batch showed in the profile of 4 KiB writes); one that waits gets its deadline.
         let mut batch = std::pin::pin!(batch);
-        let first_try = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(match batch.as_mut().poll(cx) {
-                std::task::Poll::Ready(r) => Some(r),
-                std::task::Poll::Pending => None,
-            })
-        })
-        .await;
-        match first_try {
+        match poll_once(&mut batch).await {
             Some(r) => r?,
             None => timeout(io_timeout, batch)
                 .await
