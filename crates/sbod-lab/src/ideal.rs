@@ -29,7 +29,9 @@
 //! Arrays of several groups (not declustered) share the load evenly between groups, so the
 //! slowest group (the degraded one) sets the pace of all. QD1 latency runs, `bssplit` mixes,
 //! queue-depth sweeps and DEVICE REBUILD (the rebuild takes the drives' time) have no ideal
-//! here. On members that answer from memory the CPU, not the drives, is the limit and the
+//! here, nor has DEVICE DOWN of an array with spare capacity (hot spares, or a declustered
+//! layout's spare space): sbod rebuilds into it the moment a member fails, so that phase
+//! measures a rebuild, not the degraded array this model counts. On members that answer from memory the CPU, not the drives, is the limit and the
 //! ideal is an upper bound, not a target.
 
 use crate::schema::{ArrayInfo, Ideal, Workload, NOMINAL};
@@ -134,7 +136,7 @@ pub fn ideal(a: &ArrayInfo, w: &Workload, phase: &str, measured: Option<f64>) ->
         _ => return None,
     };
     let shape = shape(a)?;
-    if down && shape == Shape::Stripe {
+    if down && (shape == Shape::Stripe || has_spare_capacity(a)) {
         return None;
     }
     let baseline = a.members.len().max(1) as f64;
@@ -170,6 +172,12 @@ pub fn ideal(a: &ArrayInfo, w: &Workload, phase: &str, measured: Option<f64>) ->
         of_ideal: measured.map(|m| m / ratio),
         aim: aim(w, phase),
     })
+}
+
+/// The array holds more members than its groups span: hot spares, or (declustered) spare
+/// space in every row. A member failing is rebuilt into it at once.
+pub fn has_spare_capacity(a: &ArrayInfo) -> bool {
+    (a.groups.max(1) as usize) * (a.width.max(1) as usize) < a.members.len()
 }
 
 /// The bytes of each member that `volume` bytes of the array's volume occupy: its data
@@ -322,20 +330,32 @@ mod tests {
             r(&a, "write", NOMINAL),
             2.0 * 6.0 * (4.0 / 6.0) / 14.0
         ));
-        // Down: the degraded group paces the other: 2 x (5 / (1 - 1/6 + 4/6)) / 14.
-        let want = 2.0 * (5.0 / (1.0 - 1.0 / 6.0 + 4.0 / 6.0)) / 14.0;
+        // With a member down a hot spare takes its place and rebuilds: no ideal.
+        assert!(has_spare_capacity(&a));
+        assert!(ideal(&a, &wl("randread", None), DOWN, None).is_none());
+        assert!(ideal(&a, &wl("read", None), DOWN, None).is_none());
+        // Without the spares, the degraded group paces the other: 2 x (5 / (1 - 1/6 +
+        // 4/6)) / 12.
+        let a = array("raid6", 6, 12, 2, false);
+        assert!(!has_spare_capacity(&a));
+        let want = 2.0 * (5.0 / (1.0 - 1.0 / 6.0 + 4.0 / 6.0)) / 12.0;
         assert!(close(r(&a, "randread", DOWN), want));
-        // The same stripes declustered over all 14: the missing member's chunks are 1/14
-        // of the reads, and 13 members serve.
+        // The same stripes declustered over all 12: the missing member's chunks are 1/12
+        // of the reads, and 11 members serve.
         let mut d = a.clone();
         d.declustered = true;
-        // A stream passes the spare space in every row: 8 data chunks of 14 a row.
-        assert!(close(r(&d, "write", NOMINAL), 8.0 / 14.0));
-        assert!(close(r(&d, "read", NOMINAL), 8.0 / 14.0));
-        assert!(close(r(&d, "read", DOWN), 8.0 / 14.0));
-        let want = 13.0 / (1.0 - 1.0 / 14.0 + 4.0 / 14.0) / 14.0;
+        assert!(close(r(&d, "read", DOWN), 8.0 / 12.0));
+        let want = 11.0 / (1.0 - 1.0 / 12.0 + 4.0 / 12.0) / 12.0;
         assert!(close(r(&d, "randread", DOWN), want));
         assert!(r(&d, "randread", DOWN) > r(&a, "randread", DOWN));
+        // Declustered with spare space (two groups of 6 over 14): a stream passes the
+        // spare space in every row, 8 data chunks of 14 a row; a member down rebuilds
+        // into the spare space, no ideal.
+        let d = array("raid6", 6, 14, 2, true);
+        assert!(close(r(&d, "write", NOMINAL), 8.0 / 14.0));
+        assert!(close(r(&d, "read", NOMINAL), 8.0 / 14.0));
+        assert!(has_spare_capacity(&d));
+        assert!(ideal(&d, &wl("read", None), DOWN, None).is_none());
         // Without spare space a declustered raid6 of 8 streams as raid6 of 8 does, and
         // with one member's worth (width 7 over 8) 5 data chunks of 8 a row, not 5 of 7.
         assert!(close(

@@ -614,7 +614,15 @@ impl<'a> Lab<'a> {
         self.failed = Some(member.clone());
         if down {
             self.begin_phase(DEVICE_DOWN);
-            self.phases.last_mut().unwrap().note = Some(format!("{member} failed"));
+            let note = if crate::ideal::has_spare_capacity(&info) {
+                format!(
+                    "{member} failed; the array rebuilds into its spare {} at once, so this phase measures a rebuild (no ideal)",
+                    if info.declustered { "space" } else { "member" }
+                )
+            } else {
+                format!("{member} failed")
+            };
+            self.phases.last_mut().unwrap().note = Some(note);
             self.measure(DEVICE_DOWN, &targets)?;
             self.end_phase();
         }
