@@ -65,6 +65,9 @@ pub struct MemberStats {
     pub nospace: AtomicU64,
     /// Why the engine took it out of service, once it has (see `reason`).
     pub out_reason: parking_lot::Mutex<Option<String>>,
+    /// Flushes sent to it and not answered yet: a drive destaging its write cache keeps
+    /// one for seconds to minutes, which a stop shows (`Array::closing_stage`).
+    pub flushing: AtomicU64,
 }
 
 /// An open member.

@@ -833,13 +833,80 @@ impl Manager {
             registry::load(name)?;
             return Ok(false);
         }
-        for _ in 0..600 {
+        // The server answers until the array is closed (its members flushed and marked
+        // clean), which on drives with write caches full of random writes takes from
+        // seconds to minutes: the wait shows what the close is doing after the first
+        // seconds, and ends in an error only if the server stops answering, or after
+        // `STOP_PATIENCE` whatever it says.
+        const STOP_PATIENCE: Duration = Duration::from_secs(900);
+        const SILENT_PATIENCE: Duration = Duration::from_secs(60);
+        let t0 = std::time::Instant::now();
+        let mut answered = t0;
+        let mut next_look = t0 + Duration::from_secs(2);
+        let (mut said, mut stage) = (None::<String>, String::from("closing"));
+        let mut bar = false;
+        let r = loop {
             if !control::running(name).await {
-                return Ok(true);
+                break Ok(true);
+            }
+            let now = std::time::Instant::now();
+            if now >= next_look {
+                next_look = now + Duration::from_millis(500);
+                let look = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    self.remote(name, &Request::Status),
+                )
+                .await;
+                if let Ok(Ok(Some(v))) = look {
+                    answered = std::time::Instant::now();
+                    if let Some(c) = v.get("closing").and_then(|c| c.as_str()) {
+                        stage = c.to_string();
+                    }
+                }
+                // "flushing the members (their write caches): 5 of 8 done" as a bar, the
+                // other stages as a line each.
+                let (what, count) = match stage.rsplit_once(": ") {
+                    Some((w, c)) if c.ends_with(" done") => (w.to_string(), Some(c)),
+                    _ => (stage.clone(), None),
+                };
+                if said.as_deref() != Some(what.as_str()) {
+                    if bar {
+                        self.reporter.progress_done();
+                        bar = false;
+                    }
+                    self.reporter.note(&format!(
+                        "{name}: closing ({:.0} s): {what}",
+                        t0.elapsed().as_secs_f64()
+                    ));
+                    said = Some(what.clone());
+                }
+                if let Some((done, of)) = count
+                    .and_then(|c| c.strip_suffix(" done"))
+                    .and_then(|c| c.split_once(" of "))
+                    .and_then(|(d, o)| Some((d.parse::<u64>().ok()?, o.parse::<u64>().ok()?)))
+                {
+                    self.reporter.progress("members flushed", done, of);
+                    bar = true;
+                }
+                if answered.elapsed() > SILENT_PATIENCE {
+                    break Err(anyhow!(
+                        "{name} did not stop: its server has not answered for {} s (last seen: {stage}); it may still be closing: `sbod status {name}` tells, and the array is checked at its next start if the process is killed",
+                        SILENT_PATIENCE.as_secs()
+                    ));
+                }
+                if t0.elapsed() > STOP_PATIENCE {
+                    break Err(anyhow!(
+                        "{name} did not stop within {} minutes (still {stage}); it goes on closing in the background: `sbod status {name}` tells",
+                        STOP_PATIENCE.as_secs() / 60
+                    ));
+                }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if bar {
+            self.reporter.progress_done();
         }
-        bail!("{name} did not stop within 60 s")
+        r
     }
 
     /// Forget a stopped array's registration (its members keep their superblocks).

@@ -131,6 +131,10 @@ pub struct Status {
     /// The host this head holds the members as, and its heartbeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<OwnerStatus>,
+    /// The array is being closed (`sbod stop`): what the close is doing now, as
+    /// "flushing the members (their write caches): 5 of 8 done".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closing: Option<String>,
     /// The tuning knobs the serving process runs with, by environment variable
     /// (docs/ENGINE.md, "Tuning knobs"; empty from an older sbod).
     #[serde(default)]

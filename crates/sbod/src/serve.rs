@@ -529,6 +529,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     );
     let shutdown = {
         let on_stop = on_stop.clone();
+        let array = array.clone();
         async move {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -538,6 +539,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 _ = term.recv() => {}
                 _ = on_stop.notified() => {}
             }
+            // From here `sbod stop` is told how far the stop is (the servers' last
+            // flush, then the close).
+            array.stopping();
         }
     };
     let export = Arc::new(ArrayExport {

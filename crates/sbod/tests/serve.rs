@@ -526,7 +526,7 @@ fn stopped_means_closed_cleanly() {
     // Modelled HDDs in slow motion: closing (superblocks written clean, flushed) takes a
     // second or more.
     let d: Vec<String> = (0..2)
-        .map(|i| format!("model:hdd-nearline,slow=30:disks/d{i}.img"))
+        .map(|i| format!("model:hdd-nearline,slow=10:disks/d{i}.img"))
         .collect();
     let mut a = vec![
         "create",
@@ -540,7 +540,31 @@ fn stopped_means_closed_cleanly() {
     a.extend(d.iter().map(String::as_str));
     env.ok(&a);
     env.serve();
-    env.ok(&["stop", "vol0"]);
+    // Random writes the drives' write caches take at once and destage at the close's
+    // flush: 96 scattered writes (and their checksums) of slow-motion seeks take seconds, so the close is
+    // still flushing when `stop` first looks (after 2 s), and it says so.
+    let fio = Command::new("fio")
+        .args([
+            "--name=scatter",
+            "--ioengine=nbd",
+            &format!("--uri={}", env.uri()),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=16",
+            "--number_ios=96",
+            "--size=16M",
+            "--randrepeat=0",
+        ])
+        .output()
+        .unwrap();
+    check(&fio, "fio");
+    let stop = env.cmd(&["stop", "vol0"]).output().unwrap();
+    check(&stop, "sbod stop");
+    let said = String::from_utf8_lossy(&stop.stderr);
+    assert!(
+        said.contains("vol0: closing (") && said.contains("flushing the members"),
+        "sbod stop did not show the close: {said}"
+    );
     let mut c = env.server.take().expect("server running");
     let _ = c.kill();
     let _ = c.wait();

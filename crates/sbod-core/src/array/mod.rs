@@ -65,6 +65,8 @@ pub struct Array {
     pub(crate) mgmt: tokio::sync::Mutex<()>,
     pub(crate) event: AtomicU64,
     pub(crate) closed: AtomicBool,
+    /// What `close` is doing now (see [`Closing`]).
+    pub(crate) closing: persist::Closing,
     pub(crate) report: parking_lot::Mutex<AssemblyReport>,
     pub(crate) lineage: Lineage,
     pub(crate) recoveries: parking_lot::Mutex<Vec<Arc<RecoveryLog>>>,
@@ -365,6 +367,7 @@ impl Array {
                 mgmt: tokio::sync::Mutex::new(()),
                 event: AtomicU64::new(event),
                 closed: AtomicBool::new(false),
+                closing: Default::default(),
                 report: parking_lot::Mutex::new(AssemblyReport::default()),
                 lineage,
                 recoveries: parking_lot::Mutex::new(Vec::new()),

@@ -196,6 +196,38 @@ impl Array {
         self.sync.close_devices();
     }
 
+    /// What `close` (or the stop before it) is doing now, for `sbod stop` to show (None:
+    /// not stopping).
+    pub fn closing_stage(&self) -> Option<String> {
+        let s = (*self.closing.stage.lock())?;
+        // The server's last flush (of the clients' writes) and the close's own: on drives
+        // with write caches on that is the long part.
+        let st = self.dp().state.load_full();
+        let members: Vec<&Arc<Member>> = st.slots.iter().flat_map(|s| s.write_targets()).collect();
+        let busy = members
+            .iter()
+            .filter(|m| m.stats.flushing.load(Ordering::Relaxed) > 0)
+            .count();
+        Some(if busy > 0 {
+            format!(
+                "flushing the members (their write caches): {} of {} done",
+                members.len() - busy,
+                members.len()
+            )
+        } else {
+            s.to_string()
+        })
+    }
+
+    /// The server is stopping: it finishes its clients' requests and flushes, then closes
+    /// the array. From here `closing_stage` tells how far it is.
+    pub fn stopping(&self) {
+        self.closing
+            .stage
+            .lock()
+            .get_or_insert("finishing the clients' requests");
+    }
+
     /// Stop background work, flush, mark clean and close the members.
     pub async fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
@@ -215,6 +247,7 @@ impl Array {
             return Ok(());
         }
         self.dp().closing.store(true, Ordering::Release);
+        self.closing.stage("stopping background work");
         if let Some(p) = self.bg.process.lock().clone() {
             p.cancel();
         }
@@ -225,9 +258,17 @@ impl Array {
         }
         // Stripes a write left inconsistent get a last chance; any left keep their regions
         // dirty (the array is not marked clean) and are resynced at the next start.
+        self.closing
+            .stage("resyncing stripes a write left inconsistent");
         let unsynced = self.resync_unsynced().await.unwrap_or(1);
+        self.closing.stage("closing the log");
         self.close_log().await;
+        // Drives with their write caches on destage them here: on a loaded array of HDDs
+        // that takes seconds to minutes, which `sbod stop` shows with this count.
+        self.closing
+            .stage("flushing the members (their write caches)");
         let flushed = self.dp().flush().await;
+        self.closing.stage("recording the array clean");
         let _g = self.mgmt.lock().await;
         let st = self.dp().state.load_full();
         let clean = flushed.is_ok() && st.failed.is_none() && unsynced == 0;
@@ -244,6 +285,7 @@ impl Array {
         }
         let _ = self.persist(&st, clean).await;
         // Last: another host may start the array at once now.
+        self.closing.stage("releasing the members");
         self.release_members().await;
         for m in st.live_members() {
             m.dev.close();
@@ -254,5 +296,17 @@ impl Array {
             }
         }
         flushed
+    }
+}
+
+/// Where a stop stands (see `Array::closing_stage`).
+#[derive(Default)]
+pub(crate) struct Closing {
+    stage: parking_lot::Mutex<Option<&'static str>>,
+}
+
+impl Closing {
+    fn stage(&self, s: &'static str) {
+        *self.stage.lock() = Some(s);
     }
 }

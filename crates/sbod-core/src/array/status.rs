@@ -208,6 +208,7 @@ impl Array {
                 interval_ms: c.interval.as_millis() as u64,
                 lease_ms: c.lease().as_millis() as u64,
             }),
+            closing: self.closing_stage(),
             tuning: crate::tuning::knobs()
                 .into_iter()
                 .map(|k| {

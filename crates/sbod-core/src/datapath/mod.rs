@@ -1000,9 +1000,18 @@ impl DataPath {
             .flat_map(|s| s.write_targets())
             .cloned()
             .collect();
-        let futs = members
-            .iter()
-            .map(|m| async move { (m.clone(), dev::flush(&m.dev).await) });
+        // Counted while in flight (dropped or not), for a stop to show.
+        struct Flushing<'a>(&'a AtomicU64);
+        impl Drop for Flushing<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let futs = members.iter().map(|m| async move {
+            m.stats.flushing.fetch_add(1, Ordering::Relaxed);
+            let _f = Flushing(&m.stats.flushing);
+            (m.clone(), dev::flush(&m.dev).await)
+        });
         for (m, r) in futures::future::join_all(futs).await {
             if let Err(e) = r {
                 // Even out of space: a flush that fails may have dropped written data
