@@ -15,7 +15,7 @@
 
 use sbod_lab::ideal::ideal;
 use sbod_lab::schema::{ArrayInfo, MemberInfo, Report, Workload, DEVICE_DOWN, NOMINAL, PHASES};
-use sbod_plan::{Layout, LayoutSpec, Performance};
+use sbod_plan::{Layout, LayoutSpec, Performance, Queueing};
 
 /// The planner's layout for an array the lab measured: its spelling (docs/PLANNER.md,
 /// "Layout spelling") and the disk count (BASELINE's members).
@@ -45,8 +45,10 @@ fn layout_of(a: &ArrayInfo) -> Result<Layout, String> {
 }
 
 /// What `sbod plan` predicts for one cell of the lab, as a ratio to BASELINE (the
-/// planner's figure in disks over the disk count), or why it cannot say.
-fn predict(l: &Layout, w: &Workload, phase: &str) -> Result<f64, &'static str> {
+/// planner's figure in disks over the disk count), or why it cannot say. `on_hdds`: the
+/// members are HDDs with command queueing, which the planner counts for a closed client
+/// of the workload's depth (`Queueing`); the lab's ideal does not.
+fn predict(l: &Layout, w: &Workload, phase: &str, on_hdds: bool) -> Result<f64, &'static str> {
     if w.sweep {
         return Err("queue-depth sweeps: the planner has one figure per workload");
     }
@@ -64,7 +66,11 @@ fn predict(l: &Layout, w: &Workload, phase: &str) -> Result<f64, &'static str> {
             "with spare space a member down is rebuilt at once (the lab measures a rebuild)",
         );
     }
-    let p = Performance::estimate(l, None, None);
+    let q = on_hdds.then_some(Queueing {
+        depth: w.iodepth as f64,
+        gain: Queueing::HDD_GAIN,
+    });
+    let p = Performance::estimate_queued(l, None, None, q);
     let figs = match phase {
         NOMINAL => (p.seq_read, p.seq_write, p.rand_read, p.rand_write),
         DEVICE_DOWN => match p.degraded {
@@ -253,7 +259,7 @@ fn the_planner_predicts_every_cell_of_the_lab_it_can_express() {
         {
             for phase in PHASES {
                 let lab = ideal(&a, &w, phase, None).map(|i| i.ratio);
-                match (predict(&back, &w, phase), lab) {
+                match (predict(&back, &w, phase, false), lab) {
                     (Ok(plan), Some(lab)) => {
                         assert!(
                             (plan - lab).abs() < 1e-9,
@@ -324,7 +330,7 @@ fn live_grid() {
             let row = format!("{} | {} | {}", l.spec, c.phase, c.workload);
             // The ratio of IOPS, as the lab's ideal table takes it (one block size: of bandwidth).
             let measured = c.vs_baseline.as_ref().map(|v| v.iops);
-            match (predict(&l, w, &c.phase), measured) {
+            match (predict(&l, w, &c.phase, r.array.on_disks()), measured) {
                 (Err(e), _) => cannot.push(format!("{row}: {e}")),
                 (Ok(_), None) => cannot.push(format!("{row}: no BASELINE measured")),
                 (Ok(p), Some(m)) => {

@@ -118,6 +118,13 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub actuators: u32,
 
+    /// Random reads the client keeps in flight, on HDDs with command queueing (NCQ): a
+    /// disk that serves a larger share of the reads (the one left of a mirror pair) holds
+    /// a deeper queue and serves it faster, which the random read estimates then count;
+    /// --disk-iops is the disk's IOPS with this depth spread over all disks.
+    #[arg(long, value_name = "N", value_parser = units::parse_number)]
+    pub queue_depth: Option<f64>,
+
     /// Plan a grow (`sbod grow NAME --add DEV...`) by this many disks: the layout and
     /// capacity before and after, the data that must move, and the time at --disk-mbps.
     /// raid0/5/6/ec get wider groups (each N/groups more; ec: K grows), raid10 more mirror
@@ -582,6 +589,7 @@ pub fn plans(args: &PlanArgs) -> Result<Vec<Plan>> {
         rebuild_share: args.rebuild_share,
         replace_hours: args.replace_hours,
         ure_per_bit: args.ure,
+        queue_depth: args.queue_depth.filter(|&q| q > 0.0),
         tib: if args.label_tib {
             TibConvention::Label
         } else {
@@ -1050,6 +1058,13 @@ fn plan_table(plan: &Plan) -> String {
         ),
     };
     let _ = writeln!(o, "Performance (an estimate, {basis})");
+    if let Some(q) = &p.queueing {
+        let _ = writeln!(
+            o,
+            "  (random reads: {} in flight on HDDs with command queueing)",
+            short(q.depth)
+        );
+    }
     let fig = |f: &crate::performance::Figure, unit: &str| match f.value {
         Some(v) => format!("{:>7} disks {:>12} {unit}", short(f.disks), thousands(v)),
         None => format!("{:>7} disks", short(f.disks)),

@@ -17,6 +17,11 @@
 //!   the spare space in every row as it passes parity, so it moves the data disks' share.
 //! * one disk down (`degraded`): see [`parity_costs`]; the group that lost the disk sets
 //!   the pace of the others (the load is spread evenly over the groups).
+//! * with [`Queueing`] (a client keeping a fixed number of random reads in flight, on
+//!   disks whose command queueing serves more the deeper their queue, as an HDD's NCQ
+//!   does), random reads are those of a closed queueing network ([`closed_reads`]): a disk
+//!   with a larger share of the reads collects a deeper queue and serves it faster, so a
+//!   mirror set left with one disk paces the others less than one disk's worth would.
 
 use serde::Serialize;
 
@@ -58,6 +63,75 @@ pub struct Performance {
     pub rand_write: Figure,
     /// With one disk down; None without redundancy (raid0, concat).
     pub degraded: Option<Degraded>,
+    /// The client's queue depth and the disks' queueing gain the random reads count, if
+    /// given (see [`Queueing`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queueing: Option<Queueing>,
+}
+
+/// A closed client: `depth` random reads in flight, on disks that serve `q^gain` times as
+/// many reads with `q` queued as with one (and `q` times as many below one: idle part of
+/// the time). Reads then go where the queues are: a disk with a larger share of them
+/// collects a deeper queue and serves faster.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Queueing {
+    pub depth: f64,
+    pub gain: f64,
+}
+
+impl Queueing {
+    /// A 7200 rpm HDD with NCQ (shortest positioning time first): about 2.8 times its
+    /// QD1 random reads at QD32 (`32^0.3`), the class's usual gain (about 80 IOPS at QD1,
+    /// 200-250 at QD32), and what sbod's modelled nearline HDD gives (docs/PLANNER.md).
+    pub const HDD_GAIN: f64 = 0.3;
+
+    /// Reads a second of one disk with `q` queued, in units of its QD1 rate.
+    fn rate(&self, q: f64) -> f64 {
+        if q >= 1.0 {
+            q.powf(self.gain)
+        } else {
+            q
+        }
+    }
+
+    /// The queue a disk holds to serve `r` (in units of its QD1 rate).
+    fn queue_for(&self, r: f64) -> f64 {
+        if r >= 1.0 {
+            r.powf(1.0 / self.gain)
+        } else {
+            r
+        }
+    }
+}
+
+/// Random reads a closed client of `q.depth` reads in flight gets from disks in `classes`
+/// (how many disks, and the share of all reads each disk of the class serves), in disks'
+/// worth of BASELINE: `baseline` disks served alone, the same depth spread evenly over them
+/// (over `depth` of them when fewer). Every disk serves its share at the rate its queue
+/// gives, and the queues add up to the depth: the throughput is the one at which they do.
+pub fn closed_reads(classes: &[(f64, f64)], q: Queueing, baseline: f64) -> f64 {
+    let queued = |x: f64| -> f64 {
+        classes
+            .iter()
+            .filter(|c| c.0 > 0.0 && c.1 > 0.0)
+            .map(|&(n, share)| n * q.queue_for(x * share))
+            .sum()
+    };
+    // The queues grow with the throughput: bisect for the one they fill the depth at.
+    let (mut lo, mut hi) = (0.0, 1.0);
+    while queued(hi) < q.depth {
+        hi *= 2.0;
+    }
+    for _ in 0..200 {
+        let mid = (lo + hi) / 2.0;
+        if queued(mid) < q.depth {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let used = baseline.min(q.depth).max(1.0);
+    (lo + hi) / 2.0 / q.rate(q.depth / used)
 }
 
 /// Disk operations (or, for streams, disk time per unit of data) one client I/O costs on
@@ -79,6 +153,19 @@ impl Performance {
         disk_mb_s: Option<f64>,
         disk_iops: Option<f64>,
     ) -> Performance {
+        Self::estimate_queued(layout, disk_mb_s, disk_iops, None)
+    }
+
+    /// `estimate`, its random reads counted for a closed client on queueing disks when
+    /// `queueing` is given (see [`Queueing`]); `disk_iops` is then the disk's random reads
+    /// with the depth spread over the layout's disks.
+    pub fn estimate_queued(
+        layout: &Layout,
+        disk_mb_s: Option<f64>,
+        disk_iops: Option<f64>,
+        queueing: Option<Queueing>,
+    ) -> Performance {
+        let disks = layout.disks as f64;
         let members = layout.members as f64;
         let data = layout.data_disks as f64;
         let (seq_read, seq_write, rand_read, penalty) = match layout.level {
@@ -103,6 +190,11 @@ impl Performance {
             1.0
         };
         let rand_read = rand_read * spread;
+        // Reads spread evenly over the disks that hold data: the same queue on each.
+        let rand_read = match queueing {
+            Some(q) => closed_reads(&[(rand_read, 1.0 / rand_read)], q, disks),
+            None => rand_read,
+        };
         let members = members * spread;
         let rand_write = members / penalty;
         let fig = |disks: f64, per: Option<f64>| Figure {
@@ -118,7 +210,20 @@ impl Performance {
                 let sets = members / c;
                 // The set left with c - 1 disks takes its share of the reads on c - 1 and
                 // paces the others; a write goes to c - 1 copies there, as fast as to c.
-                Some((sets * (c - 1.0), sets, sets * (c - 1.0), sets))
+                // A closed client's reads queue up there instead, where the disks serve
+                // a deeper queue faster.
+                let reads = match queueing {
+                    Some(q) => closed_reads(
+                        &[
+                            (c - 1.0, 1.0 / (sets * (c - 1.0))),
+                            (members - c, 1.0 / (sets * c)),
+                        ],
+                        q,
+                        disks,
+                    ),
+                    None => sets * (c - 1.0),
+                };
+                Some((sets * (c - 1.0), sets, reads, sets))
             }
             Level::Raid5 | Level::Raid6 | Level::Ec { .. } => {
                 let w = layout.group_width as f64;
@@ -154,6 +259,7 @@ impl Performance {
             rand_read: fig(rand_read, disk_iops),
             rand_write: fig(rand_write, disk_iops),
             degraded,
+            queueing,
         }
     }
 }
@@ -191,6 +297,49 @@ mod tests {
         assert!(close(d.rand_write.disks, 4.0));
         assert!(close(d.seq_write.disks, p.seq_write.disks));
         assert!(perf("raid0", 8).degraded.is_none());
+    }
+
+    #[test]
+    fn closed_reads_by_hand() {
+        let q = Queueing {
+            depth: 32.0,
+            gain: 0.3,
+        };
+        // Even shares: as many disks' worth as disks serve, whatever the gain.
+        assert!((closed_reads(&[(8.0, 1.0 / 8.0)], q, 8.0) - 8.0).abs() < 1e-6);
+        // 6 of 8 disks (2 spares idle): each holds 32/6 instead of 4, and serves
+        // (4/3)^0.3 as fast.
+        let six = closed_reads(&[(6.0, 1.0 / 6.0)], q, 8.0);
+        assert!((six - 6.0 * (8.0f64 / 6.0).powf(0.3)).abs() < 1e-6, "{six}");
+        // Without a gain it is the open count: the busiest disk paces all.
+        let flat = Queueing { gain: 1e-9, ..q };
+        let r = closed_reads(&[(1.0, 0.25), (6.0, 0.125)], flat, 8.0);
+        assert!((r - 4.0).abs() < 0.01, "{r}");
+    }
+
+    #[test]
+    fn a_closed_client_on_a_degraded_mirror() {
+        let s: LayoutSpec = "raid10:4x2".parse().unwrap();
+        let l = Layout::resolve(&s, 8).unwrap();
+        let q = Queueing {
+            depth: 32.0,
+            gain: Queueing::HDD_GAIN,
+        };
+        let p = Performance::estimate_queued(&l, None, None, Some(q));
+        // Nominal: even, as without queueing.
+        assert!((p.rand_read.disks - 8.0).abs() < 1e-6);
+        // The set left with one disk serves a quarter of the reads; its queue grows until
+        // it keeps up: (1/4^(1/g) + 6/8^(1/g))^-g against 8 (32/8)^g... about 6.5 disks'
+        // worth, where the open count gives 4 (the lab measured 0.78 of BASELINE).
+        let d = p.degraded.unwrap().rand_read.disks;
+        let g = Queueing::HDD_GAIN;
+        let x = (32.0 / (0.25f64.powf(1.0 / g) + 6.0 * 0.125f64.powf(1.0 / g))).powf(g);
+        assert!((d - x / 4.0f64.powf(g)).abs() < 1e-6, "{d}");
+        assert!(d > 6.0 && d < 7.0, "{d}");
+        // Writes and streams as without.
+        let o = perf("raid10:4x2", 8);
+        assert_eq!(p.rand_write, o.rand_write);
+        assert_eq!(p.seq_read, o.seq_read);
     }
 
     #[test]

@@ -42,6 +42,11 @@ pub struct Assumptions {
     /// Unrecoverable read errors per bit read; `None` leaves UREs out of the model.
     pub ure_per_bit: Option<f64>,
     pub tib: TibConvention,
+    /// Random reads a client keeps in flight on HDDs with command queueing: the random
+    /// read estimates count where the queues build (`Queueing`); `None` counts disk
+    /// operations alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<f64>,
 }
 
 impl Default for Assumptions {
@@ -53,6 +58,7 @@ impl Default for Assumptions {
             rebuild_share: 0.5,
             replace_hours: 24.0,
             ure_per_bit: None,
+            queue_depth: None,
             tib: TibConvention::Exact,
         }
     }
@@ -193,7 +199,15 @@ impl Plan {
             p_loss: reliability::p_loss(layout.sets, set_mttdl, life_hours),
         };
 
-        let performance = Performance::estimate(layout, disk.seq_mb_s, disk.random_iops);
+        let performance = Performance::estimate_queued(
+            layout,
+            disk.seq_mb_s,
+            disk.random_iops,
+            a.queue_depth.map(|depth| crate::Queueing {
+                depth,
+                gain: crate::Queueing::HDD_GAIN,
+            }),
+        );
         Ok(Plan {
             layout: layout.clone(),
             disk: disk.clone(),
