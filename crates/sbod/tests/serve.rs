@@ -540,9 +540,9 @@ fn stopped_means_closed_cleanly() {
     a.extend(d.iter().map(String::as_str));
     env.ok(&a);
     env.serve();
-    // Random writes the drives' write caches take at once and destage at the close's
-    // flush: 96 scattered writes (and their checksums) of slow-motion seeks take seconds, so the close is
-    // still flushing when `stop` first looks (after 2 s), and it says so.
+    // Random writes the drives' write caches take at once and destage at the stop's
+    // flush: 96 scattered writes (and their checksums) of slow-motion seeks take seconds,
+    // so the stop is still flushing when `stop` first looks (after 2 s), and it says so.
     let fio = Command::new("fio")
         .args([
             "--name=scatter",
