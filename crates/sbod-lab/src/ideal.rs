@@ -31,8 +31,9 @@
 //! queue-depth sweeps and DEVICE REBUILD (the rebuild takes the drives' time) have no ideal
 //! here, nor has DEVICE DOWN of an array with spare capacity (hot spares, or a declustered
 //! layout's spare space): sbod rebuilds into it the moment a member fails, so that phase
-//! measures a rebuild, not the degraded array this model counts. On members that answer from memory the CPU, not the drives, is the limit and the
-//! ideal is an upper bound, not a target.
+//! measures a rebuild, not the degraded array this model counts. On members that answer
+//! from memory the CPU, not the drives, is the limit and the ideal is an upper bound, not
+//! a target.
 
 use crate::schema::{ArrayInfo, Ideal, Workload, NOMINAL};
 

@@ -857,34 +857,30 @@ impl Manager {
                     self.remote(name, &Request::Status),
                 )
                 .await;
+                let mut flushed = None;
                 if let Ok(Ok(Some(v))) = look {
                     answered = std::time::Instant::now();
-                    if let Some(c) = v.get("closing").and_then(|c| c.as_str()) {
-                        stage = c.to_string();
+                    if let Some(c) = serde_json::from_value::<Status>(v)
+                        .ok()
+                        .and_then(|s| s.closing)
+                    {
+                        stage = c.stage;
+                        flushed = c.members_flushed;
                     }
                 }
-                // "flushing the members (their write caches): 5 of 8 done" as a bar, the
-                // other stages as a line each.
-                let (what, count) = match stage.rsplit_once(": ") {
-                    Some((w, c)) if c.ends_with(" done") => (w.to_string(), Some(c)),
-                    _ => (stage.clone(), None),
-                };
-                if said.as_deref() != Some(what.as_str()) {
+                // Each stage as a line, the members flushed as a bar.
+                if said.as_deref() != Some(stage.as_str()) {
                     if bar {
                         self.reporter.progress_done();
                         bar = false;
                     }
                     self.reporter.note(&format!(
-                        "{name}: closing ({:.0} s): {what}",
+                        "{name}: closing ({:.0} s): {stage}",
                         t0.elapsed().as_secs_f64()
                     ));
-                    said = Some(what.clone());
+                    said = Some(stage.clone());
                 }
-                if let Some((done, of)) = count
-                    .and_then(|c| c.strip_suffix(" done"))
-                    .and_then(|c| c.split_once(" of "))
-                    .and_then(|(d, o)| Some((d.parse::<u64>().ok()?, o.parse::<u64>().ok()?)))
-                {
+                if let Some([done, of]) = flushed {
                     self.reporter.progress("members flushed", done, of);
                     bar = true;
                 }

@@ -59,9 +59,9 @@ pub use health::{
 pub use level::Level;
 pub use size::{format_size, human, parse_rate, parse_size};
 pub use status::{
-    ArrayState, ArrayStatus, AssemblyReport, Integrity, KnobValue, MemberState, MemberStatus,
-    MismatchRegion, OwnerStatus, ProcessKind, ProcessStatus, RecoveryStatus, RescueReport,
-    Settings, StaleMember, Status,
+    ArrayState, ArrayStatus, AssemblyReport, Closing, Integrity, KnobValue, MemberState,
+    MemberStatus, MismatchRegion, OwnerStatus, ProcessKind, ProcessStatus, RecoveryStatus,
+    RescueReport, Settings, StaleMember, Status,
 };
 pub use sync::{
     LogDevState, LogDevStatus, LogReplayIssue, LogState, LogStatus, MemberRange, SyncMode,

@@ -131,14 +131,23 @@ pub struct Status {
     /// The host this head holds the members as, and its heartbeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<OwnerStatus>,
-    /// The array is being closed (`sbod stop`): what the close is doing now, as
-    /// "flushing the members (their write caches): 5 of 8 done".
+    /// The array is being stopped (`sbod stop`): what the stop is doing now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub closing: Option<String>,
+    pub closing: Option<Closing>,
     /// The tuning knobs the serving process runs with, by environment variable
     /// (docs/ENGINE.md, "Tuning knobs"; empty from an older sbod).
     #[serde(default)]
     pub tuning: std::collections::BTreeMap<String, KnobValue>,
+}
+
+/// Where a stop stands: its stage ("flushing the members (their write caches)",
+/// "recording the array clean", ...), and while members are being flushed, how many of
+/// how many have answered (drives destaging their write caches take seconds to minutes).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Closing {
+    pub stage: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members_flushed: Option<[u64; 2]>,
 }
 
 /// Who holds the members (the owner block's heartbeat, see docs/RELIABILITY.md).

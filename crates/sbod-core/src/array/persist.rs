@@ -198,7 +198,7 @@ impl Array {
 
     /// What `close` (or the stop before it) is doing now, for `sbod stop` to show (None:
     /// not stopping).
-    pub fn closing_stage(&self) -> Option<String> {
+    pub fn closing_stage(&self) -> Option<sbod_types::Closing> {
         let s = (*self.closing.stage.lock())?;
         // The server's last flush (of the clients' writes) and the close's own: on drives
         // with write caches on that is the long part.
@@ -209,13 +209,15 @@ impl Array {
             .filter(|m| m.stats.flushing.load(Ordering::Relaxed) > 0)
             .count();
         Some(if busy > 0 {
-            format!(
-                "flushing the members (their write caches): {} of {} done",
-                members.len() - busy,
-                members.len()
-            )
+            sbod_types::Closing {
+                stage: FLUSHING.into(),
+                members_flushed: Some([(members.len() - busy) as u64, members.len() as u64]),
+            }
         } else {
-            s.to_string()
+            sbod_types::Closing {
+                stage: s.into(),
+                members_flushed: None,
+            }
         })
     }
 
@@ -265,8 +267,7 @@ impl Array {
         self.close_log().await;
         // Drives with their write caches on destage them here: on a loaded array of HDDs
         // that takes seconds to minutes, which `sbod stop` shows with this count.
-        self.closing
-            .stage("flushing the members (their write caches)");
+        self.closing.stage(FLUSHING);
         let flushed = self.dp().flush().await;
         self.closing.stage("recording the array clean");
         let _g = self.mgmt.lock().await;
@@ -298,6 +299,9 @@ impl Array {
         flushed
     }
 }
+
+/// The stage a stop is in while members are being flushed.
+const FLUSHING: &str = "flushing the members (their write caches)";
 
 /// Where a stop stands (see `Array::closing_stage`).
 #[derive(Default)]
