@@ -46,9 +46,15 @@ fn layout_of(a: &ArrayInfo) -> Result<Layout, String> {
 
 /// What `sbod plan` predicts for one cell of the lab, as a ratio to BASELINE (the
 /// planner's figure in disks over the disk count), or why it cannot say. `on_hdds`: the
-/// members are HDDs with command queueing, which the planner counts for a closed client
-/// of the workload's depth (`Queueing`); the lab's ideal does not.
-fn predict(l: &Layout, w: &Workload, phase: &str, on_hdds: bool) -> Result<f64, &'static str> {
+/// members are HDDs with command queueing (and their write caches on or off), which the
+/// planner counts for a closed client of the workload's depth (`Queueing`); the lab's
+/// ideal does not.
+fn predict(
+    l: &Layout,
+    w: &Workload,
+    phase: &str,
+    on_hdds: Option<Hdds>,
+) -> Result<f64, &'static str> {
     if w.sweep {
         return Err("queue-depth sweeps: the planner has one figure per workload");
     }
@@ -66,9 +72,10 @@ fn predict(l: &Layout, w: &Workload, phase: &str, on_hdds: bool) -> Result<f64, 
             "with spare space a member down is rebuilt at once (the lab measures a rebuild)",
         );
     }
-    let q = on_hdds.then_some(Queueing {
+    let q = on_hdds.map(|h| Queueing {
         depth: w.iodepth as f64,
         gain: Queueing::HDD_GAIN,
+        writes_queue: !h.write_cache,
     });
     let p = Performance::estimate_queued(l, None, None, q);
     let figs = match phase {
@@ -91,6 +98,34 @@ fn predict(l: &Layout, w: &Workload, phase: &str, on_hdds: bool) -> Result<f64, 
         _ => return Err("an fio pattern the planner does not know"),
     };
     Ok(f.disks / l.disks as f64)
+}
+
+/// The members are HDDs with command queueing, their write caches as given.
+#[derive(Clone, Copy)]
+struct Hdds {
+    write_cache: bool,
+}
+
+/// What a report's members are: modelled HDDs (their spec in the path) or disks that say
+/// they rotate (a real HDD's write cache is taken as on, the SATA default).
+fn hdds_of(a: &ArrayInfo) -> Option<Hdds> {
+    if !a.on_disks() {
+        return None;
+    }
+    let caches: Vec<bool> = a
+        .members
+        .iter()
+        .map(|m| match sbod_drive::Spec::parse(&m.path) {
+            Ok(s) => match s.profile {
+                sbod_drive::profile::Profile::Hdd(h) => h.write_cache,
+                sbod_drive::profile::Profile::Ssd(_) => true,
+            },
+            Err(_) => true,
+        })
+        .collect();
+    Some(Hdds {
+        write_cache: caches.iter().any(|&c| c),
+    })
 }
 
 fn array(l: &Layout) -> ArrayInfo {
@@ -259,7 +294,7 @@ fn the_planner_predicts_every_cell_of_the_lab_it_can_express() {
         {
             for phase in PHASES {
                 let lab = ideal(&a, &w, phase, None).map(|i| i.ratio);
-                match (predict(&back, &w, phase, false), lab) {
+                match (predict(&back, &w, phase, None), lab) {
                     (Ok(plan), Some(lab)) => {
                         assert!(
                             (plan - lab).abs() < 1e-9,
@@ -330,7 +365,7 @@ fn live_grid() {
             let row = format!("{} | {} | {}", l.spec, c.phase, c.workload);
             // The ratio of IOPS, as the lab's ideal table takes it (one block size: of bandwidth).
             let measured = c.vs_baseline.as_ref().map(|v| v.iops);
-            match (predict(&l, w, &c.phase, r.array.on_disks()), measured) {
+            match (predict(&l, w, &c.phase, hdds_of(&r.array)), measured) {
                 (Err(e), _) => cannot.push(format!("{row}: {e}")),
                 (Ok(_), None) => cannot.push(format!("{row}: no BASELINE measured")),
                 (Ok(p), Some(m)) => {

@@ -125,6 +125,11 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N", value_parser = units::parse_number)]
     pub queue_depth: Option<f64>,
 
+    /// With --queue-depth: the disks' write caches are off (SAS drives' default), so a
+    /// mirror's random writes queue at the disks as reads do and are counted the same way.
+    #[arg(long, requires = "queue_depth")]
+    pub write_cache_off: bool,
+
     /// Plan a grow (`sbod grow NAME --add DEV...`) by this many disks: the layout and
     /// capacity before and after, the data that must move, and the time at --disk-mbps.
     /// raid0/5/6/ec get wider groups (each N/groups more; ec: K grows), raid10 more mirror
@@ -590,6 +595,7 @@ pub fn plans(args: &PlanArgs) -> Result<Vec<Plan>> {
         replace_hours: args.replace_hours,
         ure_per_bit: args.ure,
         queue_depth: args.queue_depth.filter(|&q| q > 0.0),
+        write_cache_off: args.write_cache_off,
         tib: if args.label_tib {
             TibConvention::Label
         } else {

@@ -25,6 +25,6 @@ pub mod units;
 pub use capacity::{Capacity, Size, TibConvention};
 pub use grow::{Grow, GrowKind, SpeedSource};
 pub use layout::{Layout, LayoutSpec, Level};
-pub use performance::{closed_reads, Figure, Performance, Queueing};
+pub use performance::{closed_ops, Figure, Performance, Queueing};
 pub use plan::{Assumptions, Disk, Plan, ASSUMED_DISK_MB_S};
 pub use reliability::{Rebuild, Reliability};

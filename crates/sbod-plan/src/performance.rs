@@ -19,7 +19,7 @@
 //!   the pace of the others (the load is spread evenly over the groups).
 //! * with [`Queueing`] (a client keeping a fixed number of random reads in flight, on
 //!   disks whose command queueing serves more the deeper their queue, as an HDD's NCQ
-//!   does), random reads are those of a closed queueing network ([`closed_reads`]): a disk
+//!   does), random reads are those of a closed queueing network ([`closed_ops`]): a disk
 //!   with a larger share of the reads collects a deeper queue and serves it faster, so a
 //!   mirror set left with one disk paces the others less than one disk's worth would, and
 //!   a parity group's degraded reads (`k` disk reads each, sent at once) keep deeper
@@ -79,6 +79,11 @@ pub struct Performance {
 pub struct Queueing {
     pub depth: f64,
     pub gain: f64,
+    /// The disks' write caches are off: a write waits in the drive's queue as a read
+    /// does, so a mirror's writes (each sent to every copy at once) count as reads do.
+    /// With them on a drive takes writes at once and destages them in its own order,
+    /// whatever the client's depth, and writes are counted open.
+    pub writes_queue: bool,
 }
 
 impl Queueing {
@@ -114,7 +119,7 @@ impl Queueing {
 /// rate its queue gives, and the queues hold every disk read in flight, `depth` times the
 /// disk reads a client read costs (a rebuilt chunk's `k` reads are sent at once): the
 /// throughput is the one at which they do.
-pub fn closed_reads(classes: &[(f64, f64)], q: Queueing, baseline: f64) -> f64 {
+pub fn closed_ops(classes: &[(f64, f64)], q: Queueing, baseline: f64) -> f64 {
     let classes: Vec<(f64, f64)> = classes
         .iter()
         .copied()
@@ -202,11 +207,18 @@ impl Performance {
         let rand_read = rand_read * spread;
         // Reads spread evenly over the disks that hold data: the same queue on each.
         let rand_read = match queueing {
-            Some(q) => closed_reads(&[(rand_read, 1.0 / rand_read)], q, disks),
+            Some(q) => closed_ops(&[(rand_read, 1.0 / rand_read)], q, disks),
             None => rand_read,
         };
         let members = members * spread;
-        let rand_write = members / penalty;
+        let rand_write = match (queueing, layout.level) {
+            // Each write goes to its set's `c` copies at once: `c / members` disk writes
+            // a client write on each disk.
+            (Some(q), Level::Raid1 | Level::Raid10) if q.writes_queue => {
+                closed_ops(&[(members, penalty / members)], q, disks)
+            }
+            _ => members / penalty,
+        };
         let fig = |disks: f64, per: Option<f64>| Figure {
             disks,
             value: per.map(|v| disks * v),
@@ -223,7 +235,7 @@ impl Performance {
                 // A closed client's reads queue up there instead, where the disks serve
                 // a deeper queue faster.
                 let reads = match queueing {
-                    Some(q) => closed_reads(
+                    Some(q) => closed_ops(
                         &[
                             (c - 1.0, 1.0 / (sets * (c - 1.0))),
                             (members - c, 1.0 / (sets * c)),
@@ -233,7 +245,16 @@ impl Performance {
                     ),
                     None => sets * (c - 1.0),
                 };
-                Some((sets * (c - 1.0), sets, reads, sets))
+                // A write to a set goes to every disk it has left, one disk write each.
+                let writes = match queueing {
+                    Some(q) if q.writes_queue => closed_ops(
+                        &[(c - 1.0, 1.0 / sets), (members - c, 1.0 / sets)],
+                        q,
+                        disks,
+                    ),
+                    _ => sets,
+                };
+                Some((sets * (c - 1.0), sets, reads, writes))
             }
             Level::Raid5 | Level::Raid6 | Level::Ec { .. } => {
                 let w = layout.group_width as f64;
@@ -251,7 +272,7 @@ impl Performance {
                 // 1)` disk reads of its share of the client's, the other sets' disks `r0 /
                 // n` of theirs.
                 let reads = match queueing {
-                    Some(q) => closed_reads(
+                    Some(q) => closed_ops(
                         &[
                             (n - 1.0, r1 / (sets * (n - 1.0))),
                             ((sets - 1.0) * n, r0 / (sets * n)),
@@ -324,20 +345,21 @@ mod tests {
     }
 
     #[test]
-    fn closed_reads_by_hand() {
+    fn closed_ops_by_hand() {
         let q = Queueing {
             depth: 32.0,
             gain: 0.3,
+            writes_queue: false,
         };
         // Even shares: as many disks' worth as disks serve, whatever the gain.
-        assert!((closed_reads(&[(8.0, 1.0 / 8.0)], q, 8.0) - 8.0).abs() < 1e-6);
+        assert!((closed_ops(&[(8.0, 1.0 / 8.0)], q, 8.0) - 8.0).abs() < 1e-6);
         // 6 of 8 disks (2 spares idle): each holds 32/6 instead of 4, and serves
         // (4/3)^0.3 as fast.
-        let six = closed_reads(&[(6.0, 1.0 / 6.0)], q, 8.0);
+        let six = closed_ops(&[(6.0, 1.0 / 6.0)], q, 8.0);
         assert!((six - 6.0 * (8.0f64 / 6.0).powf(0.3)).abs() < 1e-6, "{six}");
         // Without a gain it is the open count: the busiest disk paces all.
         let flat = Queueing { gain: 1e-9, ..q };
-        let r = closed_reads(&[(1.0, 0.25), (6.0, 0.125)], flat, 8.0);
+        let r = closed_ops(&[(1.0, 0.25), (6.0, 0.125)], flat, 8.0);
         assert!((r - 4.0).abs() < 0.01, "{r}");
     }
 
@@ -348,6 +370,7 @@ mod tests {
         let q = Queueing {
             depth: 32.0,
             gain: Queueing::HDD_GAIN,
+            writes_queue: false,
         };
         let p = Performance::estimate_queued(&l, None, None, Some(q));
         // Nominal: even, as without queueing.
@@ -372,6 +395,33 @@ mod tests {
         let o = perf("raid10:4x2", 8);
         assert_eq!(p.rand_write, o.rand_write);
         assert_eq!(p.seq_read, o.seq_read);
+        // With the write caches off a mirror's writes queue as reads do: each is two disk
+        // writes sent at once, 64 in flight on 8 disks (8 each against BASELINE's 4):
+        // 4 x 2^g; with a disk down 56 on 7, the same 8 each, as every disk left takes a
+        // write of each quarter.
+        let w = Performance::estimate_queued(
+            &l,
+            None,
+            None,
+            Some(Queueing {
+                writes_queue: true,
+                ..q
+            }),
+        );
+        assert!((w.rand_write.disks - 4.0 * 2.0f64.powf(g)).abs() < 1e-6);
+        let dw = w.degraded.unwrap().rand_write.disks;
+        assert!((dw - 4.0 * 2.0f64.powf(g)).abs() < 1e-6, "{dw}");
+        // Parity's read-modify-write stays counted open.
+        let r6 = Performance::estimate_queued(
+            &Layout::resolve(&"raid6:1x8".parse().unwrap(), 8).unwrap(),
+            None,
+            None,
+            Some(Queueing {
+                writes_queue: true,
+                ..q
+            }),
+        );
+        assert_eq!(r6.rand_write, perf("raid6:1x8", 8).rand_write);
     }
 
     #[test]

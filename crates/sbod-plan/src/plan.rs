@@ -47,6 +47,10 @@ pub struct Assumptions {
     /// operations alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_depth: Option<f64>,
+    /// With `queue_depth`: the disks' write caches are off, so a mirror's writes queue
+    /// as reads do (`Queueing::writes_queue`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub write_cache_off: bool,
 }
 
 impl Default for Assumptions {
@@ -59,6 +63,7 @@ impl Default for Assumptions {
             replace_hours: 24.0,
             ure_per_bit: None,
             queue_depth: None,
+            write_cache_off: false,
             tib: TibConvention::Exact,
         }
     }
@@ -206,6 +211,7 @@ impl Plan {
             a.queue_depth.map(|depth| crate::Queueing {
                 depth,
                 gain: crate::Queueing::HDD_GAIN,
+                writes_queue: a.write_cache_off,
             }),
         );
         Ok(Plan {
